@@ -1,0 +1,40 @@
+//! `GET /b2b/products`: the active catalog, a page at a time.
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::error::ApiError;
+use super::extract::{CatalogRead, Partner};
+use super::idempotent::json_response;
+use super::lists::{list_body, query_error, ListQuery};
+use super::views::ProductJson;
+use super::AppState;
+use crate::domain::product::MAX_PRODUCT_ID_LEN;
+
+pub async fn products(
+    _partner: Partner<CatalogRead>,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let query = ListQuery::parse(&req)?;
+    if query
+        .cursor
+        .as_ref()
+        .is_some_and(|c| c.chars().count() > MAX_PRODUCT_ID_LEN)
+    {
+        return Err(query_error(
+            "cursor",
+            "cursor is not one this list gave out",
+        ));
+    }
+    let store = Arc::clone(&state.store);
+    let page = web::block(move || store.active_products_page(query.cursor.as_deref(), query.limit))
+        .await??;
+    let items: Vec<ProductJson> = page.items.iter().map(ProductJson::from).collect();
+    Ok(json_response(list_body(
+        "products",
+        items,
+        page.next_cursor,
+    )))
+}

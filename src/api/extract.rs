@@ -1,0 +1,328 @@
+//! Extractors that decide who is calling (401/403 before anything else), and the JSON body
+//! reader that turns every schema violation into the 422 validation envelope.
+//!
+//! The key extractors are synchronous on purpose: actix polls a handler's extractors together,
+//! so an extractor that awaited could let the body's 422 overtake the 401. Their store reads
+//! are point `get`s served from sled's page cache, cheaper than a hop to the blocking pool.
+
+use std::future::{ready, Ready};
+use std::marker::PhantomData;
+
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use super::error::{ApiError, FieldError};
+use super::AppState;
+use crate::domain::account::{Account, Scope};
+
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// A scope a route requires, as a type so it is part of the handler's signature.
+pub trait RequiredScope {
+    const SCOPE: Scope;
+}
+
+macro_rules! scope_marker {
+    ($name:ident, $scope:expr) => {
+        pub struct $name;
+        impl RequiredScope for $name {
+            const SCOPE: Scope = $scope;
+        }
+    };
+}
+
+scope_marker!(OrdersWrite, Scope::OrdersWrite);
+scope_marker!(OrdersRead, Scope::OrdersRead);
+scope_marker!(BalanceRead, Scope::BalanceRead);
+scope_marker!(CatalogRead, Scope::CatalogRead);
+
+/// A wholesale partner whose key carries scope `S`.
+pub struct Partner<S> {
+    pub account: Account,
+    _scope: PhantomData<S>,
+}
+
+/// `gc_live_` and 32 lowercase hex digits.
+fn well_formed_api_key(key: &str) -> bool {
+    key.strip_prefix("gc_live_").is_some_and(|hex| {
+        hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn state(req: &HttpRequest) -> Result<&web::Data<AppState>, ApiError> {
+    req.app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Internal("application state missing".into()))
+}
+
+fn authenticate<S: RequiredScope>(req: &HttpRequest) -> Result<Partner<S>, ApiError> {
+    let key = req
+        .headers()
+        .get("X-Api-Key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| well_formed_api_key(k))
+        .ok_or(ApiError::Unauthorized)?;
+    let (record, account) = state(req)?
+        .store
+        .authenticate(key)?
+        .ok_or(ApiError::Unauthorized)?;
+    if !account.wholesale {
+        return Err(ApiError::Forbidden(
+            "Account is not enabled for wholesale orders",
+        ));
+    }
+    if !record.scopes.contains(&S::SCOPE) {
+        return Err(ApiError::Forbidden(
+            "API key scope does not cover this endpoint",
+        ));
+    }
+    Ok(Partner {
+        account,
+        _scope: PhantomData,
+    })
+}
+
+impl<S: RequiredScope> FromRequest for Partner<S> {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(authenticate(req))
+    }
+}
+
+/// The operator, proven by `Authorization: Bearer <admin token>`.
+pub struct Admin;
+
+/// Compares SHA-256 digests in constant time, so the time taken says nothing about how much
+/// of the token was right (hashing first also hides the token's length).
+pub fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
+    let Some(expected) = state(req)?.admin_token_hash else {
+        // Without --admin-token the admin API does not exist.
+        return Err(ApiError::NotFound("not_found: no such route".into()));
+    };
+    let presented = req
+        .headers()
+        .get("Authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::AdminUnauthorized)?;
+    let presented: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
+    if digest_eq(&presented, &expected) {
+        Ok(Admin)
+    } else {
+        Err(ApiError::AdminUnauthorized)
+    }
+}
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(authenticate_admin(req))
+    }
+}
+
+/// Reads and parses a JSON body after the caller is known. Wrong content type, malformed
+/// JSON, wrong types and a body over 1 MiB are all 422 with the path of the fault in `loc`.
+pub async fn json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
+    let bytes = read_body(payload).await?;
+    let is_json = req
+        .headers()
+        .get("Content-Type")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::validation(
+            vec!["body".into()],
+            "Content-Type must be application/json",
+            "content_type",
+        ));
+    }
+    parse_json(&bytes)
+}
+
+async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    match payload.to_bytes_limited(MAX_BODY_BYTES).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::validation(
+            vec!["body".into()],
+            "the body is larger than 1 MiB",
+            "too_large",
+        )),
+        Err(e) => Err(ApiError::validation(
+            vec!["body".into()],
+            format!("the body could not be read: {e}"),
+            "body_error",
+        )),
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| ApiError::Validation(vec![field_error(&e)]))?;
+    de.end().map_err(|e| {
+        ApiError::validation(
+            vec!["body".into()],
+            format!("trailing characters after the JSON value: {e}"),
+            "json_invalid",
+        )
+    })?;
+    Ok(value)
+}
+
+fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    use serde_path_to_error::Segment;
+    let mut loc: Vec<serde_json::Value> = vec!["body".into()];
+    for segment in e.path().iter() {
+        match segment {
+            Segment::Seq { index } => loc.push((*index).into()),
+            Segment::Map { key } => loc.push(key.clone().into()),
+            Segment::Enum { variant } => loc.push(variant.clone().into()),
+            Segment::Unknown => {}
+        }
+    }
+    let inner = e.inner();
+    let message = inner.to_string();
+    // serde reports a missing field at its parent; FastAPI-style `loc` names the field.
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.split('`').next())
+    {
+        loc.push(field.to_string().into());
+        return FieldError {
+            loc,
+            msg: "Field required".into(),
+            kind: "missing",
+        };
+    }
+    let kind = match inner.classify() {
+        serde_json::error::Category::Syntax
+        | serde_json::error::Category::Eof
+        | serde_json::error::Category::Io => "json_invalid",
+        serde_json::error::Category::Data if message.starts_with("invalid type") => "type_error",
+        serde_json::error::Category::Data => "value_error",
+    };
+    // Strip serde's " at line 1 column 5" suffix: the path already says where.
+    let msg = match message.rfind(" at line ") {
+        Some(cut) => message[..cut].to_string(),
+        None => message,
+    };
+    FieldError { loc, msg, kind }
+}
+
+/// Collects schema rules checked after parsing (lengths, ranges), each with its path.
+#[derive(Default)]
+pub struct Violations(Vec<FieldError>);
+
+impl Violations {
+    pub fn add(&mut self, loc: Vec<serde_json::Value>, msg: impl Into<String>, kind: &'static str) {
+        self.0.push(FieldError {
+            loc,
+            msg: msg.into(),
+            kind,
+        });
+    }
+
+    pub fn check(
+        &mut self,
+        ok: bool,
+        loc: impl FnOnce() -> Vec<serde_json::Value>,
+        msg: &str,
+        kind: &'static str,
+    ) {
+        if !ok {
+            self.add(loc(), msg, kind);
+        }
+    }
+
+    pub fn into_result(self) -> Result<(), ApiError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation(self.0))
+        }
+    }
+}
+
+/// `["body", ...]` from string and index parts.
+#[macro_export]
+macro_rules! loc {
+    ($($part:expr),* $(,)?) => {
+        vec![serde_json::Value::from("body"), $(serde_json::Value::from($part)),*]
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Body {
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Item {
+        #[serde(rename = "deliveryData")]
+        delivery_data: std::collections::BTreeMap<String, String>,
+    }
+
+    fn loc_of(json: &str) -> Vec<serde_json::Value> {
+        match parse_json::<Body>(json.as_bytes()) {
+            Err(ApiError::Validation(detail)) => detail[0].loc.clone(),
+            other => panic!("expected a 422, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_number_in_delivery_data_is_located_by_its_path() {
+        let loc = loc_of(r#"{"items":[{"deliveryData":{"username":5}}]}"#);
+        assert_eq!(loc, loc!("items", 0, "deliveryData", "username"));
+    }
+
+    #[test]
+    fn a_missing_field_is_located_at_the_field() {
+        assert_eq!(loc_of("{}"), loc!("items"));
+    }
+
+    #[test]
+    fn malformed_json_is_a_422_in_the_body() {
+        match parse_json::<Body>(b"{\"items\": [") {
+            Err(ApiError::Validation(detail)) => {
+                assert_eq!(detail[0].loc[0], "body");
+                assert_eq!(detail[0].kind, "json_invalid");
+            }
+            other => panic!("expected a 422, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn api_keys_must_be_well_formed() {
+        assert!(well_formed_api_key(
+            "gc_live_0123456789abcdef0123456789abcdef"
+        ));
+        assert!(!well_formed_api_key(
+            "gc_live_0123456789ABCDEF0123456789abcdef"
+        ));
+        assert!(!well_formed_api_key(
+            "gc_test_0123456789abcdef0123456789abcdef"
+        ));
+        assert!(!well_formed_api_key("gc_live_0123"));
+    }
+}

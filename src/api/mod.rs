@@ -1,0 +1,139 @@
+//! The HTTP surface: shared state, the route table, and one module per resource.
+
+pub mod account;
+pub mod admin;
+pub mod catalog;
+pub mod error;
+pub mod extract;
+pub mod idempotent;
+pub mod lists;
+pub mod ops;
+pub mod orders;
+pub mod views;
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest};
+
+use crate::config::Settings;
+use crate::domain::callback_url::AddressPolicy;
+use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
+use crate::edge::rate_limit::RateLimits;
+use crate::store::committer::Committer;
+use crate::store::Store;
+use error::ApiError;
+use idempotent::KeyLocks;
+
+/// Everything a request may need, shared by all workers.
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub committer: Arc<Committer>,
+    pub key_locks: KeyLocks,
+    pub settings: Settings,
+    pub rate_limits: RateLimits,
+    /// SHA-256 of the admin token; `None` disables the admin API.
+    pub admin_token_hash: Option<[u8; 32]>,
+}
+
+impl AppState {
+    pub fn callback_policy(&self) -> AddressPolicy {
+        if self.settings.allow_private_callbacks {
+            AddressPolicy::AllowPrivate
+        } else {
+            AddressPolicy::PublicOnly
+        }
+    }
+}
+
+/// The idempotency key of a write that requires one (handler step 1).
+pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
+    let values =
+        |name: &str| -> Vec<&[u8]> { req.headers().get_all(name).map(|v| v.as_bytes()).collect() };
+    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key")).map_err(
+        |e| match e {
+            KeyError::Missing => {
+                ApiError::BadRequest("X-Idempotency-Key header is required".into())
+            }
+            KeyError::Invalid(reason) => {
+                ApiError::BadRequest(format!("invalid_idempotency_key: {reason}"))
+            }
+        },
+    )
+}
+
+/// Every route, each resource listing its methods so a wrong method is a 405, not a 404.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    let not_allowed = || web::to(method_not_allowed);
+    cfg.service(
+        web::resource("/b2b/orders")
+            .route(web::post().to(orders::create_order))
+            .route(web::get().to(orders::list_orders))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/orders/{id}")
+            .route(web::get().to(orders::get_order))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/balance")
+            .route(web::get().to(account::balance))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/transactions")
+            .route(web::get().to(account::transactions))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/products")
+            .route(web::get().to(catalog::products))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts")
+            .route(web::post().to(admin::create_account))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}")
+            .route(web::get().to(admin::get_account))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/api-keys")
+            .route(web::post().to(admin::create_api_key))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/credits")
+            .route(web::post().to(admin::credit_account))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/api-keys/{key_id}")
+            .route(web::delete().to(admin::revoke_api_key))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/products/{product_id}")
+            .route(web::put().to(admin::put_product))
+            .default_service(not_allowed()),
+    )
+    .service(web::resource("/healthz").route(web::get().to(ops::healthz)))
+    .service(web::resource("/readyz").route(web::get().to(ops::readyz)))
+    .default_service(web::to(|| async {
+        Err::<actix_web::HttpResponse, _>(ApiError::NotFound("not_found: no such route".into()))
+    }));
+}
+
+/// 405, except under `/admin` while the admin API is off, where every route is 404.
+async fn method_not_allowed(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<actix_web::HttpResponse, ApiError> {
+    if req.path().starts_with("/admin") && state.admin_token_hash.is_none() {
+        return Err(ApiError::NotFound("not_found: no such route".into()));
+    }
+    Err(ApiError::MethodNotAllowed)
+}

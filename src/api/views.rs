@@ -1,0 +1,187 @@
+//! The JSON shapes partners and operators see, built from stored records.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+use crate::domain::account::Account;
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::{BalanceView, Order};
+use crate::domain::product::Product;
+use crate::domain::time::rfc3339;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderItemJson<'a> {
+    product_id: &'a str,
+    quantity: u64,
+    delivery_data: &'a BTreeMap<String, String>,
+    unit_price: i64,
+    amount: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderJson<'a> {
+    id: &'a str,
+    status: &'static str,
+    items: Vec<OrderItemJson<'a>>,
+    total: i64,
+    currency: &'a str,
+    callback_url: Option<&'a str>,
+    external_order_id: Option<&'a str>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl<'a> From<&'a Order> for OrderJson<'a> {
+    fn from(order: &'a Order) -> Self {
+        OrderJson {
+            id: &order.id,
+            status: order.status.as_str(),
+            items: order
+                .items
+                .iter()
+                .map(|line| OrderItemJson {
+                    product_id: &line.product_id,
+                    quantity: line.quantity,
+                    delivery_data: &line.delivery_data,
+                    unit_price: line.unit_price,
+                    amount: line.amount,
+                })
+                .collect(),
+            total: order.total,
+            currency: &order.currency,
+            callback_url: order.callback_url.as_deref(),
+            external_order_id: order.external_order_id.as_deref(),
+            created_at: rfc3339(order.created_at),
+            updated_at: rfc3339(order.updated_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BalanceJson<'a> {
+    available: i64,
+    credit_limit: i64,
+    currency: &'a str,
+}
+
+impl<'a> From<&'a BalanceView> for BalanceJson<'a> {
+    fn from(b: &'a BalanceView) -> Self {
+        BalanceJson {
+            available: b.available,
+            credit_limit: b.credit_limit,
+            currency: &b.currency,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntryJson<'a> {
+    id: &'a str,
+    amount: i64,
+    reason: &'static str,
+    reference: &'a str,
+    balance_after: i64,
+    created_at: String,
+}
+
+impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
+    fn from(e: &'a LedgerEntry) -> Self {
+        LedgerEntryJson {
+            id: &e.id,
+            amount: e.amount,
+            reason: e.reason.as_str(),
+            reference: &e.reference,
+            balance_after: e.balance_after,
+            created_at: rfc3339(e.created_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProductJson<'a> {
+    id: &'a str,
+    name: &'a str,
+    price: i64,
+    regions: &'a [String],
+    delivery_fields: &'a [String],
+    active: bool,
+}
+
+impl<'a> From<&'a Product> for ProductJson<'a> {
+    fn from(p: &'a Product) -> Self {
+        ProductJson {
+            id: &p.id,
+            name: &p.name,
+            price: p.price,
+            regions: &p.regions,
+            delivery_fields: &p.delivery_fields,
+            active: p.active,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountJson<'a> {
+    id: &'a str,
+    name: &'a str,
+    wholesale: bool,
+    balance: i64,
+    credit_limit: i64,
+    region: Option<&'a str>,
+    webhook_secret: &'a str,
+    created_at: String,
+}
+
+impl<'a> AccountJson<'a> {
+    pub fn new(account: &'a Account, balance: i64) -> Self {
+        AccountJson {
+            id: &account.id,
+            name: &account.name,
+            wholesale: account.wholesale,
+            balance,
+            credit_limit: account.credit_limit,
+            region: account.region.as_deref(),
+            webhook_secret: &account.webhook_secret,
+            created_at: rfc3339(account.created_at),
+        }
+    }
+}
+
+/// The 200 of `POST /b2b/orders`, rendered inside the order's transaction.
+pub fn order_placed(order: &Order, balance: &BalanceView) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Placed<'a> {
+        success: bool,
+        order: OrderJson<'a>,
+        balance: BalanceJson<'a>,
+    }
+    to_json(&Placed {
+        success: true,
+        order: order.into(),
+        balance: balance.into(),
+    })
+}
+
+/// The 200 of a balance-changing admin call.
+pub fn balance_only(balance: &BalanceView) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Only<'a> {
+        success: bool,
+        balance: BalanceJson<'a>,
+    }
+    to_json(&Only {
+        success: true,
+        balance: balance.into(),
+    })
+}
+
+pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing these plain structs into a Vec cannot fail.
+    serde_json::to_vec(value).expect("views serialize")
+}

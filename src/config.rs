@@ -1,0 +1,225 @@
+//! Command-line flags, each with its `ORDERLY_*` environment twin. A bad value stops the
+//! start with clap's one-line error and exit status 2.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::edge::cidr::Cidr;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "orderly",
+    version,
+    about = "A B2B order server where a retry is always safe"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server.
+    Serve(Settings),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct Settings {
+    /// Address to bind.
+    #[arg(long, env = "ORDERLY_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    /// The sled database directory.
+    #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
+    pub data_dir: PathBuf,
+
+    /// Seed data/demo.json into an empty database and print the demo keys.
+    #[arg(long, env = "ORDERLY_DEMO")]
+    pub demo: bool,
+
+    /// The one currency of this deployment (ISO 4217 code).
+    #[arg(long, env = "ORDERLY_CURRENCY", default_value = "USD", value_parser = parse_currency)]
+    pub currency: String,
+
+    /// Bearer token for /admin/*; unset: the admin API answers 404.
+    #[arg(long, env = "ORDERLY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Comma list of exact origins allowed to send writes with an Origin header.
+    #[arg(long, env = "ORDERLY_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Requests per minute per client IP.
+    #[arg(long, env = "ORDERLY_RATE_LIMIT", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit: u32,
+
+    /// Repeated CIDR=N: another per-minute limit for clients in that network (most specific wins).
+    #[arg(long, env = "ORDERLY_RATE_LIMIT_OVERRIDE", value_delimiter = ',')]
+    pub rate_limit_override: Vec<RateLimitOverride>,
+
+    /// Comma list of CIDRs whose X-Forwarded-For is believed.
+    #[arg(long, env = "ORDERLY_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<Cidr>,
+
+    /// Lifetime of idempotency rows.
+    #[arg(long, env = "ORDERLY_IDEMPOTENCY_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub idempotency_ttl: Duration,
+
+    /// How often expired idempotency rows are deleted.
+    #[arg(long, env = "ORDERLY_SWEEP_INTERVAL", default_value = "1h", value_parser = parse_positive_duration)]
+    pub sweep_interval: Duration,
+
+    /// Simulated delivery time of an order (order lifecycle: a later release).
+    #[arg(long, env = "ORDERLY_FULFILLMENT_DELAY", default_value = "2s", value_parser = parse_duration)]
+    pub fulfillment_delay: Duration,
+
+    /// Delays between callback attempts (webhook delivery: a later release).
+    #[arg(
+        long,
+        env = "ORDERLY_WEBHOOK_RETRY_SCHEDULE",
+        default_value = "5s,5m,30m,2h,5h,10h,10h",
+        value_delimiter = ',',
+        value_parser = parse_duration
+    )]
+    pub webhook_retry_schedule: Vec<Duration>,
+
+    /// Development only: accept loopback/private callback hosts.
+    #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
+    pub allow_private_callbacks: bool,
+
+    /// Repeated name=secret: inbound payment providers and their HMAC secrets
+    /// (provider notifications: a later release).
+    #[arg(long, env = "ORDERLY_PROVIDER_SECRET", hide_env_values = true)]
+    pub provider_secret: Vec<ProviderSecret>,
+
+    /// sled page-cache size in MiB: bounds the resident memory of the database.
+    #[arg(long, env = "ORDERLY_CACHE_MB", default_value_t = 128)]
+    pub cache_mb: u64,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (use e.g. 90s, 1h, 24h)"))
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
+}
+
+fn parse_currency(text: &str) -> Result<String, String> {
+    if text.len() == 3 && text.bytes().all(|b| b.is_ascii_uppercase()) {
+        Ok(text.to_string())
+    } else {
+        Err("must be a three-letter upper-case ISO 4217 code such as USD".into())
+    }
+}
+
+/// `203.0.113.0/24=5000`.
+#[derive(Clone, Debug)]
+pub struct RateLimitOverride {
+    pub network: Cidr,
+    pub per_minute: u32,
+}
+
+impl FromStr for RateLimitOverride {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (network, limit) = text
+            .split_once('=')
+            .ok_or("expected CIDR=N, e.g. 203.0.113.0/24=5000")?;
+        let per_minute: u32 = limit
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or("the limit after = must be a whole number above zero")?;
+        Ok(RateLimitOverride {
+            network: network.trim().parse()?,
+            per_minute,
+        })
+    }
+}
+
+/// `name=secret`.
+#[derive(Clone)]
+pub struct ProviderSecret {
+    pub name: String,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for ProviderSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProviderSecret({}=***)", self.name)
+    }
+}
+
+impl FromStr for ProviderSecret {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once('=') {
+            Some((name, secret)) if !name.trim().is_empty() && !secret.is_empty() => {
+                Ok(ProviderSecret {
+                    name: name.trim().to_string(),
+                    secret: secret.to_string(),
+                })
+            }
+            _ => Err("expected name=secret".into()),
+        }
+    }
+}
+
+impl Settings {
+    /// Whether `ip` is a proxy whose X-Forwarded-For is believed.
+    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|c| c.contains(ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<Settings, clap::Error> {
+        let argv = ["orderly", "serve"].iter().chain(args).copied();
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Serve(s) => s,
+        })
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let s = serve(&[]).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:8080");
+        assert_eq!(s.rate_limit, 500);
+        assert_eq!(s.idempotency_ttl, Duration::from_secs(86_400));
+        assert_eq!(s.webhook_retry_schedule.len(), 7);
+        assert_eq!(s.currency, "USD");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(serve(&["--idempotency-ttl", "soon"]).is_err());
+        assert!(serve(&["--trusted-proxies", "10.0.0.0/33"]).is_err());
+        assert!(serve(&["--provider-secret", "nosecret"]).is_err());
+        assert!(serve(&["--rate-limit-override", "10.0.0.0/8"]).is_err());
+        assert!(serve(&["--currency", "usd"]).is_err());
+    }
+
+    #[test]
+    fn repeated_overrides_are_kept() {
+        let s = serve(&[
+            "--rate-limit-override",
+            "203.0.113.0/24=5000",
+            "--rate-limit-override",
+            "10.0.0.0/8=50",
+        ])
+        .unwrap();
+        assert_eq!(s.rate_limit_override.len(), 2);
+    }
+}

@@ -1,0 +1,160 @@
+//! `--demo`: seeds `data/demo.json` (relative to the working directory) into an empty
+//! database and prints the partner keys. The demo keys are public: never use `--demo` for
+//! real money.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::domain::account::{new_webhook_secret, Account, ApiKeyRecord, Scope};
+use crate::domain::ids::{Id, IdKind};
+use crate::domain::ledger::LedgerReason;
+use crate::domain::product::Product;
+use crate::domain::time::now_millis;
+use crate::store::accounts::NewCredit;
+use crate::store::Store;
+
+pub const DEMO_FILE: &str = "data/demo.json";
+
+#[derive(Deserialize)]
+struct DemoData {
+    accounts: Vec<DemoAccount>,
+    products: Vec<DemoProduct>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DemoAccount {
+    id: String,
+    name: String,
+    wholesale: bool,
+    credit_limit: i64,
+    region: Option<String>,
+    balance: i64,
+    api_keys: Vec<DemoKey>,
+}
+
+#[derive(Deserialize)]
+struct DemoKey {
+    id: String,
+    key: String,
+    scopes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DemoProduct {
+    id: String,
+    name: String,
+    price: i64,
+    regions: Vec<String>,
+    delivery_fields: Vec<String>,
+    active: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("cannot read {DEMO_FILE}: {0} (run from the repository root)")]
+    Read(#[from] std::io::Error),
+    #[error("{DEMO_FILE} is not valid: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("{DEMO_FILE}: {0}")]
+    Invalid(String),
+    #[error("seeding the demo data failed: {0}")]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Seeds the demo data when the database is empty, then prints the partner keys that work.
+pub fn seed_and_announce(store: &Store, currency: &str, path: &Path) -> Result<(), DemoError> {
+    let data: DemoData = serde_json::from_slice(&std::fs::read(path)?)?;
+    if store.is_empty() {
+        seed(store, currency, &data)?;
+        println!(
+            "demo: seeded {} account(s) and {} product(s) from {}",
+            data.accounts.len(),
+            data.products.len(),
+            path.display()
+        );
+    } else {
+        println!("demo: the database is not empty; nothing seeded");
+    }
+    for account in &data.accounts {
+        for key in &account.api_keys {
+            if store.authenticate(&key.key)?.is_some() {
+                let kind = if account.wholesale {
+                    "wholesale"
+                } else {
+                    "retail, 403 on /b2b"
+                };
+                println!(
+                    "demo: partner key for {} ({}, {kind}): {}",
+                    account.name, account.id, key.key
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn seed(store: &Store, currency: &str, data: &DemoData) -> Result<(), DemoError> {
+    let now = now_millis();
+    for p in &data.products {
+        store.put_product(&Product {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            price: p.price,
+            regions: p.regions.clone(),
+            delivery_fields: p.delivery_fields.clone(),
+            active: p.active,
+            updated_at: now,
+        })?;
+    }
+    for a in &data.accounts {
+        Id::parse(IdKind::Account, &a.id)
+            .ok_or_else(|| DemoError::Invalid(format!("bad account id {:?}", a.id)))?;
+        let account = Account {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            wholesale: a.wholesale,
+            credit_limit: a.credit_limit,
+            region: a.region.clone(),
+            webhook_secret: new_webhook_secret(),
+            created_at: now,
+        };
+        store.create_account(&account)?;
+        for k in &a.api_keys {
+            let scopes = k
+                .scopes
+                .iter()
+                .map(|s| {
+                    Scope::parse(s)
+                        .ok_or_else(|| DemoError::Invalid(format!("unknown scope {s:?}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let record = ApiKeyRecord {
+                id: k.id.clone(),
+                account_id: a.id.clone(),
+                scopes,
+                revoked: false,
+                created_at: now,
+            };
+            store.create_api_key(&k.key, &record)?;
+        }
+        if a.balance > 0 {
+            let credit = NewCredit {
+                account: &account,
+                amount: a.balance,
+                reason: LedgerReason::Credit,
+                reference: "demo seed".into(),
+                now,
+                currency,
+                claim: None,
+            };
+            store
+                .credit(&credit, Id::new(IdKind::Transaction), |_| Vec::new())?
+                .map_err(|e| DemoError::Invalid(format!("seed credit refused: {e:?}")))?;
+        }
+    }
+    store.db().flush().map_err(crate::store::StoreError::from)?;
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Accounts, API-key scopes and the one money rule: how far a balance may fall.
+
+use serde::{Deserialize, Serialize};
+
+use super::time::Millis;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Account {
+    pub id: String,
+    pub name: String,
+    pub wholesale: bool,
+    /// How far below zero the balance may go; 0 means prepaid only.
+    pub credit_limit: i64,
+    pub region: Option<String>,
+    /// `whsec_<base64>`: the key that signs this account's callbacks.
+    pub webhook_secret: String,
+    pub created_at: Millis,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Scope {
+    OrdersWrite,
+    OrdersRead,
+    BalanceRead,
+    CatalogRead,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [
+        Scope::OrdersWrite,
+        Scope::OrdersRead,
+        Scope::BalanceRead,
+        Scope::CatalogRead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::OrdersWrite => "orders:write",
+            Scope::OrdersRead => "orders:read",
+            Scope::BalanceRead => "balance:read",
+            Scope::CatalogRead => "catalog:read",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// What is stored for an API key: never the key itself, only its SHA-256 (the tree key).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub account_id: String,
+    pub scopes: Vec<Scope>,
+    pub revoked: bool,
+    pub created_at: Millis,
+}
+
+/// Why a debit cannot be made; each maps to its own 402.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortfall {
+    InsufficientBalance,
+    ExceedsCreditLimit,
+}
+
+/// The balance after taking `total`, if the account may go that low.
+pub fn debit(balance: i64, credit_limit: i64, total: i64) -> Result<i64, Shortfall> {
+    let refuse = if credit_limit > 0 {
+        Shortfall::ExceedsCreditLimit
+    } else {
+        Shortfall::InsufficientBalance
+    };
+    match balance.checked_sub(total) {
+        Some(after) if after >= -credit_limit => Ok(after),
+        _ => Err(refuse),
+    }
+}
+
+/// A fresh Standard Webhooks secret: `whsec_` and the base64 of 32 random bytes.
+pub fn new_webhook_secret() -> String {
+    use base64::Engine;
+    let bytes = super::ids::random_bytes(32);
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// A fresh partner API key: `gc_live_` and 32 lowercase hex digits (122 random bits).
+pub fn new_api_key() -> String {
+    format!("gc_live_{}", super::ids::random_hex())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prepaid_account_may_reach_zero_but_not_below() {
+        assert_eq!(debit(100, 0, 100), Ok(0));
+        assert_eq!(debit(100, 0, 101), Err(Shortfall::InsufficientBalance));
+    }
+
+    #[test]
+    fn a_credit_line_may_be_used_to_its_limit() {
+        assert_eq!(debit(100, 50, 150), Ok(-50));
+        assert_eq!(debit(100, 50, 151), Err(Shortfall::ExceedsCreditLimit));
+    }
+
+    #[test]
+    fn an_overflowing_debit_is_refused_not_wrapped() {
+        assert_eq!(
+            debit(i64::MIN + 1, 0, i64::MAX),
+            Err(Shortfall::InsufficientBalance)
+        );
+    }
+}

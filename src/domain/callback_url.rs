@@ -1,0 +1,248 @@
+//! The partner's callbackUrl, judged on the URL-standard parse (so `2130706433`, `0177.0.0.1`
+//! and `0x7f.1` are all seen as 127.0.0.1) before it is stored or its key is looked up.
+
+use std::net::Ipv4Addr;
+use url::{Host, Url};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackUrl(Url);
+
+/// Whether loopback, private and internal names are acceptable (`--allow-private-callbacks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressPolicy {
+    PublicOnly,
+    AllowPrivate,
+}
+
+impl CallbackUrl {
+    /// The reason, on refusal, is the text after `Invalid callbackUrl: `.
+    pub fn parse(raw: &str, policy: AddressPolicy) -> Result<Self, String> {
+        let url = Url::parse(raw).map_err(|e| format!("not a valid absolute URL ({e})"))?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(format!(
+                "scheme {:?} is not allowed; use http or https",
+                url.scheme()
+            ));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("a user name or password in the URL is not allowed".into());
+        }
+        let host = match url.host() {
+            Some(Host::Domain("")) | None => return Err("the URL has no host".into()),
+            Some(host) => host,
+        };
+        if policy == AddressPolicy::PublicOnly {
+            check_public_host(&host)?;
+        }
+        Ok(CallbackUrl(url))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    pub fn url(&self) -> &Url {
+        &self.0
+    }
+}
+
+fn check_public_host(host: &Host<&str>) -> Result<(), String> {
+    match host {
+        Host::Ipv6(_) => Err("IPv6 literals are not allowed".into()),
+        Host::Ipv4(ip) => match non_global_range(*ip) {
+            Some(range) => Err(format!("address {ip} is not globally routable ({range})")),
+            None => Ok(()),
+        },
+        Host::Domain(name) => match internal_name_rule(name) {
+            Some(rule) => Err(format!("host {name:?} is an internal name ({rule})")),
+            None => Ok(()),
+        },
+    }
+}
+
+/// The special-purpose IPv4 ranges a callback may never reach, with their names.
+const NON_GLOBAL_V4: &[([u8; 4], u8, &str)] = &[
+    ([0, 0, 0, 0], 8, "unspecified/this network"),
+    ([10, 0, 0, 0], 8, "private"),
+    ([100, 64, 0, 0], 10, "shared address space (CGNAT)"),
+    ([127, 0, 0, 0], 8, "loopback"),
+    ([169, 254, 0, 0], 16, "link-local"),
+    ([172, 16, 0, 0], 12, "private"),
+    ([192, 0, 0, 0], 24, "IETF protocol assignments"),
+    ([192, 0, 2, 0], 24, "documentation"),
+    ([192, 88, 99, 0], 24, "6to4 relay anycast"),
+    ([192, 168, 0, 0], 16, "private"),
+    ([198, 18, 0, 0], 15, "benchmarking"),
+    ([198, 51, 100, 0], 24, "documentation"),
+    ([203, 0, 113, 0], 24, "documentation"),
+    ([224, 0, 0, 0], 4, "multicast"),
+    ([240, 0, 0, 0], 4, "reserved"),
+    ([255, 255, 255, 255], 32, "broadcast"),
+];
+
+/// The name of the special range `ip` falls in, or `None` for a globally routable address.
+/// (`Ipv4Addr::is_global` is unstable, so the table is spelled out.)
+pub fn non_global_range(ip: Ipv4Addr) -> Option<&'static str> {
+    let addr = u32::from(ip);
+    NON_GLOBAL_V4.iter().find_map(|(net, prefix, name)| {
+        let mask = if *prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - prefix)
+        };
+        (addr & mask == u32::from(Ipv4Addr::from(*net)) & mask).then_some(*name)
+    })
+}
+
+const INTERNAL_SUFFIXES: &[&str] = &[
+    ".localhost",
+    ".local",
+    ".internal",
+    ".lan",
+    ".home.arpa",
+    ".corp",
+];
+
+/// Names that resolve inside someone's network rather than on the Internet.
+fn internal_name_rule(name: &str) -> Option<&'static str> {
+    // `localhost.` is `localhost`: the trailing dot only makes the name absolute.
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    if name == "localhost" {
+        return Some("localhost");
+    }
+    if !name.contains('.') {
+        return Some("single-label name");
+    }
+    INTERNAL_SUFFIXES
+        .iter()
+        .find(|suffix| name.ends_with(*suffix))
+        .map(|suffix| *suffix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn judge(raw: &str) -> Result<CallbackUrl, String> {
+        CallbackUrl::parse(raw, AddressPolicy::PublicOnly)
+    }
+
+    #[test]
+    fn the_url_table_is_judged_as_the_spec_says() {
+        let cases: &[(&str, bool)] = &[
+            ("https://partner.example.com/hooks/orders", true),
+            ("http://partner.example.com:8443/h?x=1", true),
+            ("https://8.8.8.8/hook", true),
+            ("https://93.184.216.34/", true),
+            ("https://sub.domain.co.uk/a/b", true),
+            ("HTTPS://Partner.Example.COM/", true),
+            ("not a url", false),
+            ("/relative/path", false),
+            ("", false),
+            ("ftp://partner.example.com/", false),
+            ("file:///etc/passwd", false),
+            ("gopher://partner.example.com/", false),
+            ("javascript:alert(1)", false),
+            ("https://user:pass@partner.example.com/", false),
+            ("https://user@partner.example.com/", false),
+            ("https://:pass@partner.example.com/", false),
+            ("http:///nohost", false),
+            ("http://127.0.0.1/", false),
+            ("http://127.1/", false),
+            ("http://2130706433/", false),
+            ("http://0177.0.0.1/", false),
+            ("http://0x7f.1/", false),
+            ("http://0x7f000001/", false),
+            ("http://017700000001/", false),
+            ("http://0/", false),
+            ("http://0.0.0.0/", false),
+            ("http://10.0.0.1/", false),
+            ("http://172.16.5.4/", false),
+            ("http://172.31.255.255/", false),
+            ("http://192.168.1.1/", false),
+            ("http://169.254.169.254/latest/meta-data", false),
+            ("http://100.64.0.1/", false),
+            ("http://100.127.255.254/", false),
+            ("http://255.255.255.255/", false),
+            ("http://192.0.2.10/", false),
+            ("http://198.51.100.7/", false),
+            ("http://203.0.113.9/", false),
+            ("http://198.18.0.1/", false),
+            ("http://198.19.255.1/", false),
+            ("http://240.0.0.1/", false),
+            ("http://224.0.0.1/", false),
+            ("http://[::1]/", false),
+            ("http://[::ffff:127.0.0.1]/", false),
+            ("http://[::ffff:8.8.8.8]/", false),
+            ("http://[2001:4860:4860::8888]/", false),
+            ("http://localhost/", false),
+            ("http://LOCALHOST:8080/", false),
+            ("http://localhost./", false),
+            ("http://%6c%6fcalhost/", false),
+            ("http://api.localhost/", false),
+            ("http://intranet/", false),
+            ("http://printer.local/", false),
+            ("http://db.internal/", false),
+            ("http://nas.lan/", false),
+            ("http://router.home.arpa/", false),
+            ("http://erp.corp/", false),
+            ("http://172.15.255.255/", true),
+            ("http://100.128.0.1/", true),
+            ("http://172.32.0.1/", true),
+        ];
+        for (raw, accepted) in cases {
+            assert_eq!(judge(raw).is_ok(), *accepted, "{raw}: {:?}", judge(raw));
+        }
+    }
+
+    #[test]
+    fn allowing_private_callbacks_lifts_the_address_and_name_rules_only() {
+        let allow = |raw| CallbackUrl::parse(raw, AddressPolicy::AllowPrivate);
+        assert!(allow("http://127.0.0.1:9000/hook").is_ok());
+        assert!(allow("http://localhost:9000/hook").is_ok());
+        assert!(allow("http://[::1]:9000/hook").is_ok());
+        assert!(allow("ftp://127.0.0.1/").is_err());
+        assert!(allow("http://u:p@127.0.0.1/").is_err());
+        assert!(allow("http://").is_err());
+        assert!(allow("http://:80/").is_err());
+    }
+
+    #[test]
+    fn each_refusal_names_its_rule() {
+        assert!(judge("ftp://a.example/").unwrap_err().contains("scheme"));
+        assert!(judge("http://0x7f.1/").unwrap_err().contains("loopback"));
+        assert!(judge("http://db.internal/")
+            .unwrap_err()
+            .contains(".internal"));
+        assert!(judge("http://[::1]/").unwrap_err().contains("IPv6"));
+    }
+
+    fn non_global_v4() -> impl Strategy<Value = Ipv4Addr> {
+        prop::sample::select(NON_GLOBAL_V4.to_vec()).prop_flat_map(|(net, prefix, _)| {
+            let base = u32::from(Ipv4Addr::from(net));
+            let span = if prefix == 32 {
+                1u64
+            } else {
+                1u64 << (32 - prefix)
+            };
+            (0..span).prop_map(move |offset| Ipv4Addr::from(base + offset as u32))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn no_url_whose_host_is_a_non_global_ipv4_is_accepted(ip in non_global_v4(), form in 0..4u8) {
+            let n = u32::from(ip);
+            let [a, b, c, d] = ip.octets();
+            let host = match form {
+                0 => ip.to_string(),
+                1 => n.to_string(),
+                2 => format!("{:#x}", n),
+                _ => format!("0{:o}.0{:o}.0{:o}.0{:o}", a, b, c, d),
+            };
+            let raw = format!("https://{host}/hook");
+            prop_assert!(judge(&raw).is_err(), "{} was accepted", raw);
+        }
+    }
+}

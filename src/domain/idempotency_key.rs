@@ -1,0 +1,136 @@
+//! The partner's idempotency key, parsed once from `X-Idempotency-Key` or `Idempotency-Key`.
+
+/// 1 to 255 visible ASCII characters (0x21 to 0x7E).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+pub const MAX_KEY_LEN: usize = 255;
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// No header, or only blank ones: the partner forgot the key.
+    Missing,
+    /// A key was sent but cannot be one; the text says why.
+    Invalid(&'static str),
+}
+
+impl IdempotencyKey {
+    /// Reads both header spellings. Each argument is every value sent under that name, as
+    /// bytes, because a key with non-ASCII bytes must be refused rather than mangled.
+    pub fn from_headers(
+        x_idempotency_key: &[&[u8]],
+        idempotency_key: &[&[u8]],
+    ) -> Result<Self, KeyError> {
+        let sent: Vec<&[u8]> = x_idempotency_key
+            .iter()
+            .chain(idempotency_key)
+            .map(|v| v.trim_ascii())
+            .filter(|v| !v.is_empty())
+            .collect();
+        let first = *sent.first().ok_or(KeyError::Missing)?;
+        if sent.iter().any(|v| *v != first) {
+            return Err(KeyError::Invalid(
+                "X-Idempotency-Key and Idempotency-Key carry different values",
+            ));
+        }
+        Self::parse(first)
+    }
+
+    pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
+        if raw.is_empty() {
+            return Err(KeyError::Missing);
+        }
+        if raw.len() > MAX_KEY_LEN {
+            return Err(KeyError::Invalid("longer than 255 characters"));
+        }
+        if !raw.iter().all(|b| (0x21..=0x7e).contains(b)) {
+            return Err(KeyError::Invalid(
+                "only visible ASCII characters (0x21 to 0x7E) are allowed",
+            ));
+        }
+        // Every byte is ASCII, so this cannot fail.
+        Ok(IdempotencyKey(String::from_utf8_lossy(raw).into_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn no_header_is_missing() {
+        assert_eq!(
+            IdempotencyKey::from_headers(&[], &[]),
+            Err(KeyError::Missing)
+        );
+    }
+
+    #[test]
+    fn a_blank_header_is_missing() {
+        assert_eq!(
+            IdempotencyKey::from_headers(&[b"   "], &[]),
+            Err(KeyError::Missing)
+        );
+    }
+
+    #[test]
+    fn the_ietf_header_is_accepted_alone() {
+        let key = IdempotencyKey::from_headers(&[], &[b"abc-1"]).unwrap();
+        assert_eq!(key.as_str(), "abc-1");
+    }
+
+    #[test]
+    fn both_headers_with_one_value_agree() {
+        assert!(IdempotencyKey::from_headers(&[b"k1"], &[b"k1"]).is_ok());
+    }
+
+    #[test]
+    fn both_headers_with_different_values_are_invalid() {
+        assert!(matches!(
+            IdempotencyKey::from_headers(&[b"k1"], &[b"k2"]),
+            Err(KeyError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_space_inside_the_key_is_invalid() {
+        assert!(matches!(
+            IdempotencyKey::parse(b"a b"),
+            Err(KeyError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_key_of_255_characters_is_valid_and_256_is_not() {
+        assert!(IdempotencyKey::parse(&[b'k'; 255]).is_ok());
+        assert!(matches!(
+            IdempotencyKey::parse(&[b'k'; 256]),
+            Err(KeyError::Invalid(_))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn every_visible_ascii_key_up_to_255_parses_to_itself(key in "[!-~]{1,255}") {
+            let parsed = IdempotencyKey::parse(key.as_bytes()).unwrap();
+            prop_assert_eq!(parsed.as_str(), key.as_str());
+        }
+
+        #[test]
+        fn any_byte_outside_visible_ascii_is_refused(
+            prefix in "[!-~]{0,10}",
+            bad in prop::sample::select((0u8..=0x20).chain(0x7f..=0xff).collect::<Vec<_>>()),
+            suffix in "[!-~]{1,10}",
+        ) {
+            let mut raw = prefix.into_bytes();
+            raw.push(bad);
+            raw.extend(suffix.into_bytes());
+            prop_assert!(matches!(IdempotencyKey::parse(&raw), Err(KeyError::Invalid(_))));
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Pure business types and decisions: no I/O, no clocks read here except through `time`.
+
+pub mod account;
+pub mod basket;
+pub mod callback_url;
+pub mod fingerprint;
+pub mod idempotency_key;
+pub mod ids;
+pub mod ledger;
+pub mod order;
+pub mod product;
+pub mod time;

@@ -1,0 +1,54 @@
+//! Orders as stored: their lines priced at commit, their status and their money.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::time::Millis;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OrderStatus {
+    Processing,
+    Completed,
+    Cancelled,
+}
+
+impl OrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::Processing => "processing",
+            OrderStatus::Completed => "completed",
+            OrderStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderLine {
+    pub product_id: String,
+    pub quantity: u64,
+    pub delivery_data: BTreeMap<String, String>,
+    pub unit_price: i64,
+    pub amount: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Order {
+    pub id: String,
+    pub account_id: String,
+    pub status: OrderStatus,
+    pub items: Vec<OrderLine>,
+    pub total: i64,
+    pub currency: String,
+    pub callback_url: Option<String>,
+    pub external_order_id: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A balance as partners see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BalanceView {
+    pub available: i64,
+    pub credit_limit: i64,
+    pub currency: String,
+}

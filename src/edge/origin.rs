@@ -1,0 +1,57 @@
+//! The CSRF guard: a write (POST, PUT, PATCH, DELETE) carrying an `Origin` that is not on
+//! `--allowed-origins` is refused before the rate limiter, so it spends no budget and carries
+//! no rate-limit headers. Requests without `Origin` (server-to-server calls) pass.
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
+use actix_web::middleware::Next;
+use actix_web::{web, HttpResponse};
+
+use crate::api::AppState;
+
+pub fn is_write(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// Exact string comparison; the literal `null` origin is never allowed.
+pub fn origin_allowed(origin: &[u8], allowed: &[String]) -> bool {
+    origin != b"null" && allowed.iter().any(|a| a.as_bytes() == origin)
+}
+
+pub async fn check_origin(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if is_write(req.method()) {
+        if let Some(origin) = req.headers().get("Origin") {
+            let allowed = req
+                .app_data::<web::Data<AppState>>()
+                .is_some_and(|s| origin_allowed(origin.as_bytes(), &s.settings.allowed_origins));
+            if !allowed {
+                let refusal = HttpResponse::Forbidden()
+                    .content_type("application/json")
+                    .body(r#"{"success":false,"error":"Forbidden: Origin not allowed"}"#);
+                return Ok(req.into_response(refusal));
+            }
+        }
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_exact_listed_origins_pass() {
+        let allowed = vec!["https://shop.example".to_string()];
+        assert!(origin_allowed(b"https://shop.example", &allowed));
+        assert!(!origin_allowed(b"https://shop.example/", &allowed));
+        assert!(!origin_allowed(b"https://evil.example", &allowed));
+        assert!(!origin_allowed(b"null", &["null".to_string()]));
+    }
+}

@@ -1,0 +1,10 @@
+//! orderly: a single-binary B2B order server where a retry is always safe.
+
+pub mod api;
+pub mod config;
+pub mod demo;
+pub mod domain;
+pub mod edge;
+pub mod startup;
+pub mod store;
+pub mod workers;

@@ -1,0 +1,26 @@
+//! `orderly serve [flags]`: parse flags, start logging, build the application, run it.
+
+use clap::Parser;
+use orderly::config::{Cli, Command};
+use orderly::startup::Application;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let Command::Serve(settings) = cli.command;
+    let outcome = actix_web::rt::System::new().block_on(async move {
+        let app = Application::build(settings).await?;
+        // Tests and scripts read the bound address (port 0 picks a free one) from here.
+        println!("orderly listening on http://{}", app.address());
+        app.run_until_stopped().await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    });
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            eprintln!("orderly: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The product catalog: the admin's upserts and the partners' paginated reads.
+
+use std::ops::Bound;
+
+use super::{codec, Page, Store, StoreError};
+use crate::domain::product::Product;
+
+impl Store {
+    pub fn put_product(&self, product: &Product) -> Result<(), StoreError> {
+        self.products
+            .insert(product.id.as_bytes(), codec::encode(product)?)?;
+        Ok(())
+    }
+
+    pub fn product(&self, id: &str) -> Result<Option<Product>, StoreError> {
+        match self.products.get(id.as_bytes())? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Active products in id order, strictly after the cursor (a product id).
+    pub fn active_products_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Product>, StoreError> {
+        let start = match after {
+            Some(id) => Bound::Excluded(id.as_bytes().to_vec()),
+            None => Bound::Unbounded,
+        };
+        let mut items: Vec<Product> = Vec::with_capacity(limit + 1);
+        for entry in self.products.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+            let (_, bytes) = entry?;
+            let product: Product = codec::decode(&bytes)?;
+            if product.active {
+                items.push(product);
+                if items.len() > limit {
+                    break;
+                }
+            }
+        }
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|p| p.id.clone())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+}
