@@ -116,7 +116,7 @@ fn internal_name_rule(name: &str) -> Option<&'static str> {
     INTERNAL_SUFFIXES
         .iter()
         .find(|suffix| name.ends_with(*suffix))
-        .map(|suffix| *suffix)
+        .copied()
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@ impl Periodic {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(format!("orderly-{name}"))
-            .spawn(move || loop {
-                match stopped.recv_timeout(every) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => tick(),
-                    Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    tick();
                 }
             })
             .expect("spawning a worker thread");

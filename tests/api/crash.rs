@@ -1,0 +1,48 @@
+//! kill -9 right after acknowledged orders: every 200 survives the restart.
+
+use std::collections::HashMap;
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{basket, spawn_app};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_acknowledged_order_survives_kill_9_and_replays_to_the_same_id() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(1_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let keys: Vec<String> = (0..40).map(|i| format!("crash-{i}")).collect();
+
+    let responses = join_all(
+        keys.iter()
+            .map(|k| app.post_order(Some(&p.api_key), Some(k), &body)),
+    )
+    .await;
+    let mut acknowledged: HashMap<String, String> = HashMap::new();
+    for (key, resp) in keys.iter().zip(responses) {
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body: Value = resp.json().await.unwrap();
+        acknowledged.insert(
+            key.clone(),
+            body["order"]["id"].as_str().unwrap().to_string(),
+        );
+    }
+
+    // SIGKILL immediately after the last acknowledgement: no graceful flush happens.
+    let app = app.crash_and_restart(&[]);
+
+    let orders = app.orders(&p.api_key).await;
+    assert_eq!(orders.len(), acknowledged.len());
+    for (key, order_id) in &acknowledged {
+        let replay = app.post_order(Some(&p.api_key), Some(key), &body).await;
+        assert_eq!(replay.headers()["Idempotency-Replayed"], "true");
+        let replayed: Value = replay.json().await.unwrap();
+        assert_eq!(replayed["order"]["id"], order_id.as_str());
+    }
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        1_000_000 - 999 * acknowledged.len() as i64
+    );
+}

@@ -1,0 +1,58 @@
+//! SPEC section 10: expired rows decide until the sweeper deletes them; then the key is new.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{basket, spawn_app_with};
+
+#[tokio::test]
+async fn expired_but_unswept_keys_still_replay_and_conflict() {
+    let app = spawn_app_with(&["--idempotency-ttl", "1s", "--sweep-interval", "1h"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    app.post_order(Some(&p.api_key), Some("k"), &body).await;
+
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let replay = app.post_order(Some(&p.api_key), Some("k"), &body).await;
+    assert_eq!(replay.headers()["Idempotency-Replayed"], "true");
+    let conflict = app
+        .post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 2, "p"))
+        .await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    assert_eq!(app.orders(&p.api_key).await.len(), 1);
+}
+
+#[tokio::test]
+async fn after_the_sweep_the_same_key_and_basket_create_a_new_order() {
+    let app = spawn_app_with(&["--idempotency-ttl", "1s", "--sweep-interval", "1s"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let first: Value = app
+        .post_order(Some(&p.api_key), Some("k"), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+
+    // Bounded wait: the row expires after 1 s and the sweeper runs every second.
+    let mut second = None;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let resp = app.post_order(Some(&p.api_key), Some("k"), &body).await;
+        if resp.headers().get("Idempotency-Replayed").is_none() {
+            assert_eq!(resp.status(), StatusCode::OK);
+            second = Some(resp.json::<Value>().await.unwrap());
+            break;
+        }
+    }
+    let second = second.expect("the sweeper should have freed the key within 10 s");
+    assert_ne!(first["order"]["id"], second["order"]["id"]);
+    assert_eq!(app.orders(&p.api_key).await.len(), 2);
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 2 * 999
+    );
+}

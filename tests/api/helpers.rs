@@ -1,0 +1,290 @@
+//! `spawn_app()`: the real `orderly` binary on a free port over a fresh data directory, and
+//! the calls the tests make against it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use reqwest::{Client, Response, StatusCode};
+use serde_json::{json, Value};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// High enough that only the rate-limit tests ever meet the limiter.
+const GENEROUS_RATE_LIMIT: &str = "1000000";
+
+pub struct TestApp {
+    pub address: String,
+    pub client: Client,
+    pub data_dir: PathBuf,
+    _data_root: Option<tempfile::TempDir>,
+    child: Child,
+}
+
+/// The server with default flags (and a generous rate limit) on a fresh database.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(&[]).await
+}
+
+pub async fn spawn_app_with(extra: &[&str]) -> TestApp {
+    let root = tempfile::tempdir().expect("temp dir");
+    let data_dir = root.path().join("db");
+    let mut app = start(&data_dir, extra);
+    app._data_root = Some(root);
+    app
+}
+
+/// Starts the binary on `data_dir` (an existing database is reused, as after a crash).
+pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--admin-token".into(),
+        ADMIN_TOKEN.into(),
+    ];
+    if !extra.contains(&"--rate-limit") {
+        args.extend(["--rate-limit".into(), GENEROUS_RATE_LIMIT.into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting orderly");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("orderly listening on ") {
+                let _ = tx.send(addr.to_string());
+            }
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("orderly did not report its address within 30 s");
+    TestApp {
+        address,
+        client: Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        data_dir: data_dir.to_path_buf(),
+        _data_root: None,
+        child,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A wholesale account with a key holding every scope.
+pub struct Partner {
+    pub account_id: String,
+    pub api_key: String,
+}
+
+pub fn basket(product: &str, quantity: u64, username: &str) -> Value {
+    json!({ "items": [ { "productId": product, "quantity": quantity, "deliveryData": { "username": username } } ] })
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    /// kill -9, then start again on the same data.
+    pub fn crash_and_restart(mut self, extra: &[&str]) -> TestApp {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let root = self._data_root.take();
+        let mut app = start(&self.data_dir, extra);
+        app._data_root = root;
+        app
+    }
+
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Response {
+        let mut req = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        req.send().await.expect("admin call")
+    }
+
+    pub async fn create_account(&self, wholesale: bool, credit_limit: i64, region: &str) -> String {
+        let resp = self
+            .admin(
+                reqwest::Method::POST,
+                "/admin/accounts",
+                Some(json!({"name": "Acme", "wholesale": wholesale, "creditLimit": credit_limit, "region": region})),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body: Value = resp.json().await.unwrap();
+        body["account"]["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn create_key(&self, account_id: &str, scopes: &[&str]) -> String {
+        let resp = self
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/accounts/{account_id}/api-keys"),
+                Some(json!({ "scopes": scopes })),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body: Value = resp.json().await.unwrap();
+        body["apiKey"]["key"].as_str().unwrap().to_string()
+    }
+
+    pub async fn credit(&self, account_id: &str, amount: i64) {
+        let resp = self
+            .client
+            .post(self.url(&format!("/admin/accounts/{account_id}/credits")))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("X-Idempotency-Key", uuid::Uuid::new_v4().to_string())
+            .json(&json!({ "amount": amount, "reason": "test top-up" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    pub async fn put_product(
+        &self,
+        id: &str,
+        price: i64,
+        regions: &[&str],
+        fields: &[&str],
+        active: bool,
+    ) {
+        let resp = self
+            .admin(
+                reqwest::Method::PUT,
+                &format!("/admin/products/{id}"),
+                Some(json!({"name": id, "price": price, "regions": regions, "deliveryFields": fields, "active": active})),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    /// A wholesale EU account with `balance` and an all-scopes key, plus the standard
+    /// products: `prd_uc` (999, needs username), `prd_us` (US only), `prd_free` (price 0).
+    pub async fn partner_with_balance(&self, balance: i64) -> Partner {
+        self.put_product("prd_uc", 999, &[], &["username"], true)
+            .await;
+        self.put_product("prd_us", 500, &["US"], &[], true).await;
+        self.put_product("prd_free", 0, &[], &[], true).await;
+        let account_id = self.create_account(true, 0, "EU").await;
+        if balance > 0 {
+            self.credit(&account_id, balance).await;
+        }
+        let api_key = self
+            .create_key(
+                &account_id,
+                &[
+                    "orders:write",
+                    "orders:read",
+                    "balance:read",
+                    "catalog:read",
+                ],
+            )
+            .await;
+        Partner {
+            account_id,
+            api_key,
+        }
+    }
+
+    pub async fn post_order(
+        &self,
+        api_key: Option<&str>,
+        idem_key: Option<&str>,
+        body: &Value,
+    ) -> Response {
+        let mut req = self.client.post(self.url("/b2b/orders")).json(body);
+        if let Some(k) = api_key {
+            req = req.header("X-Api-Key", k);
+        }
+        if let Some(k) = idem_key {
+            req = req.header("X-Idempotency-Key", k);
+        }
+        req.send().await.expect("order call")
+    }
+
+    pub async fn get_json(&self, api_key: &str, path: &str) -> Value {
+        let resp = self
+            .client
+            .get(self.url(path))
+            .header("X-Api-Key", api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "GET {path}");
+        resp.json().await.unwrap()
+    }
+
+    pub async fn balance(&self, api_key: &str) -> i64 {
+        self.get_json(api_key, "/b2b/balance").await["balance"]["available"]
+            .as_i64()
+            .unwrap()
+    }
+
+    /// Every ledger entry, newest first, following the cursor to the end.
+    pub async fn ledger(&self, api_key: &str) -> Vec<Value> {
+        self.all_pages(api_key, "/b2b/transactions", "transactions")
+            .await
+    }
+
+    pub async fn orders(&self, api_key: &str) -> Vec<Value> {
+        self.all_pages(api_key, "/b2b/orders", "orders").await
+    }
+
+    pub async fn all_pages(&self, api_key: &str, path: &str, resource: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page_path = match &cursor {
+                Some(c) => format!("{path}?limit=100&cursor={c}"),
+                None => format!("{path}?limit=100"),
+            };
+            let page = self.get_json(api_key, &page_path).await;
+            out.extend(page[resource].as_array().unwrap().iter().cloned());
+            match page["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return out,
+            }
+        }
+    }
+
+    /// The balance, checked against the sum of the ledger.
+    pub async fn assert_ledger_matches_balance(&self, api_key: &str) -> i64 {
+        let balance = self.balance(api_key).await;
+        let sum: i64 = self
+            .ledger(api_key)
+            .await
+            .iter()
+            .map(|e| e["amount"].as_i64().unwrap())
+            .sum();
+        assert_eq!(sum, balance, "the ledger must sum to the balance");
+        balance
+    }
+}
