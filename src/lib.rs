@@ -7,4 +7,5 @@ pub mod domain;
 pub mod edge;
 pub mod startup;
 pub mod store;
+pub mod views;
 pub mod workers;

@@ -20,7 +20,8 @@ use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::store::committer::Committer;
 use crate::store::Store;
-use crate::workers::{sweeper, Periodic};
+use crate::workers::webhooks::{self, WebhookSender};
+use crate::workers::{fulfillment, sweeper, Periodic};
 
 /// How often idle rate-limit buckets are forgotten.
 const RATE_LIMIT_PRUNE_EVERY: Duration = Duration::from_secs(60);
@@ -38,6 +39,8 @@ pub enum StartupError {
     Demo(#[from] crate::demo::DemoError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot build the webhook client: {0}")]
+    Webhooks(String),
 }
 
 pub struct Application {
@@ -103,7 +106,7 @@ impl Application {
         .shutdown_timeout(30)
         .run();
 
-        let workers = start_workers(&state);
+        let workers = start_workers(&state)?;
         Ok(Application {
             server,
             address,
@@ -133,16 +136,37 @@ impl Application {
     }
 }
 
-fn start_workers(state: &web::Data<AppState>) -> Vec<Periodic> {
+fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupError> {
+    let settings = &state.settings;
     let store = Arc::clone(&state.store);
-    let sweeper = Periodic::spawn("sweeper", state.settings.sweep_interval, move || {
+    let sweeper = Periodic::spawn("sweeper", settings.sweep_interval, move || {
         sweeper::sweep_expired_keys(&store)
     });
     let limits = state.clone();
     let pruner = Periodic::spawn("rate-limit-pruner", RATE_LIMIT_PRUNE_EVERY, move || {
         limits.rate_limits.prune()
     });
-    vec![sweeper, pruner]
+    let store = Arc::clone(&state.store);
+    let delay = settings.fulfillment_delay;
+    let fulfillment = Periodic::spawn(
+        "fulfillment",
+        fulfillment::poll_interval(delay),
+        move || fulfillment::complete_due_orders(&store, delay),
+    );
+    let sender = WebhookSender::new(
+        Arc::clone(&state.store),
+        state.callback_policy(),
+        settings.webhook_retry_schedule.clone(),
+    )
+    .map_err(|e| StartupError::Webhooks(e.to_string()))?;
+    // Deliveries are async (many receivers at once); this thread owns their small runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let webhooks = Periodic::spawn("webhooks", webhooks::POLL_INTERVAL, move || {
+        runtime.block_on(sender.deliver_due())
+    });
+    Ok(vec![sweeper, pruner, fulfillment, webhooks])
 }
 
 /// One line per request: method, path (never the query, which could carry a secret),

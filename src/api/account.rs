@@ -8,10 +8,10 @@ use super::error::ApiError;
 use super::extract::{BalanceRead, Partner};
 use super::idempotent::json_response;
 use super::lists::{list_body, ListQuery};
-use super::views::{to_json, BalanceJson, LedgerEntryJson};
 use super::AppState;
 use crate::domain::ids::IdKind;
 use crate::domain::order::BalanceView;
+use crate::views::{to_json, BalanceJson, LedgerEntryJson};
 
 pub async fn balance(
     partner: Partner<BalanceRead>,

@@ -9,7 +9,6 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::{json_body, Admin, Violations};
 use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
-use super::views::{balance_only, to_json, AccountJson, ProductJson};
 use super::{required_idempotency_key, AppState};
 use crate::domain::account::{new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope};
 use crate::domain::fingerprint::{Fingerprint, Operation};
@@ -20,6 +19,7 @@ use crate::domain::time::{expiry_after, now_millis};
 use crate::loc;
 use crate::store::accounts::{account_bytes, CreditRefusal, NewCredit};
 use crate::store::idempotency::KeyClaim;
+use crate::views::{balance_only, to_json, AccountJson, ProductJson};
 
 /// The largest credit line or single credit the API accepts (10^12 minor units).
 pub const MAX_AMOUNT: i64 = MAX_PRICE;

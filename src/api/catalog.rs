@@ -8,9 +8,9 @@ use super::error::ApiError;
 use super::extract::{CatalogRead, Partner};
 use super::idempotent::json_response;
 use super::lists::{list_body, query_error, ListQuery};
-use super::views::ProductJson;
 use super::AppState;
 use crate::domain::product::MAX_PRODUCT_ID_LEN;
+use crate::views::ProductJson;
 
 pub async fn products(
     _partner: Partner<CatalogRead>,

@@ -23,6 +23,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("invalid or missing admin token")]
     AdminUnauthorized,
+    #[error("invalid provider signature")]
+    BadSignature,
     #[error("forbidden: {0}")]
     Forbidden(&'static str),
     #[error("validation failed")]
@@ -71,7 +73,9 @@ impl From<actix_web::error::BlockingError> for ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::Unauthorized | ApiError::AdminUnauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::AdminUnauthorized | ApiError::BadSignature => {
+                StatusCode::UNAUTHORIZED
+            }
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -90,6 +94,9 @@ impl ResponseError for ApiError {
             }
             ApiError::AdminUnauthorized => {
                 json!({"error": "Unauthorized", "message": "Invalid or missing admin token"})
+            }
+            ApiError::BadSignature => {
+                json!({"error": "Unauthorized", "message": "Invalid signature"})
             }
             ApiError::Forbidden(message) => json!({"error": "Forbidden", "message": message}),
             ApiError::Validation(detail) => json!({ "detail": detail }),

@@ -139,23 +139,42 @@ pub async fn json_body<T: DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<T, ApiError> {
     let bytes = read_body(payload).await?;
+    require_json_content_type(req)?;
+    parse_json(&bytes)
+}
+
+/// Like `json_body`, for routes whose body may be left out: an empty body reads as `{}`.
+pub async fn optional_json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
+    let bytes = read_body(payload).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return parse_json(b"{}");
+    }
+    require_json_content_type(req)?;
+    parse_json(&bytes)
+}
+
+fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     let is_json = req
         .headers()
         .get("Content-Type")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
-    if !is_json {
-        return Err(ApiError::validation(
+    if is_json {
+        Ok(())
+    } else {
+        Err(ApiError::validation(
             vec!["body".into()],
             "Content-Type must be application/json",
             "content_type",
-        ));
+        ))
     }
-    parse_json(&bytes)
 }
 
-async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+pub async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
     match payload.to_bytes_limited(MAX_BODY_BYTES).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError::validation(

@@ -105,6 +105,24 @@ where
     }
 }
 
+/// A write without an idempotency key (allowed where the key is optional): run it, and
+/// answer once it is durable.
+pub async fn run_unkeyed<F, Fut>(state: &AppState, first_use: F) -> Result<HttpResponse, ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<FirstUse, ApiError>>,
+{
+    match first_use().await? {
+        FirstUse::Committed(body) => {
+            state.committer.durable().await?;
+            Ok(json_response(body))
+        }
+        FirstUse::KeyTaken => Err(ApiError::Internal(
+            "a write without a key reported its key taken".into(),
+        )),
+    }
+}
+
 fn decide(write: &KeyedWrite, record: KeyRecord) -> Result<HttpResponse, ApiError> {
     let binding = &record.binding;
     if binding.operation == write.operation && binding.fingerprint == write.fingerprint {

@@ -82,5 +82,5 @@ pub fn list_body<T: Serialize>(
         serde_json::to_value(items).unwrap_or_default(),
     );
     body.insert("nextCursor".into(), next_cursor.into());
-    super::views::to_json(&body)
+    crate::views::to_json(&body)
 }

@@ -4,12 +4,14 @@ pub mod account;
 pub mod admin;
 pub mod catalog;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod idempotent;
 pub mod lists;
 pub mod ops;
 pub mod orders;
-pub mod views;
+pub mod providers;
+pub mod refunds;
 
 use std::sync::Arc;
 
@@ -45,20 +47,31 @@ impl AppState {
     }
 }
 
-/// The idempotency key of a write that requires one (handler step 1).
-pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
+fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
     let values =
         |name: &str| -> Vec<&[u8]> { req.headers().get_all(name).map(|v| v.as_bytes()).collect() };
-    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key")).map_err(
-        |e| match e {
-            KeyError::Missing => {
-                ApiError::BadRequest("X-Idempotency-Key header is required".into())
-            }
-            KeyError::Invalid(reason) => {
-                ApiError::BadRequest(format!("invalid_idempotency_key: {reason}"))
-            }
-        },
-    )
+    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
+}
+
+fn invalid_key(reason: &str) -> ApiError {
+    ApiError::BadRequest(format!("invalid_idempotency_key: {reason}"))
+}
+
+/// The idempotency key of a write that requires one (handler step 1).
+pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
+    idempotency_key(req).map_err(|e| match e {
+        KeyError::Missing => ApiError::BadRequest("X-Idempotency-Key header is required".into()),
+        KeyError::Invalid(reason) => invalid_key(reason),
+    })
+}
+
+/// The idempotency key of a write where it is optional: absent is `None`, malformed is 400.
+pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+    match idempotency_key(req) {
+        Ok(key) => Ok(Some(key)),
+        Err(KeyError::Missing) => Ok(None),
+        Err(KeyError::Invalid(reason)) => Err(invalid_key(reason)),
+    }
 }
 
 /// Every route, each resource listing its methods so a wrong method is a 405, not a 404.
@@ -73,6 +86,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/b2b/orders/{id}")
             .route(web::get().to(orders::get_order))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/orders/{id}/cancel")
+            .route(web::post().to(refunds::cancel_order))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/orders/{id}/refunds")
+            .route(web::post().to(refunds::refund_order))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/b2b/events")
+            .route(web::get().to(events::list_events))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/webhooks/providers/{provider}")
+            .route(web::post().to(providers::provider_notification))
             .default_service(not_allowed()),
     )
     .service(

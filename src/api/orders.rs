@@ -10,7 +10,6 @@ use super::error::ApiError;
 use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
 use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
 use super::lists::{list_body, query_error, ListQuery};
-use super::views::{order_placed, to_json, OrderJson};
 use super::{required_idempotency_key, AppState};
 use crate::domain::account::{Account, Shortfall};
 use crate::domain::basket::RequestedLine;
@@ -24,6 +23,7 @@ use crate::loc;
 use crate::store::accounts::account_bytes;
 use crate::store::idempotency::KeyClaim;
 use crate::store::orders::{NewOrder, OrderRefusal};
+use crate::views::{order_only, order_placed, OrderJson};
 
 pub const MAX_QUANTITY: i64 = 1_000_000;
 pub const MAX_CALLBACK_URL_LEN: usize = 2048;
@@ -206,15 +206,7 @@ pub async fn get_order(
         .order(&id)?
         .filter(|o| o.account_id == partner.account.id)
         .ok_or_else(|| order_not_found(&path))?;
-    #[derive(serde::Serialize)]
-    struct One<'a> {
-        success: bool,
-        order: OrderJson<'a>,
-    }
-    Ok(json_response(to_json(&One {
-        success: true,
-        order: (&order).into(),
-    })))
+    Ok(json_response(order_only(&order)))
 }
 
 pub async fn list_orders(

@@ -1,7 +1,7 @@
 //! The partner's callbackUrl, judged on the URL-standard parse (so `2130706433`, `0177.0.0.1`
 //! and `0x7f.1` are all seen as 127.0.0.1) before it is stored or its key is looked up.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use url::{Host, Url};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +92,29 @@ pub fn non_global_range(ip: Ipv4Addr) -> Option<&'static str> {
         };
         (addr & mask == u32::from(Ipv4Addr::from(*net)) & mask).then_some(*name)
     })
+}
+
+/// Whether a resolved address may be called back: a globally routable IPv4 address, or an
+/// IPv6 address outside the loopback, unspecified, unique-local, link-local, multicast and
+/// documentation ranges (IPv4-mapped and NAT64 forms are judged as the IPv4 inside them).
+pub fn is_public_ip(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => non_global_range(v4).is_none(),
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let in_net = |net: u128, prefix: u32| bits >> (128 - prefix) == net >> (128 - prefix);
+            if in_net(0x0064_ff9b_0000_0000_0000_0000_0000_0000, 96) {
+                return non_global_range(Ipv4Addr::from(bits as u32)).is_none();
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || in_net(0xfc00 << 112, 7)
+                || in_net(0xfe80 << 112, 10)
+                || in_net(0x2001_0db8 << 96, 32)
+                || in_net(0x0100 << 112, 64))
+        }
+    }
 }
 
 const INTERNAL_SUFFIXES: &[&str] = &[
@@ -216,6 +239,24 @@ mod tests {
             .unwrap_err()
             .contains(".internal"));
         assert!(judge("http://[::1]/").unwrap_err().contains("IPv6"));
+    }
+
+    #[test]
+    fn resolved_addresses_are_judged_like_literals() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::7f00:1",
+        ] {
+            assert!(!is_public_ip(private.parse().unwrap()), "{private}");
+        }
+        for public in ["8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(is_public_ip(public.parse().unwrap()), "{public}");
+        }
     }
 
     fn non_global_v4() -> impl Strategy<Value = Ipv4Addr> {

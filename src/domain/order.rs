@@ -41,8 +41,25 @@ pub struct Order {
     pub currency: String,
     pub callback_url: Option<String>,
     pub external_order_id: Option<String>,
+    /// Minor units refunded so far; never more than `total`.
+    pub refunded: i64,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+impl Order {
+    pub fn refundable(&self) -> i64 {
+        self.total - self.refunded
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Refund {
+    pub id: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub reason: Option<String>,
+    pub created_at: Millis,
 }
 
 /// A balance as partners see it.

@@ -6,10 +6,13 @@ pub mod accounts;
 pub mod catalog;
 pub mod codec;
 pub mod committer;
+pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod ledger;
+pub mod lifecycle;
 pub mod orders;
+pub mod providers;
 
 use std::path::Path;
 
@@ -86,6 +89,14 @@ pub struct Store {
     idem_responses: sled::Tree,
     idem_bindings: sled::Tree,
     idem_expiry: sled::Tree,
+    /// Orders still `processing`, in creation order: the fulfillment queue.
+    processing: sled::Tree,
+    refunds: sled::Tree,
+    events: sled::Tree,
+    /// Pending callbacks keyed by when they are due.
+    outbox: sled::Tree,
+    /// The unique `(provider, provider's id)` index of inbound payments.
+    provider_payments: sled::Tree,
 }
 
 impl Store {
@@ -111,6 +122,11 @@ impl Store {
             idem_responses: tree("idem_responses")?,
             idem_bindings: tree("idem_bindings")?,
             idem_expiry: tree("idem_expiry")?,
+            processing: tree("processing")?,
+            refunds: tree("refunds")?,
+            events: tree("events")?,
+            outbox: tree("outbox")?,
+            provider_payments: tree("provider_payments")?,
             db,
         })
     }

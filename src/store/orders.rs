@@ -41,7 +41,8 @@ pub enum OrderRefusal {
 
 impl Store {
     /// One transaction: price the lines from the catalog as it is at commit, debit the
-    /// account (ledger entry and balance), create the order and both idempotency rows.
+    /// account (ledger entry and balance), create the order (queued for fulfillment) and both
+    /// idempotency rows.
     /// `render` turns the order and new balance into the 200 body, which is stored as the
     /// replay and returned, so the bytes sent and the bytes replayed are the same bytes.
     pub fn place_order(
@@ -53,6 +54,7 @@ impl Store {
         let order_key = new.order_id.bytes();
         let (responses, bindings, expiry) = self.key_trees();
         let trees = (
+            &self.processing,
             &self.products,
             &self.balances,
             &self.orders,
@@ -65,6 +67,7 @@ impl Store {
         );
         let outcome = trees.transaction(
             |(
+                processing,
                 products,
                 balances,
                 orders,
@@ -109,10 +112,12 @@ impl Store {
                     currency: new.currency.to_string(),
                     callback_url: new.callback_url.clone(),
                     external_order_id: new.external_order_id.clone(),
+                    refunded: 0,
                     created_at: new.now,
                     updated_at: new.now,
                 };
                 tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
+                tx(processing.insert(&order_key[..], &[][..]))?;
                 tx(by_account.insert(child_key(&account, &order_key), &[][..]))?;
                 if let Some(external) = &new.external_order_id {
                     let prefix = external_prefix(&account, external);

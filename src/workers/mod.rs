@@ -1,7 +1,9 @@
 //! Background work on plain threads: each waits for its interval or for the stop signal,
 //! whichever comes first, so shutdown never waits out a long sleep.
 
+pub mod fulfillment;
 pub mod sweeper;
+pub mod webhooks;
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;

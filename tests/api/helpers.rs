@@ -46,8 +46,15 @@ pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
         "--admin-token".into(),
         ADMIN_TOKEN.into(),
     ];
-    if !extra.contains(&"--rate-limit") {
-        args.extend(["--rate-limit".into(), GENEROUS_RATE_LIMIT.into()]);
+    // Defaults that keep tests independent of the limiter and of fulfillment timing;
+    // a test that cares passes its own value.
+    for (flag, value) in [
+        ("--rate-limit", GENEROUS_RATE_LIMIT),
+        ("--fulfillment-delay", "1h"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend([flag.to_string(), value.to_string()]);
+        }
     }
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))

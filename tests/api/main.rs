@@ -1,6 +1,7 @@
 //! The contract, tested through HTTP against the real `orderly` binary.
 
 mod helpers;
+mod receiver;
 
 mod admin;
 mod business_rules;
@@ -8,7 +9,10 @@ mod concurrency;
 mod crash;
 mod edge;
 mod expiry;
+mod lifecycle;
 mod order_of_checks;
 mod payment;
+mod providers;
 mod reads;
 mod replay;
+mod webhooks;

@@ -1,11 +1,13 @@
-//! The JSON shapes partners and operators see, built from stored records.
+//! The JSON shapes partners and operators see, built from stored records: shared by the HTTP
+//! API and the webhook worker, so an event body is the same wherever it is rendered.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
 
 use crate::domain::account::Account;
+use crate::domain::event::Event;
 use crate::domain::ledger::LedgerEntry;
-use crate::domain::order::{BalanceView, Order};
+use crate::domain::order::{BalanceView, Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::rfc3339;
 
@@ -29,6 +31,7 @@ pub struct OrderJson<'a> {
     currency: &'a str,
     callback_url: Option<&'a str>,
     external_order_id: Option<&'a str>,
+    refunded_amount: i64,
     created_at: String,
     updated_at: String,
 }
@@ -53,6 +56,7 @@ impl<'a> From<&'a Order> for OrderJson<'a> {
             currency: &order.currency,
             callback_url: order.callback_url.as_deref(),
             external_order_id: order.external_order_id.as_deref(),
+            refunded_amount: order.refunded,
             created_at: rfc3339(order.created_at),
             updated_at: rfc3339(order.updated_at),
         }
@@ -151,6 +155,94 @@ impl<'a> AccountJson<'a> {
             created_at: rfc3339(account.created_at),
         }
     }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundJson<'a> {
+    id: &'a str,
+    order_id: &'a str,
+    amount: i64,
+    reason: Option<&'a str>,
+    created_at: String,
+}
+
+impl<'a> From<&'a Refund> for RefundJson<'a> {
+    fn from(r: &'a Refund) -> Self {
+        RefundJson {
+            id: &r.id,
+            order_id: &r.order_id,
+            amount: r.amount,
+            reason: r.reason.as_deref(),
+            created_at: rfc3339(r.created_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct EventDataJson<'a> {
+    order: OrderJson<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refund: Option<RefundJson<'a>>,
+}
+
+/// An event as listed and as POSTed to the callbackUrl:
+/// `{"id","type","createdAt","data":{"order":{…}}}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventJson<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    created_at: String,
+    data: EventDataJson<'a>,
+}
+
+impl<'a> From<&'a Event> for EventJson<'a> {
+    fn from(e: &'a Event) -> Self {
+        EventJson {
+            id: &e.id,
+            kind: e.kind.as_str(),
+            created_at: rfc3339(e.created_at),
+            data: EventDataJson {
+                order: (&e.order).into(),
+                refund: e.refund.as_ref().map(RefundJson::from),
+            },
+        }
+    }
+}
+
+/// The callback body of an event; the same bytes on every attempt.
+pub fn event_body(event: &Event) -> Vec<u8> {
+    to_json(&EventJson::from(event))
+}
+
+/// `{"success":true,"order":{…}}`: a single order, also the 200 of a cancel.
+pub fn order_only(order: &Order) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct One<'a> {
+        success: bool,
+        order: OrderJson<'a>,
+    }
+    to_json(&One {
+        success: true,
+        order: order.into(),
+    })
+}
+
+/// The 200 of a refund: the refund and the order after it.
+pub fn refund_made(refund: &Refund, order: &Order) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Made<'a> {
+        success: bool,
+        refund: RefundJson<'a>,
+        order: OrderJson<'a>,
+    }
+    to_json(&Made {
+        success: true,
+        refund: refund.into(),
+        order: order.into(),
+    })
 }
 
 /// The 200 of `POST /b2b/orders`, rendered inside the order's transaction.

@@ -1,0 +1,192 @@
+//! `POST /b2b/orders/{id}/cancel` and `POST /b2b/orders/{id}/refunds`: money going back.
+//! Both are state changes whose conflicts (already cancelled, not completed, more than the
+//! remainder) are 409s of the order's state, distinct from the idempotency-key 409.
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::extract::{json_body, optional_json_body, OrdersWrite, Partner, Violations};
+use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
+use super::{optional_idempotency_key, required_idempotency_key, AppState};
+use crate::domain::fingerprint::{Fingerprint, Operation};
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{Id, IdKind};
+use crate::domain::time::{expiry_after, now_millis};
+use crate::loc;
+use crate::store::accounts::account_bytes;
+use crate::store::idempotency::KeyClaim;
+use crate::store::lifecycle::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest};
+use crate::views::{order_only, refund_made};
+
+pub const MAX_REASON_LEN: usize = 256;
+
+fn order_not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
+}
+
+/// The claim a keyed write records; `None` when the write has no key.
+fn claim_for<'a>(
+    state: &AppState,
+    account_id: &str,
+    key: &'a IdempotencyKey,
+    operation: Operation,
+    fingerprint: Fingerprint,
+    now: u64,
+) -> Result<KeyClaim<'a>, ApiError> {
+    Ok(KeyClaim {
+        account: account_bytes(account_id)?,
+        key,
+        operation,
+        fingerprint,
+        expires_at: expiry_after(now, state.settings.idempotency_ttl),
+    })
+}
+
+/// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
+#[derive(Deserialize)]
+pub struct CancelBody {}
+
+pub async fn cancel_order(
+    partner: Partner<OrdersWrite>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let _: CancelBody = optional_json_body(&req, payload).await?;
+    let key = optional_idempotency_key(&req)?;
+    let order_id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
+    let account_id = partner.account.id.clone();
+    let fingerprint = Fingerprint::of_cancel(&path);
+    let first_use = || async {
+        let store = Arc::clone(&state.store);
+        let key = key.clone();
+        let state = state.clone();
+        let outcome = web::block(move || {
+            let now = now_millis();
+            let claim = match &key {
+                Some(k) => Some(claim_for(
+                    &state,
+                    &account_id,
+                    k,
+                    Operation::CancelOrder,
+                    fingerprint,
+                    now,
+                )?),
+                None => None,
+            };
+            let request = CancelRequest {
+                account_id: &account_id,
+                order_id,
+                now,
+                claim,
+            };
+            Ok::<_, ApiError>(store.cancel_order(&request, order_only)?)
+        })
+        .await??;
+        match outcome {
+            Ok(body) => Ok(FirstUse::Committed(body)),
+            Err(CancelRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+            Err(CancelRefusal::NotFound) => Err(order_not_found(&path)),
+            Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
+                "order_not_cancellable: the order is {}; only a processing order can be cancelled",
+                status.as_str()
+            ))),
+        }
+    };
+    match &key {
+        Some(k) => {
+            let write = KeyedWrite {
+                account: account_bytes(&partner.account.id)?,
+                key: k,
+                operation: Operation::CancelOrder,
+                fingerprint,
+            };
+            run_once(&state, write, first_use).await
+        }
+        None => run_unkeyed(&state, first_use).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct RefundBody {
+    amount: Option<i64>,
+    reason: Option<String>,
+}
+
+pub async fn refund_order(
+    partner: Partner<OrdersWrite>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let body: RefundBody = json_body(&req, payload).await?;
+    let mut v = Violations::default();
+    v.check(
+        body.amount.is_none_or(|a| a >= 1),
+        || loc!("amount"),
+        "amount must be a whole number of at least 1",
+        "range",
+    );
+    v.check(
+        body.reason
+            .as_ref()
+            .is_none_or(|r| r.chars().count() <= MAX_REASON_LEN),
+        || loc!("reason"),
+        "reason must be at most 256 characters",
+        "string_length",
+    );
+    v.into_result()?;
+    let key = required_idempotency_key(&req)?;
+    let order_id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
+    let fingerprint = Fingerprint::of_refund(&path, body.amount);
+    let write = KeyedWrite {
+        account: account_bytes(&partner.account.id)?,
+        key: &key,
+        operation: Operation::RefundOrder,
+        fingerprint,
+    };
+    let account_id = partner.account.id.clone();
+    let first_use = || async {
+        let store = Arc::clone(&state.store);
+        let key = key.clone();
+        let state = state.clone();
+        let outcome = web::block(move || {
+            let now = now_millis();
+            let request = RefundRequest {
+                account_id: &account_id,
+                order_id,
+                amount: body.amount,
+                reason: body.reason,
+                now,
+                claim: claim_for(
+                    &state,
+                    &account_id,
+                    &key,
+                    Operation::RefundOrder,
+                    fingerprint,
+                    now,
+                )?,
+            };
+            Ok::<_, ApiError>(store.refund_order(&request, refund_made)?)
+        })
+        .await??;
+        match outcome {
+            Ok(body) => Ok(FirstUse::Committed(body)),
+            Err(RefundRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+            Err(RefundRefusal::NotFound) => Err(order_not_found(&path)),
+            Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(
+                "order_not_refundable: the order is {}; only a completed order can be refunded",
+                status.as_str()
+            ))),
+            Err(RefundRefusal::ExceedsRemaining { remaining }) => Err(ApiError::Conflict(format!(
+                "refund_exceeds_remaining: at most {remaining} can still be refunded on this order"
+            ))),
+        }
+    };
+    run_once(&state, write, first_use).await
+}

@@ -1,0 +1,278 @@
+//! An order's life after it is placed: fulfillment completes it, a cancel returns its money,
+//! a refund returns part or all of it. Each change, its money and its event are one transaction.
+
+use sled::Transactional;
+
+use super::accounts::{account_bytes, move_money, read_balance};
+use super::events::record_event;
+use super::idempotency::{KeyClaim, KeyTrees};
+use super::{codec, refuse, settle, tx, Store, StoreError, TxResult};
+use crate::domain::event::{Event, EventKind};
+use crate::domain::ids::{Id, IdKind};
+use crate::domain::ledger::{LedgerEntry, LedgerReason};
+use crate::domain::order::{Order, OrderStatus, Refund};
+use crate::domain::time::Millis;
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum CancelRefusal {
+    NotFound,
+    NotCancellable(OrderStatus),
+    KeyTaken,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RefundRefusal {
+    NotFound,
+    NotRefundable(OrderStatus),
+    ExceedsRemaining { remaining: i64 },
+    KeyTaken,
+}
+
+pub struct CancelRequest<'a> {
+    pub account_id: &'a str,
+    pub order_id: Id,
+    pub now: Millis,
+    pub claim: Option<KeyClaim<'a>>,
+}
+
+pub struct RefundRequest<'a> {
+    pub account_id: &'a str,
+    pub order_id: Id,
+    /// `None`: the whole unrefunded remainder.
+    pub amount: Option<i64>,
+    pub reason: Option<String>,
+    pub now: Millis,
+    pub claim: KeyClaim<'a>,
+}
+
+fn read_order<R>(
+    orders: &sled::transaction::TransactionalTree,
+    id: &Id,
+) -> TxResult<Option<Order>, R> {
+    match tx(orders.get(id.bytes()))? {
+        Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> (Id, Event) {
+    let id = Id::new(IdKind::Event);
+    let event = Event {
+        id: id.to_string(),
+        kind,
+        account_id: order.account_id.clone(),
+        created_at: now,
+        order: order.clone(),
+        refund,
+    };
+    (id, event)
+}
+
+impl Store {
+    /// Completes, oldest first, every `processing` order created at or before `created_by`.
+    /// Returns how many were completed.
+    pub fn complete_due_orders(
+        &self,
+        created_by: Millis,
+        now: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        let mut completed = 0;
+        for key in self.processing.iter().keys().take(max) {
+            let key = key?;
+            let Some(order_id) = Id::from_bytes(IdKind::Order, &key) else {
+                return Err(StoreError::Corrupt(
+                    "processing key is not an order id".into(),
+                ));
+            };
+            let Some(order) = self.order(&order_id)? else {
+                self.processing.remove(&key)?;
+                continue;
+            };
+            if order.created_at > created_by {
+                break;
+            }
+            let account = account_bytes(&order.account_id)?;
+            let outcome = (&self.orders, &self.processing, &self.events, &self.outbox).transaction(
+                |(orders, processing, events, outbox)| -> TxResult<bool, ()> {
+                    tx(processing.remove(&key))?;
+                    // A cancel may have won the race since the scan.
+                    let Some(mut order) = read_order(orders, &order_id)? else {
+                        return Ok(false);
+                    };
+                    if order.status != OrderStatus::Processing {
+                        return Ok(false);
+                    }
+                    order.status = OrderStatus::Completed;
+                    order.updated_at = now;
+                    tx(orders.insert(&order_id.bytes()[..], codec::encode(&order)?))?;
+                    let (event_id, event) = event_of(EventKind::OrderCompleted, &order, None, now);
+                    record_event(events, outbox, &account, &event_id, &event)?;
+                    Ok(true)
+                },
+            );
+            if settle(outcome)? == Ok(true) {
+                completed += 1;
+            }
+        }
+        Ok(completed)
+    }
+
+    /// Cancels a `processing` order and returns its money, with an `order.cancelled` event.
+    /// `render` makes the 200 body from the cancelled order.
+    pub fn cancel_order(
+        &self,
+        request: &CancelRequest,
+        render: impl Fn(&Order) -> Vec<u8>,
+    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
+        let account = account_bytes(request.account_id)?;
+        let txn_id = Id::new(IdKind::Transaction);
+        let (responses, bindings, expiry) = self.key_trees();
+        let trees = (
+            &self.orders,
+            &self.processing,
+            &self.balances,
+            &self.ledger,
+            &self.events,
+            &self.outbox,
+            responses,
+            bindings,
+            expiry,
+        );
+        let outcome = trees.transaction(
+            |(
+                orders,
+                processing,
+                balances,
+                ledger,
+                events,
+                outbox,
+                responses,
+                bindings,
+                expiry,
+            )| {
+                let key_trees = KeyTrees {
+                    responses,
+                    bindings,
+                    expiry,
+                };
+                if let Some(claim) = &request.claim {
+                    if !key_trees.is_free(claim)? {
+                        return refuse(CancelRefusal::KeyTaken);
+                    }
+                }
+                let mut order = match read_order(orders, &request.order_id)? {
+                    Some(o) if o.account_id == request.account_id => o,
+                    _ => return refuse(CancelRefusal::NotFound),
+                };
+                if order.status != OrderStatus::Processing {
+                    return refuse(CancelRefusal::NotCancellable(order.status));
+                }
+                order.status = OrderStatus::Cancelled;
+                order.updated_at = request.now;
+                tx(orders.insert(&request.order_id.bytes()[..], codec::encode(&order)?))?;
+                tx(processing.remove(&request.order_id.bytes()[..]))?;
+                let before = read_balance(balances, &account)?;
+                let entry = LedgerEntry {
+                    id: txn_id.to_string(),
+                    amount: order.total,
+                    reason: LedgerReason::Cancel,
+                    reference: order.id.clone(),
+                    // The debit this undoes fitted, so adding it back fits too.
+                    balance_after: before.saturating_add(order.total),
+                    created_at: request.now,
+                };
+                move_money(balances, ledger, &account, &entry)?;
+                let (event_id, event) =
+                    event_of(EventKind::OrderCancelled, &order, None, request.now);
+                record_event(events, outbox, &account, &event_id, &event)?;
+                let body = render(&order);
+                if let Some(claim) = &request.claim {
+                    key_trees.record(claim, body.clone())?;
+                }
+                Ok(body)
+            },
+        );
+        settle(outcome)
+    }
+
+    /// Refunds part or all of a `completed` order to the balance, with an `order.refunded`
+    /// event. `render` makes the 200 body from the refund and the order after it.
+    pub fn refund_order(
+        &self,
+        request: &RefundRequest,
+        render: impl Fn(&Refund, &Order) -> Vec<u8>,
+    ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
+        let account = account_bytes(request.account_id)?;
+        let txn_id = Id::new(IdKind::Transaction);
+        let refund_id = Id::new(IdKind::Refund);
+        let (responses, bindings, expiry) = self.key_trees();
+        let trees = (
+            &self.orders,
+            &self.refunds,
+            &self.balances,
+            &self.ledger,
+            &self.events,
+            &self.outbox,
+            responses,
+            bindings,
+            expiry,
+        );
+        let outcome = trees.transaction(
+            |(orders, refunds, balances, ledger, events, outbox, responses, bindings, expiry)| {
+                let key_trees = KeyTrees {
+                    responses,
+                    bindings,
+                    expiry,
+                };
+                if !key_trees.is_free(&request.claim)? {
+                    return refuse(RefundRefusal::KeyTaken);
+                }
+                let mut order = match read_order(orders, &request.order_id)? {
+                    Some(o) if o.account_id == request.account_id => o,
+                    _ => return refuse(RefundRefusal::NotFound),
+                };
+                if order.status != OrderStatus::Completed {
+                    return refuse(RefundRefusal::NotRefundable(order.status));
+                }
+                let remaining = order.refundable();
+                let amount = request.amount.unwrap_or(remaining);
+                if amount > remaining || amount < 1 {
+                    return refuse(RefundRefusal::ExceedsRemaining { remaining });
+                }
+                order.refunded += amount;
+                order.updated_at = request.now;
+                let refund = Refund {
+                    id: refund_id.to_string(),
+                    order_id: order.id.clone(),
+                    amount,
+                    reason: request.reason.clone(),
+                    created_at: request.now,
+                };
+                tx(orders.insert(&request.order_id.bytes()[..], codec::encode(&order)?))?;
+                tx(refunds.insert(&refund_id.bytes()[..], codec::encode(&refund)?))?;
+                let before = read_balance(balances, &account)?;
+                let entry = LedgerEntry {
+                    id: txn_id.to_string(),
+                    amount,
+                    reason: LedgerReason::Refund,
+                    reference: refund.id.clone(),
+                    balance_after: before.saturating_add(amount),
+                    created_at: request.now,
+                };
+                move_money(balances, ledger, &account, &entry)?;
+                let (event_id, event) = event_of(
+                    EventKind::OrderRefunded,
+                    &order,
+                    Some(refund.clone()),
+                    request.now,
+                );
+                record_event(events, outbox, &account, &event_id, &event)?;
+                let body = render(&refund, &order);
+                key_trees.record(&request.claim, body.clone())?;
+                Ok(body)
+            },
+        );
+        settle(outcome)
+    }
+}

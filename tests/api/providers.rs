@@ -1,0 +1,91 @@
+//! SPEC section 13: provider notifications credit exactly once, however often they arrive.
+
+use futures::future::join_all;
+use hmac::{Hmac, Mac};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::helpers::{spawn_app_with, TestApp};
+
+const SECRET: &str = "provider-secret-1";
+
+fn signature(body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+async fn notify(app: &TestApp, provider: &str, body: &[u8], signature: &str) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/webhooks/providers/{provider}")))
+        .header("Content-Type", "application/json")
+        .header("X-Signature", signature)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_copies_of_a_notification_credit_once() {
+    let app = spawn_app_with(&["--provider-secret", &format!("acmepay={SECRET}")]).await;
+    let p = app.partner_with_balance(0).await;
+    let body = serde_json::to_vec(&json!({"id": "pay_001", "type": "payment.succeeded", "accountId": p.account_id, "amount": 5000, "currency": "USD"})).unwrap();
+    let sig = signature(&body);
+
+    let responses = join_all((0..20).map(|_| notify(&app, "acmepay", &body, &sig))).await;
+
+    let mut duplicates = 0;
+    for resp in responses {
+        assert_eq!(resp.status(), StatusCode::OK);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["success"], true);
+        if answer["duplicate"] == true {
+            duplicates += 1;
+        }
+    }
+    assert_eq!(duplicates, 19);
+    assert_eq!(app.assert_ledger_matches_balance(&p.api_key).await, 5000);
+    let ledger = app.ledger(&p.api_key).await;
+    assert_eq!(ledger[0]["reason"], "provider_payment");
+    assert_eq!(ledger[0]["reference"], "pay_001");
+}
+
+#[tokio::test]
+async fn a_bad_signature_is_401_and_credits_nothing() {
+    let app = spawn_app_with(&["--provider-secret", &format!("acmepay={SECRET}")]).await;
+    let p = app.partner_with_balance(0).await;
+    let body = serde_json::to_vec(&json!({"id": "pay_002", "type": "payment.succeeded", "accountId": p.account_id, "amount": 5000, "currency": "USD"})).unwrap();
+    let forged = signature(b"something else");
+    let resp = notify(&app, "acmepay", &body, &forged).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let missing = app
+        .client
+        .post(app.url("/webhooks/providers/acmepay"))
+        .header("Content-Type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.balance(&p.api_key).await, 0);
+    // The genuine notification still credits afterwards.
+    let ok = notify(&app, "acmepay", &body, &signature(&body)).await;
+    let answer: Value = ok.json().await.unwrap();
+    assert_eq!(answer, json!({"success": true, "duplicate": false}));
+}
+
+#[tokio::test]
+async fn an_unknown_provider_is_404() {
+    let app = spawn_app_with(&["--provider-secret", &format!("acmepay={SECRET}")]).await;
+    let body = b"{}";
+    let resp = notify(&app, "otherpay", body, &signature(body)).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,92 @@
+//! A real HTTP receiver on 127.0.0.1 for callbacks: it records every request and answers
+//! with the statuses it was told to, in order (then 200).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub struct Receiver {
+    pub port: u16,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    /// Listens on `port` (0: any free port), answering `script` statuses first, then 200.
+    pub fn start_on(port: u16, script: Vec<u16>) -> Receiver {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("receiver bind");
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&received);
+        let script = Arc::new(Mutex::new(script.into_iter()));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut headers = Vec::new();
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    continue;
+                }
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((k, v)) = line.trim_end().split_once(':') {
+                        headers.push((k.trim().to_string(), v.trim().to_string()));
+                    }
+                }
+                let length = headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                    .and_then(|(_, v)| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                log.lock().unwrap().push(Received { headers, body });
+                let status = script.lock().unwrap().next().unwrap_or(200);
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = stream.write_all(reply.as_bytes());
+            }
+        });
+        Receiver { port, received }
+    }
+
+    pub fn start(script: Vec<u16>) -> Receiver {
+        Self::start_on(0, script)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hooks/orders", self.port)
+    }
+
+    /// Waits (bounded) until at least `n` requests have arrived; returns them all.
+    pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.received.lock().unwrap().clone();
+            if got.len() >= n || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! SPEC section 12: callbacks to a real receiver on 127.0.0.1, signed, retried under one id,
+//! and surviving a restart.
+
+use std::time::Duration;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::helpers::{spawn_app_with, TestApp};
+use crate::receiver::Receiver;
+
+async fn order_with_callback(app: &TestApp, api_key: &str, url: &str) -> String {
+    let body = json!({"items": [{"productId": "prd_uc", "quantity": 1, "deliveryData": {"username": "p"}}], "callbackUrl": url});
+    let placed: Value = app
+        .post_order(Some(api_key), Some("k"), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    placed["order"]["id"]
+        .as_str()
+        .expect("order placed")
+        .to_string()
+}
+
+/// Standard Webhooks verification written from the spec, not with the server's code.
+fn verify(secret: &str, id: &str, timestamp: &str, body: &[u8], signature: &str) -> bool {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let key = engine
+        .decode(secret.strip_prefix("whsec_").unwrap())
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let expected = format!("v1,{}", engine.encode(mac.finalize().into_bytes()));
+    signature.split(' ').any(|s| s == expected)
+}
+
+#[tokio::test]
+async fn the_receiver_gets_a_signed_order_completed_after_the_delay() {
+    let receiver = Receiver::start(vec![]);
+    let app = spawn_app_with(&["--fulfillment-delay", "200ms", "--allow-private-callbacks"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let order_id = order_with_callback(&app, &p.api_key, &receiver.url()).await;
+
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "one delivery");
+    let delivery = &got[0];
+    let body: Value = serde_json::from_slice(&delivery.body).unwrap();
+    assert_eq!(body["type"], "order.completed");
+    assert_eq!(body["data"]["order"]["id"], order_id.as_str());
+    assert_eq!(body["data"]["order"]["status"], "completed");
+    let id = delivery.header("webhook-id").unwrap();
+    assert_eq!(body["id"], id);
+    assert!(delivery
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+
+    let account: Value = app
+        .admin(
+            Method::GET,
+            &format!("/admin/accounts/{}", p.account_id),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let secret = account["account"]["webhookSecret"].as_str().unwrap();
+    let timestamp = delivery.header("webhook-timestamp").unwrap();
+    let signature = delivery.header("webhook-signature").unwrap();
+    assert!(
+        verify(secret, id, timestamp, &delivery.body, signature),
+        "signature verifies"
+    );
+    assert!(
+        !verify(secret, id, timestamp, b"{}", signature),
+        "and binds the body"
+    );
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_retried_under_one_event_id() {
+    let receiver = Receiver::start(vec![500, 500, 200]);
+    let app = spawn_app_with(&[
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "200ms,200ms,200ms",
+    ])
+    .await;
+    let p = app.partner_with_balance(10_000).await;
+    order_with_callback(&app, &p.api_key, &receiver.url()).await;
+
+    let got = receiver.wait_for(3, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 3);
+    let ids: Vec<&str> = got
+        .iter()
+        .map(|r| r.header("webhook-id").unwrap())
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    // Delivered on the third attempt: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        receiver.wait_for(4, Duration::from_millis(10)).await.len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_pending_when_the_server_stopped_arrives_after_the_restart() {
+    // A port with nobody listening yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/hooks/orders");
+    let flags = [
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "300ms,300ms,300ms,300ms,300ms,300ms,300ms,300ms",
+    ];
+    let app = spawn_app_with(&flags).await;
+    let p = app.partner_with_balance(10_000).await;
+    order_with_callback(&app, &p.api_key, &url).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let app = app.crash_and_restart(&flags);
+    let receiver = Receiver::start_on(port, vec![]);
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "the event arrived after the restart");
+    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["type"], "order.completed");
+    drop(app);
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_counts_as_a_failure() {
+    let target = Receiver::start(vec![]);
+    let redirector = Receiver::start(vec![302]);
+    let app = spawn_app_with(&[
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "200ms",
+    ])
+    .await;
+    let p = app.partner_with_balance(10_000).await;
+    order_with_callback(&app, &p.api_key, &redirector.url()).await;
+
+    let got = redirector.wait_for(2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2, "the 302 was retried, then the 200 delivered");
+    assert!(target
+        .wait_for(1, Duration::from_millis(300))
+        .await
+        .is_empty());
+}
