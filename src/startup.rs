@@ -18,6 +18,8 @@ use crate::config::Settings;
 use crate::domain::ids::random_hex;
 use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
+use crate::edge::request_metrics::count_requests;
+use crate::metrics::Metrics;
 use crate::store::committer::Committer;
 use crate::store::Store;
 use crate::workers::webhooks::{self, WebhookSender};
@@ -76,7 +78,12 @@ impl Application {
             log::warn!("--allow-private-callbacks is on: callbacks may target loopback and private hosts (development only)");
         }
         let data_file = File::open(settings.data_dir.join("db"))?;
-        let committer = Arc::new(Committer::start(store.db().clone(), data_file));
+        let metrics = Arc::new(Metrics::default());
+        let committer = Arc::new(Committer::start(
+            store.db().clone(),
+            data_file,
+            Arc::clone(&metrics),
+        ));
         let state = web::Data::new(AppState {
             store: Arc::clone(&store),
             committer,
@@ -86,6 +93,7 @@ impl Application {
                 .as_ref()
                 .map(|t| Sha256::digest(t.as_bytes()).into()),
             rate_limits: RateLimits::new(&settings),
+            metrics,
             settings,
         });
 
@@ -100,6 +108,7 @@ impl Application {
                 .configure(api::routes)
                 .wrap(from_fn(limit_rate))
                 .wrap(from_fn(check_origin))
+                .wrap(from_fn(count_requests))
                 .wrap(request_log())
         })
         .listen(listener)?
@@ -138,9 +147,9 @@ impl Application {
 
 fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupError> {
     let settings = &state.settings;
-    let store = Arc::clone(&state.store);
+    let (store, metrics) = (Arc::clone(&state.store), Arc::clone(&state.metrics));
     let sweeper = Periodic::spawn("sweeper", settings.sweep_interval, move || {
-        sweeper::sweep_expired_keys(&store)
+        sweeper::sweep_expired_keys(&store, &metrics)
     });
     let limits = state.clone();
     let pruner = Periodic::spawn("rate-limit-pruner", RATE_LIMIT_PRUNE_EVERY, move || {
@@ -155,6 +164,7 @@ fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupEr
     );
     let sender = WebhookSender::new(
         Arc::clone(&state.store),
+        Arc::clone(&state.metrics),
         state.callback_policy(),
         settings.webhook_retry_schedule.clone(),
     )

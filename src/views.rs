@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 use crate::domain::account::Account;
 use crate::domain::event::Event;
@@ -11,7 +12,7 @@ use crate::domain::order::{BalanceView, Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::rfc3339;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderItemJson<'a> {
     product_id: &'a str,
@@ -21,7 +22,7 @@ pub struct OrderItemJson<'a> {
     amount: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderJson<'a> {
     id: &'a str,
@@ -63,7 +64,7 @@ impl<'a> From<&'a Order> for OrderJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BalanceJson<'a> {
     available: i64,
@@ -81,7 +82,7 @@ impl<'a> From<&'a BalanceView> for BalanceJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntryJson<'a> {
     id: &'a str,
@@ -105,7 +106,7 @@ impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProductJson<'a> {
     id: &'a str,
@@ -129,7 +130,7 @@ impl<'a> From<&'a Product> for ProductJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccountJson<'a> {
     id: &'a str,
@@ -157,7 +158,7 @@ impl<'a> AccountJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefundJson<'a> {
     id: &'a str,
@@ -179,7 +180,7 @@ impl<'a> From<&'a Refund> for RefundJson<'a> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EventDataJson<'a> {
     order: OrderJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -188,7 +189,7 @@ pub struct EventDataJson<'a> {
 
 /// An event as listed and as POSTed to the callbackUrl:
 /// `{"id","type","createdAt","data":{"order":{…}}}`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventJson<'a> {
     id: &'a str,

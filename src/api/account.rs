@@ -8,11 +8,13 @@ use super::error::ApiError;
 use super::extract::{BalanceRead, Partner};
 use super::idempotent::json_response;
 use super::lists::{list_body, ListQuery};
+use super::openapi::{BalanceOne, TransactionList};
 use super::AppState;
 use crate::domain::ids::IdKind;
 use crate::domain::order::BalanceView;
 use crate::views::{to_json, BalanceJson, LedgerEntryJson};
 
+#[utoipa::path(get, path = "/b2b/balance", tag = "account", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
 pub async fn balance(
     partner: Partner<BalanceRead>,
     state: web::Data<AppState>,
@@ -33,6 +35,12 @@ pub async fn balance(
     })))
 }
 
+#[utoipa::path(
+    get, path = "/b2b/transactions", tag = "account",
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
+    responses((status = 200, description = "The ledger, newest first; it sums to the balance", body = TransactionList)),
+    security(("api_key" = []))
+)]
 pub async fn transactions(
     partner: Partner<BalanceRead>,
     req: HttpRequest,

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::{json_body, Admin, Violations};
 use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
+use super::openapi::{AccountOne, ApiKeyCreated, BalanceOne, ErrorEnvelope, ProductOne, Success};
 use super::{required_idempotency_key, AppState};
 use crate::domain::account::{new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope};
 use crate::domain::fingerprint::{Fingerprint, Operation};
@@ -48,7 +49,7 @@ fn account_response(state: &AppState, account: &Account) -> Result<HttpResponse,
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewAccountBody {
     name: String,
@@ -59,6 +60,7 @@ pub struct NewAccountBody {
     region: Option<String>,
 }
 
+#[utoipa::path(post, path = "/admin/accounts", tag = "admin", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
 pub async fn create_account(
     _admin: Admin,
     req: HttpRequest,
@@ -102,6 +104,7 @@ pub async fn create_account(
     account_response(&state, &account)
 }
 
+#[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
 pub async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
@@ -111,11 +114,13 @@ pub async fn get_account(
     account_response(&state, &account)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct NewApiKeyBody {
+    /// Default: all four scopes.
     scopes: Option<Vec<String>>,
 }
 
+#[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
 pub async fn create_api_key(
     _admin: Admin,
     path: web::Path<String>,
@@ -166,6 +171,7 @@ pub async fn create_api_key(
     Ok(json_response(to_json(&body)))
 }
 
+#[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
 pub async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
@@ -181,12 +187,24 @@ pub async fn revoke_api_key(
     Ok(json_response(br#"{"success":true}"#.to_vec()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct CreditBody {
+    #[schema(minimum = 1, maximum = 1000000000000i64)]
     amount: i64,
     reason: Option<String>,
 }
 
+#[utoipa::path(
+    post, path = "/admin/accounts/{id}/credits", tag = "admin",
+    params(("id" = String, Path, description = "acc_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    request_body = CreditBody,
+    responses(
+        (status = 200, description = "Credited; the new balance", body = BalanceOne, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
+        (status = 400, description = "Missing or invalid idempotency key", body = ErrorEnvelope),
+        (status = 409, description = "The key was used with a different amount, or is in progress", body = ErrorEnvelope),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn credit_account(
     _admin: Admin,
     path: web::Path<String>,
@@ -256,10 +274,11 @@ pub async fn credit_account(
     run_once(&state, write, first_use).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProductBody {
     name: String,
+    #[schema(minimum = 0, maximum = 1000000000000i64)]
     price: i64,
     #[serde(default)]
     regions: Vec<String>,
@@ -273,6 +292,7 @@ fn default_active() -> bool {
     true
 }
 
+#[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
 pub async fn put_product(
     _admin: Admin,
     path: web::Path<String>,

@@ -8,10 +8,17 @@ use super::error::ApiError;
 use super::extract::{CatalogRead, Partner};
 use super::idempotent::json_response;
 use super::lists::{list_body, query_error, ListQuery};
+use super::openapi::ProductList;
 use super::AppState;
 use crate::domain::product::MAX_PRODUCT_ID_LEN;
 use crate::views::ProductJson;
 
+#[utoipa::path(
+    get, path = "/b2b/products", tag = "account",
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
+    responses((status = 200, description = "Active products in id order", body = ProductList)),
+    security(("api_key" = []))
+)]
 pub async fn products(
     _partner: Partner<CatalogRead>,
     req: HttpRequest,

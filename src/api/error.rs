@@ -9,12 +9,22 @@ use serde_json::json;
 use crate::store::StoreError;
 
 /// One entry of the 422 `detail` list: `loc` is the JSON path, starting with `"body"`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct FieldError {
+    /// `"body"` (or `"query"`), then the JSON path: field names and list indexes.
+    #[schema(value_type = Vec<LocPart>)]
     pub loc: Vec<serde_json::Value>,
     pub msg: String,
     #[serde(rename = "type")]
     pub kind: &'static str,
+}
+
+/// One step of a `loc` path, as documented: a field name or a list index.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum LocPart {
+    Field(String),
+    Index(u64),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -9,10 +9,17 @@ use super::error::ApiError;
 use super::extract::{OrdersRead, Partner};
 use super::idempotent::json_response;
 use super::lists::{list_body, query_error, ListQuery};
+use super::openapi::EventList;
 use super::AppState;
 use crate::domain::ids::{Id, IdKind};
 use crate::views::EventJson;
 
+#[utoipa::path(
+    get, path = "/b2b/events", tag = "account",
+    params(("after" = Option<String>, Query, description = "Only events after this one (evt_…), exclusive"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)")),
+    responses((status = 200, description = "Every event of the account, oldest first", body = EventList)),
+    security(("api_key" = []))
+)]
 pub async fn list_events(
     partner: Partner<OrdersRead>,
     req: HttpRequest,

@@ -61,13 +61,16 @@ pub struct KeyedWrite<'a> {
     pub fingerprint: Fingerprint,
 }
 
-async fn hold(stripe: &Mutex<()>) -> Result<MutexGuard<'_, ()>, ApiError> {
+async fn hold<'a>(state: &AppState, stripe: &'a Mutex<()>) -> Result<MutexGuard<'a, ()>, ApiError> {
     if let Ok(guard) = stripe.try_lock() {
         return Ok(guard);
     }
     tokio::time::timeout(KEY_WAIT, stripe.lock())
         .await
-        .map_err(|_| ApiError::Conflict("Duplicate request in progress, retry later".into()))
+        .map_err(|_| {
+            state.metrics.key_conflict("in_progress");
+            ApiError::Conflict("Duplicate request in progress, retry later".into())
+        })
 }
 
 /// Replays `first_use`'s stored answer, refuses a different request under a used key, or
@@ -84,12 +87,12 @@ where
     let stripe = state.key_locks.stripe(&write.account, write.key);
     // Fast path for a used key: its rows decide as soon as the stripe shows them durable.
     if let Some(record) = state.store.replay_lookup(&write.account, write.key)? {
-        let _durable = hold(stripe).await?;
-        return decide(&write, record);
+        let _durable = hold(state, stripe).await?;
+        return decide(state, &write, record);
     }
-    let _held = hold(stripe).await?;
+    let _held = hold(state, stripe).await?;
     if let Some(record) = state.store.replay_lookup(&write.account, write.key)? {
-        return decide(&write, record);
+        return decide(state, &write, record);
     }
     match first_use().await? {
         FirstUse::Committed(body) => {
@@ -97,7 +100,7 @@ where
             Ok(json_response(body))
         }
         FirstUse::KeyTaken => match state.store.replay_lookup(&write.account, write.key)? {
-            Some(record) => decide(&write, record),
+            Some(record) => decide(state, &write, record),
             None => Err(ApiError::Internal(
                 "key reported taken but has no rows".into(),
             )),
@@ -123,9 +126,14 @@ where
     }
 }
 
-fn decide(write: &KeyedWrite, record: KeyRecord) -> Result<HttpResponse, ApiError> {
+fn decide(
+    state: &AppState,
+    write: &KeyedWrite,
+    record: KeyRecord,
+) -> Result<HttpResponse, ApiError> {
     let binding = &record.binding;
     if binding.operation == write.operation && binding.fingerprint == write.fingerprint {
+        state.metrics.replays.inc();
         let status = actix_web::http::StatusCode::from_u16(record.response.status)
             .map_err(|e| ApiError::Internal(format!("stored status: {e}")))?;
         return Ok(HttpResponse::build(status)
@@ -133,6 +141,7 @@ fn decide(write: &KeyedWrite, record: KeyRecord) -> Result<HttpResponse, ApiErro
             .insert_header(("Idempotency-Replayed", "true"))
             .body(record.response.body));
     }
+    state.metrics.key_conflict("different_body");
     let detail = if binding.operation != write.operation {
         "this key was already used for another kind of request; use a new key for a new operation"
     } else {

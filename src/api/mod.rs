@@ -8,6 +8,7 @@ pub mod events;
 pub mod extract;
 pub mod idempotent;
 pub mod lists;
+pub mod openapi;
 pub mod ops;
 pub mod orders;
 pub mod providers;
@@ -21,6 +22,7 @@ use crate::config::Settings;
 use crate::domain::callback_url::AddressPolicy;
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::edge::rate_limit::RateLimits;
+use crate::metrics::Metrics;
 use crate::store::committer::Committer;
 use crate::store::Store;
 use error::ApiError;
@@ -33,6 +35,7 @@ pub struct AppState {
     pub key_locks: KeyLocks,
     pub settings: Settings,
     pub rate_limits: RateLimits,
+    pub metrics: Arc<Metrics>,
     /// SHA-256 of the admin token; `None` disables the admin API.
     pub admin_token_hash: Option<[u8; 32]>,
 }
@@ -153,7 +156,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::put().to(admin::put_product))
             .default_service(not_allowed()),
     )
+    .service(web::resource("/openapi.json").route(web::get().to(openapi::openapi_json)))
     .service(web::resource("/healthz").route(web::get().to(ops::healthz)))
+    .service(web::resource("/metrics").route(web::get().to(ops::metrics)))
     .service(web::resource("/readyz").route(web::get().to(ops::readyz)))
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::NotFound("not_found: no such route".into()))

@@ -1,15 +1,25 @@
-//! `/healthz` (the process answers) and `/readyz` (the storage answers).
+//! `/healthz` (the process answers), `/readyz` (the storage answers) and `/metrics`.
 
 use actix_web::{web, HttpResponse};
 
+use super::openapi::{ErrorEnvelope, Health};
 use super::AppState;
 
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "The process is up", body = Health)))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(r#"{"success":true,"status":"ok"}"#)
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus/OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.metrics.render())
+}
+
+#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "Storage answers", body = Health), (status = 503, description = "Storage does not answer", body = ErrorEnvelope)))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     match state.store.probe() {
         Ok(()) => HttpResponse::Ok()

@@ -10,6 +10,7 @@ use super::error::ApiError;
 use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
 use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
 use super::lists::{list_body, query_error, ListQuery};
+use super::openapi::{ErrorEnvelope, OrderList, OrderOne, OrderPlaced};
 use super::{required_idempotency_key, AppState};
 use crate::domain::account::{Account, Shortfall};
 use crate::domain::basket::RequestedLine;
@@ -29,18 +30,25 @@ pub const MAX_QUANTITY: i64 = 1_000_000;
 pub const MAX_CALLBACK_URL_LEN: usize = 2048;
 pub const MAX_EXTERNAL_ORDER_ID_LEN: usize = 128;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateOrderBody {
+    /// 1 or more lines (more than 200 is the business refusal `too_many_items`).
+    #[schema(min_items = 1)]
     items: Vec<ItemBody>,
+    /// Where order events are POSTed; http(s) to a public host.
+    #[schema(max_length = 2048)]
     callback_url: Option<String>,
+    #[schema(max_length = 128)]
     external_order_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ItemBody {
+    #[schema(min_length = 1, max_length = 64)]
     product_id: String,
+    #[schema(minimum = 1, maximum = 1000000)]
     quantity: i64,
     #[serde(default)]
     delivery_data: Option<BTreeMap<String, String>>,
@@ -102,6 +110,18 @@ impl CreateOrderBody {
     }
 }
 
+#[utoipa::path(
+    post, path = "/b2b/orders", tag = "orders",
+    request_body = CreateOrderBody,
+    params(("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    responses(
+        (status = 200, description = "The order, durable; a replay returns the first answer byte for byte", body = OrderPlaced, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
+        (status = 400, description = "Missing/invalid idempotency key, invalid callbackUrl, or a business rule (token prefix)", body = ErrorEnvelope),
+        (status = 402, description = "Insufficient balance / Exceeds credit limit / Concurrent balance modification", body = ErrorEnvelope),
+        (status = 409, description = "The key was used with a different basket, or is in progress", body = ErrorEnvelope),
+    ),
+    security(("api_key" = []))
+)]
 /// The checks run in the order the contract fixes: key (auth), body (422), idempotency key
 /// (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
 pub async fn create_order(
@@ -183,9 +203,11 @@ async fn place(state: web::Data<AppState>, request: OrderRequest) -> Result<Firs
         Err(OrderRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
         Err(OrderRefusal::Basket(rejection)) => Err(ApiError::BadRequest(rejection.message())),
         Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance)) => {
+            state.metrics.payment_refused("insufficient_balance");
             Err(ApiError::PaymentRequired("Insufficient balance"))
         }
         Err(OrderRefusal::Shortfall(Shortfall::ExceedsCreditLimit)) => {
+            state.metrics.payment_refused("exceeds_credit_limit");
             Err(ApiError::PaymentRequired("Exceeds credit limit"))
         }
     }
@@ -195,6 +217,12 @@ fn order_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
 }
 
+#[utoipa::path(
+    get, path = "/b2b/orders/{id}", tag = "orders",
+    params(("id" = String, Path, description = "ord_…")),
+    responses((status = 200, description = "The order now", body = OrderOne), (status = 404, description = "order_not_found", body = ErrorEnvelope)),
+    security(("api_key" = []))
+)]
 pub async fn get_order(
     partner: Partner<OrdersRead>,
     path: web::Path<String>,
@@ -209,6 +237,12 @@ pub async fn get_order(
     Ok(json_response(order_only(&order)))
 }
 
+#[utoipa::path(
+    get, path = "/b2b/orders", tag = "orders",
+    params(("externalOrderId" = Option<String>, Query, description = "Only orders with this externalOrderId"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
+    responses((status = 200, description = "The account's orders, newest first", body = OrderList)),
+    security(("api_key" = []))
+)]
 pub async fn list_orders(
     partner: Partner<OrdersRead>,
     req: HttpRequest,

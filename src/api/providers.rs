@@ -12,6 +12,7 @@ use sha2::Sha256;
 use super::error::ApiError;
 use super::extract::{parse_json, read_body, Violations};
 use super::idempotent::json_response;
+use super::openapi::{AuthError, ErrorEnvelope, ProviderAck, ValidationError};
 use super::AppState;
 use crate::domain::time::now_millis;
 use crate::loc;
@@ -20,7 +21,7 @@ use crate::store::providers::{ProviderCredit, ProviderRefusal, Recorded};
 /// The one notification type that moves money.
 pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Notification {
     id: String,
@@ -57,6 +58,18 @@ pub fn signature_valid(secret: &[u8], body: &[u8], header: Option<&str>) -> bool
     mac.verify_slice(&signature).is_ok()
 }
 
+#[utoipa::path(
+    post, path = "/webhooks/providers/{provider}", tag = "providers",
+    params(("provider" = String, Path, description = "A provider configured with --provider-secret"), ("X-Signature" = String, Header, description = "sha256=<hex HMAC-SHA256(secret, raw body)>")),
+    request_body = Notification,
+    responses(
+        (status = 200, description = "Recorded; duplicate is true when it had been credited already", body = ProviderAck),
+        (status = 400, description = "currency_mismatch", body = ErrorEnvelope),
+        (status = 401, description = "Missing or wrong signature", body = AuthError),
+        (status = 404, description = "Unknown provider or account", body = ErrorEnvelope),
+        (status = 422, description = "The body does not match the schema", body = ValidationError),
+    )
+)]
 pub async fn provider_notification(
     path: web::Path<String>,
     req: HttpRequest,

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::{json_body, optional_json_body, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
+use super::openapi::{ErrorEnvelope, OrderOne, RefundMade};
 use super::{optional_idempotency_key, required_idempotency_key, AppState};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -46,9 +47,21 @@ fn claim_for<'a>(
 }
 
 /// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct CancelBody {}
 
+#[utoipa::path(
+    post, path = "/b2b/orders/{id}/cancel", tag = "orders",
+    params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = Option<String>, Header, description = "Optional: with a key, a repeat replays the first answer"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    request_body(content = Option<CancelBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Cancelled; the money is back on the balance", body = OrderOne, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
+        (status = 400, description = "Invalid idempotency key", body = ErrorEnvelope),
+        (status = 404, description = "order_not_found", body = ErrorEnvelope),
+        (status = 409, description = "order_not_cancellable (a state conflict), or the key was used differently", body = ErrorEnvelope),
+    ),
+    security(("api_key" = []))
+)]
 pub async fn cancel_order(
     partner: Partner<OrdersWrite>,
     path: web::Path<String>,
@@ -111,12 +124,27 @@ pub async fn cancel_order(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct RefundBody {
+    /// At least 1; absent: the whole unrefunded remainder.
+    #[schema(minimum = 1)]
     amount: Option<i64>,
+    #[schema(max_length = 256)]
     reason: Option<String>,
 }
 
+#[utoipa::path(
+    post, path = "/b2b/orders/{id}/refunds", tag = "orders",
+    params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    request_body = RefundBody,
+    responses(
+        (status = 200, description = "The refund, credited to the balance", body = RefundMade, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
+        (status = 400, description = "Missing or invalid idempotency key", body = ErrorEnvelope),
+        (status = 404, description = "order_not_found", body = ErrorEnvelope),
+        (status = 409, description = "order_not_refundable, refund_exceeds_remaining, or the key was used differently", body = ErrorEnvelope),
+    ),
+    security(("api_key" = []))
+)]
 pub async fn refund_order(
     partner: Partner<OrdersWrite>,
     path: web::Path<String>,

@@ -4,3 +4,4 @@ pub mod cidr;
 pub mod client_ip;
 pub mod origin;
 pub mod rate_limit;
+pub mod request_metrics;

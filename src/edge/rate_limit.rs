@@ -174,6 +174,7 @@ pub async fn limit_rate(
     let client = state.rate_limits.client(peer, &forwarded);
     let decision = state.rate_limits.check(client);
     if !decision.allowed {
+        state.metrics.rate_limited.inc();
         let body = serde_json::json!({
             "success": false,
             "code": "RATE_LIMITED",

@@ -8,13 +8,14 @@
 
 use std::fs::File;
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use super::StoreError;
+use crate::metrics::Metrics;
 
 enum Request {
     Flush(oneshot::Sender<Result<(), String>>),
@@ -27,11 +28,11 @@ pub struct Committer {
 }
 
 impl Committer {
-    pub fn start(db: sled::Db, data_file: File) -> Self {
+    pub fn start(db: sled::Db, data_file: File, metrics: Arc<Metrics>) -> Self {
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("orderly-commit".into())
-            .spawn(move || run(db, data_file, inbox))
+            .spawn(move || run(db, data_file, inbox, &metrics))
             .expect("spawning the commit thread");
         Committer {
             requests,
@@ -63,7 +64,7 @@ impl Committer {
     }
 }
 
-fn run(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Request>) {
+fn run(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Request>, metrics: &Metrics) {
     let mut stopping = false;
     while !stopping {
         let mut waiters = Vec::new();
@@ -80,11 +81,10 @@ fn run(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Request>) {
         }
         let started = Instant::now();
         let outcome = flush(&db, &data_file);
-        log::debug!(
-            "group commit: {} waiter(s), {:?}",
-            waiters.len(),
-            started.elapsed()
-        );
+        metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        metrics.commit_batch_size.observe(waiters.len() as f64);
         if let Err(e) = &outcome {
             log::error!(
                 "flush failed; {} request(s) answered 500: {e}",

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use crate::domain::time::now_millis;
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// Keys deleted per pass before yielding; a backlog is finished on the same tick.
 const BATCH: usize = 1_000;
 
-pub fn sweep_expired_keys(store: &Arc<Store>) {
+pub fn sweep_expired_keys(store: &Arc<Store>, metrics: &Metrics) {
     let now = now_millis();
     let mut total = 0;
     loop {
@@ -23,6 +24,7 @@ pub fn sweep_expired_keys(store: &Arc<Store>) {
             }
         }
     }
+    metrics.sweeper_deleted.inc_by(total as u64);
     if total > 0 {
         log::info!("sweeper deleted {total} expired idempotency key(s)");
     }

@@ -19,6 +19,7 @@ use sha2::Sha256;
 
 use crate::domain::callback_url::{is_public_ip, AddressPolicy, CallbackUrl};
 use crate::domain::time::now_millis;
+use crate::metrics::Metrics;
 use crate::store::events::DueDelivery;
 use crate::store::Store;
 use crate::views::event_body;
@@ -68,6 +69,7 @@ enum Attempt {
 
 pub struct WebhookSender {
     store: Arc<Store>,
+    metrics: Arc<Metrics>,
     client: reqwest::Client,
     policy: AddressPolicy,
     schedule: Vec<Duration>,
@@ -96,6 +98,7 @@ fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 impl WebhookSender {
     pub fn new(
         store: Arc<Store>,
+        metrics: Arc<Metrics>,
         policy: AddressPolicy,
         schedule: Vec<Duration>,
     ) -> Result<Self, reqwest::Error> {
@@ -108,6 +111,7 @@ impl WebhookSender {
             .build()?;
         Ok(WebhookSender {
             store,
+            metrics,
             client,
             policy,
             schedule,
@@ -129,6 +133,9 @@ impl WebhookSender {
     async fn deliver(&self, due: DueDelivery) {
         let delivery = &due.delivery;
         let attempt = self.attempt(&due).await;
+        if !matches!(attempt, Attempt::Delivered) {
+            self.metrics.webhook_failures.inc();
+        }
         let settled = match attempt {
             Attempt::Delivered => {
                 log::info!(
@@ -194,6 +201,7 @@ impl WebhookSender {
         let Some(signature) = sign(&account.webhook_secret, &event.id, timestamp, &body) else {
             return Attempt::GiveUp("the account's webhook secret is malformed".into());
         };
+        self.metrics.webhook_attempts.inc();
         let sent = self
             .client
             .post(&delivery.url)

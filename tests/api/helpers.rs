@@ -110,6 +110,31 @@ impl TestApp {
         format!("{}{}", self.address, path)
     }
 
+    /// SIGTERM, then the exit status (bounded wait).
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Starts again on the same data after the process has ended.
+    pub fn restart(mut self, extra: &[&str]) -> TestApp {
+        let root = self._data_root.take();
+        let mut app = start(&self.data_dir, extra);
+        app._data_root = root;
+        app
+    }
+
     /// kill -9, then start again on the same data.
     pub fn crash_and_restart(mut self, extra: &[&str]) -> TestApp {
         let _ = self.child.kill();

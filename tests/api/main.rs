@@ -10,6 +10,7 @@ mod crash;
 mod edge;
 mod expiry;
 mod lifecycle;
+mod operations;
 mod order_of_checks;
 mod payment;
 mod providers;

@@ -1,0 +1,439 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 description of every route, generated from the
+//! handlers' annotations. The envelopes shared by many routes (401, 403, 422, 429, 500) are
+//! added by `SharedResponses` from one table, so no route can forget one.
+
+use actix_web::HttpResponse;
+use serde::Serialize;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Components, HeaderBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use super::error::{FieldError, LocPart};
+use crate::views::{
+    AccountJson, BalanceJson, EventDataJson, EventJson, LedgerEntryJson, OrderItemJson, OrderJson,
+    ProductJson, RefundJson,
+};
+
+/// `{"success":false,"error":"<token>: <sentence>"}`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorEnvelope {
+    pub success: bool,
+    pub error: String,
+}
+
+/// `{"error":"Unauthorized"|"Forbidden","message":"..."}`: the auth envelope has no `success`.
+#[derive(Serialize, ToSchema)]
+pub struct AuthError {
+    pub error: String,
+    pub message: String,
+}
+
+/// The 422 validation envelope.
+#[derive(Serialize, ToSchema)]
+pub struct ValidationError {
+    pub detail: Vec<FieldError>,
+}
+
+/// The 429 body; `retryAfter` equals the `Retry-After` header.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimited {
+    pub success: bool,
+    pub code: String,
+    pub error: String,
+    pub retry_after: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OrderPlaced {
+    pub success: bool,
+    pub order: OrderJson<'static>,
+    pub balance: BalanceJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OrderOne {
+    pub success: bool,
+    pub order: OrderJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RefundMade {
+    pub success: bool,
+    pub refund: RefundJson<'static>,
+    pub order: OrderJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BalanceOne {
+    pub success: bool,
+    pub balance: BalanceJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderList {
+    pub success: bool,
+    pub orders: Vec<OrderJson<'static>>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransactionList {
+    pub success: bool,
+    pub transactions: Vec<LedgerEntryJson<'static>>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProductList {
+    pub success: bool,
+    pub products: Vec<ProductJson<'static>>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventList {
+    pub success: bool,
+    pub events: Vec<EventJson<'static>>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AccountOne {
+    pub success: bool,
+    pub account: AccountJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyJson {
+    pub id: String,
+    /// The plaintext key: shown only in this answer.
+    pub key: String,
+    pub scopes: Vec<String>,
+    pub account_id: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyCreated {
+    pub success: bool,
+    pub api_key: ApiKeyJson,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProductOne {
+    pub success: bool,
+    pub product: ProductJson<'static>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Success {
+    pub success: bool,
+}
+
+/// The answer to a provider notification.
+#[derive(Serialize, ToSchema)]
+pub struct ProviderAck {
+    pub success: bool,
+    /// True when this notification was already credited (nothing moved this time).
+    pub duplicate: bool,
+    /// Present (true) for notification types that move no money.
+    #[schema(nullable = false)]
+    pub ignored: Option<bool>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub success: bool,
+    pub status: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "orderly",
+        description = "B2B orders for digital goods where a retry is always safe: the same idempotency key never charges twice.",
+        version = env!("CARGO_PKG_VERSION")
+    ),
+    paths(
+        super::orders::create_order,
+        super::orders::get_order,
+        super::orders::list_orders,
+        super::refunds::cancel_order,
+        super::refunds::refund_order,
+        super::account::balance,
+        super::account::transactions,
+        super::catalog::products,
+        super::events::list_events,
+        super::providers::provider_notification,
+        super::admin::create_account,
+        super::admin::get_account,
+        super::admin::create_api_key,
+        super::admin::revoke_api_key,
+        super::admin::credit_account,
+        super::admin::put_product,
+        super::ops::healthz,
+        super::ops::readyz,
+        super::ops::metrics,
+        openapi_json,
+    ),
+    components(schemas(
+        ErrorEnvelope, AuthError, ValidationError, FieldError, LocPart, RateLimited, OrderItemJson, EventDataJson
+    )),
+    modifiers(&SharedResponses),
+    tags(
+        (name = "orders", description = "Placing, reading, cancelling and refunding orders"),
+        (name = "account", description = "The partner's balance, ledger, catalog and events"),
+        (name = "providers", description = "Inbound payment-provider notifications"),
+        (name = "admin", description = "The operator's API"),
+        (name = "ops", description = "Health, readiness, metrics and this document")
+    )
+)]
+pub struct ApiDoc;
+
+/// Adds the security schemes and the responses many routes share.
+struct SharedResponses;
+
+/// Routes outside the rate limiter.
+const NOT_RATE_LIMITED: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+fn json_response(description: &str, schema: &str) -> RefOr<utoipa::openapi::Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(schema)))
+                .build(),
+        )
+        .build()
+        .into()
+}
+
+fn rate_limited_response() -> RefOr<utoipa::openapi::Response> {
+    let integer_header = |description: &str| {
+        HeaderBuilder::new()
+            .schema(
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::Integer),
+            )
+            .description(Some(description))
+            .build()
+    };
+    ResponseBuilder::new()
+        .description("Over the per-minute limit")
+        .header(
+            "Retry-After",
+            integer_header("Whole seconds until the next request would be allowed"),
+        )
+        .header("X-RateLimit-Limit", integer_header("The per-minute limit"))
+        .header(
+            "X-RateLimit-Remaining",
+            integer_header("Requests available now (0)"),
+        )
+        .header(
+            "X-RateLimit-Reset",
+            integer_header("Whole seconds until the budget is full again"),
+        )
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("RateLimited")))
+                .build(),
+        )
+        .build()
+        .into()
+}
+
+fn add_missing(
+    operation: &mut Operation,
+    status: &str,
+    response: RefOr<utoipa::openapi::Response>,
+) {
+    operation
+        .responses
+        .responses
+        .entry(status.to_string())
+        .or_insert(response);
+}
+
+impl Modify for SharedResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Components::new);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Api-Key",
+                "gc_live_ followed by 32 lowercase hex digits",
+            ))),
+        );
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            for (is_write, operation) in operations(item) {
+                add_missing(
+                    operation,
+                    "500",
+                    json_response(
+                        "Internal error (details are logged, never sent)",
+                        "ErrorEnvelope",
+                    ),
+                );
+                if NOT_RATE_LIMITED.contains(&path.as_str()) {
+                    continue;
+                }
+                add_missing(operation, "429", rate_limited_response());
+                if path.starts_with("/b2b/") {
+                    add_missing(
+                        operation,
+                        "401",
+                        json_response(
+                            "Missing, malformed, unknown or revoked API key",
+                            "AuthError",
+                        ),
+                    );
+                    add_missing(
+                        operation,
+                        "403",
+                        json_response(
+                            "Not a wholesale account, or the key lacks the scope",
+                            "AuthError",
+                        ),
+                    );
+                }
+                if path.starts_with("/admin/") {
+                    add_missing(
+                        operation,
+                        "401",
+                        json_response("Wrong or missing admin token", "AuthError"),
+                    );
+                    add_missing(
+                        operation,
+                        "404",
+                        json_response("Unknown resource, or the admin API is off", "ErrorEnvelope"),
+                    );
+                }
+                if is_write {
+                    // The origin refusal has the business envelope, the auth one does not.
+                    let description = "Origin not allowed (`success:false` envelope), or an auth/scope refusal (`error`/`message`)";
+                    let schema = utoipa::openapi::schema::OneOfBuilder::new()
+                        .item(Ref::from_schema_name("ErrorEnvelope"))
+                        .item(Ref::from_schema_name("AuthError"));
+                    operation.responses.responses.insert(
+                        "403".into(),
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                "application/json",
+                                utoipa::openapi::ContentBuilder::new()
+                                    .schema(Some(schema))
+                                    .build(),
+                            )
+                            .build()
+                            .into(),
+                    );
+                }
+                if is_write || path.starts_with("/b2b/") {
+                    add_missing(
+                        operation,
+                        "422",
+                        json_response(
+                            "The body or query does not match the schema",
+                            "ValidationError",
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every operation of a path item, with whether it is a write.
+fn operations(item: &mut PathItem) -> Vec<(bool, &mut Operation)> {
+    [
+        (false, item.get.as_mut()),
+        (true, item.post.as_mut()),
+        (true, item.put.as_mut()),
+        (true, item.patch.as_mut()),
+        (true, item.delete.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(write, op)| op.map(|op| (write, op)))
+    .collect()
+}
+
+/// The document, rendered once.
+pub fn document() -> String {
+    ApiDoc::openapi()
+        .to_json()
+        .expect("the OpenAPI document serializes")
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "ops", responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json")))]
+pub async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> serde_json::Value {
+        serde_json::from_str(&document()).unwrap()
+    }
+
+    fn idempotency_required(doc: &serde_json::Value, path: &str, method: &str) -> Option<bool> {
+        doc["paths"][path][method]["parameters"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "X-Idempotency-Key")
+            .map(|p| p["required"].as_bool().unwrap_or(false))
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1() {
+        assert!(doc()["openapi"].as_str().unwrap().starts_with("3.1"));
+    }
+
+    #[test]
+    fn the_idempotency_key_is_required_exactly_where_the_server_refuses_without_it() {
+        let d = doc();
+        assert_eq!(idempotency_required(&d, "/b2b/orders", "post"), Some(true));
+        assert_eq!(
+            idempotency_required(&d, "/b2b/orders/{id}/refunds", "post"),
+            Some(true)
+        );
+        assert_eq!(
+            idempotency_required(&d, "/admin/accounts/{id}/credits", "post"),
+            Some(true)
+        );
+        assert_eq!(
+            idempotency_required(&d, "/b2b/orders/{id}/cancel", "post"),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn every_rate_limited_route_documents_429_and_every_route_500() {
+        let d = doc();
+        for (path, item) in d["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                assert!(op["responses"].get("500").is_some(), "{method} {path}");
+                if !NOT_RATE_LIMITED.contains(&path.as_str()) {
+                    assert!(op["responses"].get("429").is_some(), "{method} {path}");
+                }
+            }
+        }
+    }
+}

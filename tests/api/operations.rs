@@ -1,0 +1,188 @@
+//! SPEC sections 2 and 15: metrics, the OpenAPI document, flags, and a graceful stop.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{basket, spawn_app, spawn_app_with};
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_count_a_replay_and_a_conflict() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(10_000).await;
+    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
+        .await;
+    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
+        .await;
+    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 2, "p"))
+        .await;
+
+    let resp = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        !resp.headers().contains_key("X-RateLimit-Limit"),
+        "/metrics is not rate-limited"
+    );
+    let text = resp.text().await.unwrap();
+    assert_eq!(
+        metric(&text, "orderly_idempotent_replays_total"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "orderly_idempotency_conflicts_total{reason=\"different_body\"}"
+        ),
+        1.0
+    );
+    assert!(metric(&text, "orderly_commit_flush_seconds_count") >= 1.0);
+    assert!(text.contains(
+        "orderly_http_requests_total{route=\"/b2b/orders\",method=\"POST\",status=\"2xx\"}"
+    ));
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_3_1_and_marks_the_key_required_on_orders() {
+    let app = spawn_app().await;
+    let resp = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers().contains_key("X-RateLimit-Limit"),
+        "/openapi.json is rate-limited"
+    );
+    let doc: Value = resp.json().await.unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let params = doc["paths"]["/b2b/orders"]["post"]["parameters"]
+        .as_array()
+        .unwrap();
+    let key = params
+        .iter()
+        .find(|p| p["name"] == "X-Idempotency-Key")
+        .unwrap();
+    assert_eq!(key["required"], true);
+}
+
+#[test]
+fn a_bad_flag_value_stops_the_start_with_exit_status_2() {
+    for args in [
+        vec!["--idempotency-ttl", "soon"],
+        vec!["--trusted-proxies", "10.0.0.0/40"],
+        vec!["--provider-secret", "no-equals-sign"],
+        vec!["--rate-limit-override", "10.0.0.0/8=lots"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+            .arg("serve")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error:"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn every_flag_is_documented_by_serve_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen",
+        "--data-dir",
+        "--demo",
+        "--currency",
+        "--admin-token",
+        "--allowed-origins",
+        "--rate-limit",
+        "--rate-limit-override",
+        "--trusted-proxies",
+        "--idempotency-ttl",
+        "--sweep-interval",
+        "--fulfillment-delay",
+        "--webhook-retry-schedule",
+        "--allow-private-callbacks",
+        "--provider-secret",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+    assert!(help.contains("ORDERLY_LISTEN"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_a_burst_keeps_every_acknowledged_order_and_exits_0() {
+    let mut app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(1_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let keys: Vec<String> = (0..60).map(|i| format!("term-{i}")).collect();
+
+    // Requests that meet the closed listener fail; only the 200s are promises to keep.
+    let send = |key: &String| {
+        app.client
+            .post(app.url("/b2b/orders"))
+            .header("X-Api-Key", &p.api_key)
+            .header("X-Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let burst = join_all(keys.iter().map(send));
+    let (responses, status) = tokio::join!(burst, async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        app.terminate(Duration::from_secs(30))
+    });
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit status 0 after SIGTERM"
+    );
+
+    let mut acknowledged: HashMap<String, String> = HashMap::new();
+    for (key, resp) in keys.iter().zip(responses) {
+        if let Ok(resp) = resp {
+            if resp.status() == StatusCode::OK {
+                let v: Value = resp.json().await.unwrap();
+                acknowledged.insert(key.clone(), v["order"]["id"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        !acknowledged.is_empty(),
+        "some orders were acknowledged before the stop"
+    );
+    let app = app.restart(&[]);
+    let orders = app.orders(&p.api_key).await;
+    for (key, id) in &acknowledged {
+        assert!(
+            orders.iter().any(|o| o["id"] == id.as_str()),
+            "acknowledged order {id} survived"
+        );
+        let replay: Value = app
+            .post_order(Some(&p.api_key), Some(key), &body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(replay["order"]["id"], id.as_str());
+    }
+    app.assert_ledger_matches_balance(&p.api_key).await;
+}
