@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Stdlib-only HTTP client used by bench.sh, crash-trials.sh and soak.sh (not meant to be run by hand).
+
+  setup         PUT product prd_bench (price 1); create N wholesale accounts, each with an API key
+                and a credit; write "account_id<TAB>api_key" lines
+  precreate     place one order per idempotency key, to build a replay pool for wrk
+  verify        for every account: the ledger (all pages) sums to the balance
+  crash-load    mixed new/replay order load until the server dies (or the limits hit); writes the
+                keys it sent and the keys that got a 200 with their order id
+  crash-verify  after the restart: acknowledged keys replay to their order, no orphan or duplicate
+                orders, ledger == balance; writes the number of lost acknowledged orders
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import sys
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+ORDER_BODY = b'{"items":[{"productId":"prd_bench","quantity":1}]}'
+SCOPES = ["orders:write", "orders:read", "balance:read", "catalog:read"]
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection. retry=True resends once after a dropped connection."""
+
+    def __init__(self, base, timeout=15):
+        url = urllib.parse.urlsplit(base)
+        self.host, self.port, self.timeout = url.hostname, url.port, timeout
+        self.conn = None
+
+    def call(self, method, path, body=None, headers=None, retry=True):
+        hdrs = dict(headers or {})
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+        for attempt in (0, 1):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+                self.conn.request(method, path, body=body, headers=hdrs)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                data = json.loads(raw) if raw else None
+                return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+            except (OSError, http.client.HTTPException):
+                self.close()
+                if not retry or attempt:
+                    raise
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+_local = threading.local()
+
+
+def client(base):
+    if getattr(_local, "client", None) is None:
+        _local.client = Client(base)
+    return _local.client
+
+
+def pmap(fn, items, threads=8):
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(fn, items))
+
+
+def expect(status, data, what):
+    if status != 200:
+        raise SystemExit(f"{what}: HTTP {status}: {data}")
+    return data
+
+
+def order(base, api_key, idem_key, retry=False):
+    """POST one bench order. Returns (status, replayed?, order id or None)."""
+    status, hdrs, data = client(base).call(
+        "POST", "/b2b/orders", ORDER_BODY,
+        {"X-Api-Key": api_key, "X-Idempotency-Key": idem_key}, retry=retry)
+    oid = data["order"]["id"] if status == 200 else None
+    return status, hdrs.get("idempotency-replayed") == "true", oid
+
+
+def read_accounts(path):
+    with open(path) as f:
+        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+
+
+def list_all(base, api_key, resource):
+    """Every item of a paginated /b2b list, checking the pages do not repeat an id."""
+    items, seen, cursor = [], set(), None
+    for _ in range(100000):
+        q = "limit=100" + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else "")
+        s, _, data = client(base).call("GET", f"/b2b/{resource}?{q}", headers={"X-Api-Key": api_key})
+        expect(s, data, f"GET /b2b/{resource}")
+        for it in data[resource]:
+            if it["id"] in seen:
+                raise SystemExit(f"/b2b/{resource}: id {it['id']} appears on two pages")
+            seen.add(it["id"])
+            items.append(it)
+        cursor = data.get("nextCursor")
+        if not cursor:
+            return items
+    raise SystemExit(f"/b2b/{resource}: pagination did not end")
+
+
+def ledger_check(base, api_key):
+    """Returns (ok, available, ledger sum, entries)."""
+    s, _, data = client(base).call("GET", "/b2b/balance", headers={"X-Api-Key": api_key})
+    available = expect(s, data, "GET /b2b/balance")["balance"]["available"]
+    txns = list_all(base, api_key, "transactions")
+    total = sum(t["amount"] for t in txns)
+    ok = total == available and (not txns or txns[0]["balanceAfter"] == available)
+    return ok, available, total, len(txns)
+
+
+# ---------------------------------------------------------------------------------- commands
+
+def cmd_setup(a):
+    admin = {"Authorization": f"Bearer {a.token}"}
+    product = {"name": "bench", "price": 1, "regions": [], "deliveryFields": [], "active": True}
+    s, _, d = client(a.base).call("PUT", "/admin/products/prd_bench", product, admin)
+    expect(s, d, "PUT /admin/products/prd_bench")
+
+    def one(i):
+        c = client(a.base)
+        s, _, d = c.call("POST", "/admin/accounts", {"name": f"load-{i}", "wholesale": True,
+                                                     "creditLimit": 0, "region": "EU"}, admin, retry=False)
+        acc = expect(s, d, "POST /admin/accounts")["account"]["id"]
+        s, _, d = c.call("POST", f"/admin/accounts/{acc}/api-keys", {"scopes": SCOPES}, admin, retry=False)
+        key = expect(s, d, "POST api-keys")["apiKey"]["key"]
+        s, _, d = c.call("POST", f"/admin/accounts/{acc}/credits", {"amount": a.balance, "reason": "load test"},
+                         {**admin, "X-Idempotency-Key": f"setup-credit-{acc}"})
+        expect(s, d, "POST credits")
+        return f"{acc}\t{key}\n"
+
+    rows = pmap(one, range(a.accounts))
+    with open(a.out, "w") as f:
+        f.writelines(rows)
+
+
+def cmd_precreate(a):
+    accounts = read_accounts(a.accounts)
+
+    def one(i):
+        api_key, idem = accounts[i % len(accounts)][1], f"{a.prefix}-{i}"
+        s, _, _ = order(a.base, api_key, idem, retry=True)
+        if s != 200:
+            raise SystemExit(f"precreate {idem}: HTTP {s}")
+        return f"{api_key}\t{idem}\n"
+
+    rows = pmap(one, range(a.count), threads=16)
+    with open(a.out, "w") as f:
+        f.writelines(rows)
+
+
+def cmd_verify(a):
+    accounts = read_accounts(a.accounts)
+    results = pmap(lambda row: (row[0],) + ledger_check(a.base, row[1]), accounts)
+    bad = [r for r in results if not r[1]]
+    for acc, _, avail, total, n in bad:
+        print(f"LEDGER MISMATCH {acc}: available={avail} ledger sum={total} entries={n}")
+    entries = sum(r[4] for r in results)
+    print(f"ledger check: {len(results)} accounts, {entries} ledger entries, "
+          f"{len(results) - len(bad)} balanced, {len(bad)} mismatched")
+    sys.exit(1 if bad else 0)
+
+
+def cmd_crash_load(a):
+    """Each thread: new orders with fresh keys, and (replay_ratio) replays of its own acknowledged
+    keys, checked on the spot. Stops at the first connection error (the server was killed)."""
+    deadline = time.monotonic() + a.seconds
+    sent, acked, lock = [], [], threading.Lock()
+    stats = {"replays_ok": 0, "replays_bad": 0, "other_status": {}, "new_200": 0}
+
+    def worker(t):
+        mine, c = [], Client(a.base)
+        _local.client = c
+        for i in range(a.max_per_thread):
+            if time.monotonic() > deadline:
+                break
+            try:
+                if mine and random.random() < a.replay_ratio:
+                    key, oid = random.choice(mine)
+                    s, replayed, got = order(a.base, a.api_key, key)
+                    with lock:
+                        if s == 200 and replayed and got == oid:
+                            stats["replays_ok"] += 1
+                        else:
+                            stats["replays_bad"] += 1
+                            print(f"live replay of {key}: HTTP {s} replayed={replayed} {got} != {oid}",
+                                  file=sys.stderr)
+                    continue
+                key = f"{a.prefix}-{t}-{i}"
+                with lock:
+                    sent.append(key)
+                s, _, oid = order(a.base, a.api_key, key)
+                with lock:
+                    if s == 200:
+                        stats["new_200"] += 1
+                        acked.append((key, oid))
+                        mine.append((key, oid))
+                    else:
+                        stats["other_status"][s] = stats["other_status"].get(s, 0) + 1
+            except (OSError, http.client.HTTPException):
+                return  # server gone
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(a.threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    with open(os.path.join(a.dir, "sent.txt"), "w") as f:
+        f.writelines(k + "\n" for k in sent)
+    with open(os.path.join(a.dir, "acked.tsv"), "w") as f:
+        f.writelines(f"{k}\t{o}\n" for k, o in acked)
+    with open(os.path.join(a.dir, "load.json"), "w") as f:
+        json.dump({**stats, "sent": len(sent), "acked": len(acked)}, f)
+
+
+def cmd_crash_verify(a):
+    base, key = a.base, a.api_key
+    with open(os.path.join(a.dir, "sent.txt")) as f:
+        sent = [line.strip() for line in f if line.strip()]
+    with open(os.path.join(a.dir, "acked.tsv")) as f:
+        acked = dict(line.rstrip("\n").split("\t") for line in f if line.strip())
+    with open(os.path.join(a.dir, "load.json")) as f:
+        load = json.load(f)
+    problems = []
+    if len(set(sent)) != len(sent):
+        problems.append("the client sent a key twice as new")
+
+    # 1. the orders that survived the kill
+    before = {o["id"] for o in list_all(base, key, "orders")}
+    lost = {k for k, oid in acked.items() if oid not in before}
+
+    # 2. replay every key the client sent, acknowledged or not
+    pass1 = dict(zip(sent, pmap(lambda k: order(base, key, k, retry=True), sent, threads=16)))
+    committed_unacked = new_now = 0
+    for k, (s, replayed, oid) in pass1.items():
+        if k in acked:
+            if not (s == 200 and replayed and oid == acked[k]):
+                lost.add(k)
+        elif s != 200:
+            problems.append(f"key {k} (unacknowledged) answered HTTP {s} on replay")
+        elif replayed:
+            committed_unacked += 1   # committed, but the 200 died with the server
+            if oid not in before:
+                problems.append(f"key {k} replays order {oid}, which is not in the order list")
+        else:
+            new_now += 1             # never committed: this replay created it now
+    replayed_ids = {oid for s, r, oid in pass1.values() if s == 200 and r}
+    orphans = before - replayed_ids
+    if orphans:
+        problems.append(f"{len(orphans)} orders in the list belong to no key the client sent")
+    if len(before) != len(acked) - len(lost & set(acked)) + committed_unacked:
+        problems.append(f"{len(before)} orders before replay != {len(acked)} acked + "
+                        f"{committed_unacked} committed-unacked - lost")
+
+    # 3. every sent key now replays to the one order it got in pass 1; one order per key
+    pass2 = pmap(lambda k: order(base, key, k, retry=True), sent, threads=16)
+    for k, (s, replayed, oid) in zip(sent, pass2):
+        if not (s == 200 and replayed and oid == pass1[k][2]):
+            problems.append(f"key {k}: second replay HTTP {s} replayed={replayed} {oid} != {pass1[k][2]}")
+    after = [o["id"] for o in list_all(base, key, "orders")]
+    if len(after) != len(sent) or set(after) != {v[2] for v in pass1.values()}:
+        problems.append(f"{len(after)} orders after replaying {len(sent)} distinct keys")
+
+    # 4. money: ledger sums to the balance, and the balance is the credit minus one per order
+    ok, available, total, entries = ledger_check(base, key)
+    if not ok:
+        problems.append(f"ledger sum {total} != available {available}")
+    if available != a.credit - len(after):
+        problems.append(f"available {available} != credit {a.credit} - {len(after)} orders")
+    if load["replays_bad"]:
+        problems.append(f"{load['replays_bad']} live replays during the load were wrong")
+
+    with open(os.path.join(a.dir, "lost"), "w") as f:
+        f.write(f"{len(lost)}\n")
+    print(f"sent={len(sent)} acked={len(acked)} live-replays={load['replays_ok']} "
+          f"non200={sum(load['other_status'].values())} committed-unacked={committed_unacked} "
+          f"uncommitted={new_now} orders={len(after)} ledger={'ok' if ok else 'BAD'} lost={len(lost)}")
+    for p in problems[:20]:
+        print(f"  PROBLEM: {p}")
+    for k in sorted(lost)[:20]:
+        print(f"  LOST: key {k} acked as {acked.get(k)} now {pass1.get(k)}")
+    sys.exit(1 if problems or lost else 0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def add(name, fn, *args):
+        sp = sub.add_parser(name)
+        sp.add_argument("--base", required=True)
+        for arg, kw in args:
+            sp.add_argument(arg, **kw)
+        sp.set_defaults(fn=fn)
+
+    add("setup", cmd_setup, ("--token", {"required": True}), ("--accounts", {"type": int, "default": 1}),
+        ("--balance", {"type": int, "default": 10**12}), ("--out", {"required": True}))
+    add("precreate", cmd_precreate, ("--accounts", {"required": True}), ("--count", {"type": int, "default": 1000}),
+        ("--prefix", {"required": True}), ("--out", {"required": True}))
+    add("verify", cmd_verify, ("--accounts", {"required": True}))
+    add("crash-load", cmd_crash_load, ("--api-key", {"required": True}), ("--dir", {"required": True}),
+        ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 16}),
+        ("--seconds", {"type": float, "default": 8}), ("--max-per-thread", {"type": int, "default": 2000}),
+        ("--replay-ratio", {"type": float, "default": 0.2}))
+    add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
+        ("--credit", {"type": int, "default": 10**12}))
+    a = p.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()
