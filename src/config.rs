@@ -73,11 +73,11 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_SWEEP_INTERVAL", default_value = "1h", value_parser = parse_positive_duration)]
     pub sweep_interval: Duration,
 
-    /// Simulated delivery time of an order (order lifecycle: a later release).
+    /// Simulated delivery time of an order.
     #[arg(long, env = "ORDERLY_FULFILLMENT_DELAY", default_value = "2s", value_parser = parse_duration)]
     pub fulfillment_delay: Duration,
 
-    /// Delays between callback attempts (webhook delivery: a later release).
+    /// Delays between callback attempts.
     #[arg(
         long,
         env = "ORDERLY_WEBHOOK_RETRY_SCHEDULE",
@@ -91,8 +91,7 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
     pub allow_private_callbacks: bool,
 
-    /// Repeated name=secret: inbound payment providers and their HMAC secrets
-    /// (provider notifications: a later release).
+    /// Repeated name=secret: inbound payment providers and their HMAC secrets.
     #[arg(long, env = "ORDERLY_PROVIDER_SECRET", hide_env_values = true)]
     pub provider_secret: Vec<ProviderSecret>,
 

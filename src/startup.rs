@@ -105,6 +105,7 @@ impl Application {
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
+                .app_data(api::path_config())
                 .configure(api::routes)
                 .wrap(from_fn(limit_rate))
                 .wrap(from_fn(check_origin))

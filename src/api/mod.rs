@@ -165,6 +165,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }));
 }
 
+/// A path segment that cannot be decoded names nothing: 404 in the JSON envelope, not
+/// actix's plain-text error.
+pub fn path_config() -> web::PathConfig {
+    web::PathConfig::default()
+        .error_handler(|_, _| ApiError::NotFound("not_found: no such resource".into()).into())
+}
+
 /// 405, except under `/admin` while the admin API is off, where every route is 404.
 async fn method_not_allowed(
     req: HttpRequest,

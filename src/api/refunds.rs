@@ -69,7 +69,7 @@ pub async fn cancel_order(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let _: CancelBody = optional_json_body(&req, payload).await?;
+    let _: CancelBody = optional_json_body(payload).await?;
     let key = optional_idempotency_key(&req)?;
     let order_id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
     let account_id = partner.account.id.clone();

@@ -217,6 +217,19 @@ mod tests {
     }
 
     #[test]
+    fn pruning_forgets_clients_whose_budget_is_full_again() {
+        // 6000/min: one request's worth comes back every 10 ms.
+        let l = limits(&["--rate-limit", "6000"]);
+        for i in 0..100u8 {
+            l.check(IpAddr::from([198, 51, 100, i]));
+        }
+        assert_eq!(l.tracked_clients(), 100);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        l.prune();
+        assert_eq!(l.tracked_clients(), 0);
+    }
+
+    #[test]
     fn the_most_specific_override_wins() {
         let l = limits(&[
             "--rate-limit-override",

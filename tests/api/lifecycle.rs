@@ -293,3 +293,41 @@ async fn wait_until_event_count(app: &TestApp, api_key: &str, n: usize) {
     }
     panic!("fewer than {n} events within 5 s");
 }
+
+#[tokio::test]
+async fn cancel_accepts_an_empty_body_or_braces_and_refuses_a_non_json_body() {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let send = |id: String, body: &'static str, content_type: Option<&'static str>| {
+        let mut req = app
+            .client
+            .post(app.url(&format!("/b2b/orders/{id}/cancel")))
+            .header("X-Api-Key", &p.api_key)
+            .body(body);
+        if let Some(ct) = content_type {
+            req = req.header("Content-Type", ct);
+        }
+        req.send()
+    };
+    let a = place(&app, &p.api_key, "a").await;
+    assert_eq!(send(a, "", None).await.unwrap().status(), StatusCode::OK);
+    let b = place(&app, &p.api_key, "b").await;
+    assert_eq!(
+        send(b, "{}", Some("application/json"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let c = place(&app, &p.api_key, "c").await;
+    assert_eq!(
+        send(c.clone(), "{}", None).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let d = place(&app, &p.api_key, "d").await;
+    assert_eq!(
+        send(d.clone(), "not json", None).await.unwrap().status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(status(&app, &p.api_key, &d).await, "processing");
+}

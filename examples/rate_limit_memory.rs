@@ -1,0 +1,59 @@
+//! How much memory the per-IP rate limiter holds for many distinct clients, and whether
+//! pruning gives it back. Issue #3 asks for the figure at 100,000 addresses.
+//!
+//!   cargo run --release --example rate_limit_memory
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use clap::Parser;
+use orderly::config::{Cli, Command};
+use orderly::edge::rate_limit::RateLimits;
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn client(wave: u32, i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + wave * 200_000 + i))
+}
+
+fn main() {
+    let Command::Serve(settings) = Cli::parse_from(["orderly", "serve"]).command;
+    let limits = RateLimits::new(&settings);
+    let start = rss_kib();
+    println!("| step | tracked clients | RSS MiB |");
+    println!("|---|---:|---:|");
+    println!(
+        "| start | {} | {:.1} |",
+        limits.tracked_clients(),
+        start as f64 / 1024.0
+    );
+    for wave in 0..10 {
+        for i in 0..100_000 {
+            limits.check(client(wave, i));
+        }
+        println!(
+            "| wave {} filled: 100,000 new addresses | {} | {:.1} |",
+            wave + 1,
+            limits.tracked_clients(),
+            rss_kib() as f64 / 1024.0
+        );
+        // At 500/min one request's worth returns after 120 ms; then the bucket is idle.
+        std::thread::sleep(Duration::from_millis(150));
+        limits.prune();
+        println!(
+            "| wave {} pruned | {} | {:.1} |",
+            wave + 1,
+            limits.tracked_clients(),
+            rss_kib() as f64 / 1024.0
+        );
+    }
+}
