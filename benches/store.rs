@@ -201,9 +201,14 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // STORE_BENCH_ONLY=commit or =read runs one half (for profiling); the replay pool comes
+    // from the 1-client commit run, so "read" still runs that one.
+    let only = std::env::var("STORE_BENCH_ONLY").unwrap_or_default();
+    let commit_clients: &[usize] = if only == "read" { &[1] } else { &[1, 16, 64] };
+    let read_clients: &[usize] = if only == "commit" { &[] } else { &[1, 16, 64] };
     let mut rows = Vec::new();
     runtime.block_on(async {
-        for clients in [1, 16, 64] {
+        for &clients in commit_clients {
             let b = Arc::clone(&bench);
             rows.push(
                 drive(
@@ -213,7 +218,12 @@ fn main() {
                     move |c, n| {
                         let b = Arc::clone(&b);
                         async move {
-                            place(&b, (c + n as usize) % ACCOUNTS, format!("spread-{c}-{n}")).await
+                            place(
+                                &b,
+                                (c + n as usize) % ACCOUNTS,
+                                format!("spread-{clients}-{c}-{n}"),
+                            )
+                            .await
                         }
                     },
                 )
@@ -239,7 +249,7 @@ fn main() {
                 .map(|i| {
                     (
                         i % ACCOUNTS,
-                        IdempotencyKey::parse(format!("spread-0-{i}").as_bytes()).unwrap(),
+                        IdempotencyKey::parse(format!("spread-1-0-{i}").as_bytes()).unwrap(),
                     )
                 })
                 .filter(|(a, k)| {
@@ -248,7 +258,7 @@ fn main() {
                 })
                 .collect(),
         );
-        for clients in [1, 16, 64] {
+        for &clients in read_clients {
             let (b, pool) = (Arc::clone(&bench), Arc::clone(&pool));
             rows.push(
                 drive(

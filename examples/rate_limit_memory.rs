@@ -46,8 +46,8 @@ fn main() {
             limits.tracked_clients(),
             rss_kib() as f64 / 1024.0
         );
-        // At 500/min one request's worth returns after 120 ms; then the bucket is idle.
-        std::thread::sleep(Duration::from_millis(150));
+        // At 500/min a cell is 120 ms; governor forgets a key one cell after it is full again.
+        std::thread::sleep(Duration::from_millis(300));
         limits.prune();
         println!(
             "| wave {} pruned | {} | {:.1} |",
