@@ -5,7 +5,7 @@
 //!   cargo bench --bench store                 (STORE_BENCH_SECONDS=5 by default)
 //!
 //! Each scenario runs 1, 16 and 64 concurrent clients on a multi-thread runtime, the
-//! transaction on the blocking pool and the durability wait awaited, as in the server.
+//! transaction on the writer thread and answered after its group commit, as in the server.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -104,36 +104,37 @@ fn fingerprint(lines: &[RequestedLine]) -> Fingerprint {
     }))
 }
 
-/// One durable order, as the handler does it: the transaction on the blocking pool, then the
-/// shared flush.
+/// One durable order, as the handler does it: the transaction on the writer thread, answered
+/// once its group commit is on disk.
 async fn place(bench: &Arc<Bench>, account: usize, key: String) {
     let b = Arc::clone(bench);
-    tokio::task::spawn_blocking(move || {
-        let account = &b.accounts[account];
-        let key = IdempotencyKey::parse(key.as_bytes()).unwrap();
-        let now = now_millis();
-        let new = NewOrder {
-            account,
-            order_id: Id::new(IdKind::Order),
-            txn_id: Id::new(IdKind::Transaction),
-            lines: &b.lines,
-            currency: "USD",
-            callback_url: None,
-            external_order_id: None,
-            now,
-            claim: KeyClaim {
-                account: account_bytes(&account.id).unwrap(),
-                key: &key,
-                operation: Operation::PlaceOrder,
-                fingerprint: fingerprint(&b.lines),
-                expires_at: now + 86_400_000,
-            },
-        };
-        b.store.place_order(&new, order_placed).unwrap().unwrap();
-    })
-    .await
-    .unwrap();
-    bench.committer.durable().await.unwrap();
+    bench
+        .committer
+        .write(move || {
+            let account = &b.accounts[account];
+            let key = IdempotencyKey::parse(key.as_bytes()).unwrap();
+            let now = now_millis();
+            let new = NewOrder {
+                account,
+                order_id: Id::new(IdKind::Order),
+                txn_id: Id::new(IdKind::Transaction),
+                lines: &b.lines,
+                currency: "USD",
+                callback_url: None,
+                external_order_id: None,
+                now,
+                claim: KeyClaim {
+                    account: account_bytes(&account.id).unwrap(),
+                    key: &key,
+                    operation: Operation::PlaceOrder,
+                    fingerprint: fingerprint(&b.lines),
+                    expires_at: now + 86_400_000,
+                },
+            };
+            b.store.place_order(&new, order_placed).unwrap().unwrap();
+        })
+        .await
+        .unwrap();
 }
 
 struct Row {

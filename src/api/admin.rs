@@ -99,8 +99,12 @@ pub async fn create_account(
         webhook_secret: new_webhook_secret(),
         created_at: now_millis(),
     };
-    state.store.create_account(&account)?;
-    state.committer.durable().await?;
+    let store = Arc::clone(&state.store);
+    let stored = account.clone();
+    state
+        .committer
+        .write(move || store.create_account(&stored))
+        .await??;
     account_response(&state, &account)
 }
 
@@ -161,8 +165,11 @@ pub async fn create_api_key(
         revoked: false,
         created_at: now_millis(),
     };
-    state.store.create_api_key(&plaintext, &record)?;
-    state.committer.durable().await?;
+    let (store, key, stored) = (Arc::clone(&state.store), plaintext.clone(), record.clone());
+    state
+        .committer
+        .write(move || store.create_api_key(&key, &stored))
+        .await??;
     let scope_names: Vec<&str> = record.scopes.iter().map(|s| s.as_str()).collect();
     let body = serde_json::json!({
         "success": true,
@@ -177,13 +184,17 @@ pub async fn revoke_api_key(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    if !state.store.revoke_api_key(&path)? {
+    let (store, key_id) = (Arc::clone(&state.store), path.clone());
+    if !state
+        .committer
+        .write(move || store.revoke_api_key(&key_id))
+        .await??
+    {
         return Err(ApiError::NotFound(format!(
             "api_key_not_found: no API key {:?}",
             path.as_str()
         )));
     }
-    state.committer.durable().await?;
     Ok(json_response(br#"{"success":true}"#.to_vec()))
 }
 
@@ -243,28 +254,30 @@ pub async fn credit_account(
         let currency = state.settings.currency.clone();
         let ttl = state.settings.idempotency_ttl;
         let key = key.clone();
-        let outcome = web::block(move || {
-            let now = now_millis();
-            let credit = NewCredit {
-                account: &account,
-                amount: body.amount,
-                reason: LedgerReason::Credit,
-                reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
-                now,
-                currency: &currency,
-                claim: Some(KeyClaim {
-                    account: account_bytes(&account.id)?,
-                    key: &key,
-                    operation: Operation::AdminCredit,
-                    fingerprint,
-                    expires_at: expiry_after(now, ttl),
-                }),
-            };
-            store.credit(&credit, Id::new(IdKind::Transaction), balance_only)
-        })
-        .await??;
+        let outcome = state
+            .committer
+            .write(move || {
+                let now = now_millis();
+                let credit = NewCredit {
+                    account: &account,
+                    amount: body.amount,
+                    reason: LedgerReason::Credit,
+                    reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
+                    now,
+                    currency: &currency,
+                    claim: Some(KeyClaim {
+                        account: account_bytes(&account.id)?,
+                        key: &key,
+                        operation: Operation::AdminCredit,
+                        fingerprint,
+                        expires_at: expiry_after(now, ttl),
+                    }),
+                };
+                store.credit(&credit, Id::new(IdKind::Transaction), balance_only)
+            })
+            .await??;
         match outcome {
-            Ok(body) => Ok(FirstUse::Committed(body)),
+            Ok(body) => Ok(FirstUse::Durable(body)),
             Err(CreditRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
             Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BadRequest(
                 "balance_too_large: the balance after this credit does not fit".into(),
@@ -348,8 +361,11 @@ pub async fn put_product(
         active: body.active,
         updated_at: now_millis(),
     };
-    state.store.put_product(&product)?;
-    state.committer.durable().await?;
+    let (store, stored) = (Arc::clone(&state.store), product.clone());
+    state
+        .committer
+        .write(move || store.put_product(&stored))
+        .await??;
     #[derive(serde::Serialize)]
     struct Body<'a> {
         success: bool,

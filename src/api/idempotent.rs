@@ -47,8 +47,8 @@ impl KeyLocks {
 
 /// What a first use did.
 pub enum FirstUse {
-    /// Committed (not yet durable); the body is the 200 to send.
-    Committed(Vec<u8>),
+    /// Committed and on disk; the body is the 200 to send.
+    Durable(Vec<u8>),
     /// A concurrent first use committed the key first: decide again from its rows.
     KeyTaken,
 }
@@ -95,10 +95,7 @@ where
         return decide(state, &write, record);
     }
     match first_use().await? {
-        FirstUse::Committed(body) => {
-            state.committer.durable().await?;
-            Ok(json_response(body))
-        }
+        FirstUse::Durable(body) => Ok(json_response(body)),
         FirstUse::KeyTaken => match state.store.replay_lookup(&write.account, write.key)? {
             Some(record) => decide(state, &write, record),
             None => Err(ApiError::Internal(
@@ -110,16 +107,13 @@ where
 
 /// A write without an idempotency key (allowed where the key is optional): run it, and
 /// answer once it is durable.
-pub async fn run_unkeyed<F, Fut>(state: &AppState, first_use: F) -> Result<HttpResponse, ApiError>
+pub async fn run_unkeyed<F, Fut>(first_use: F) -> Result<HttpResponse, ApiError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<FirstUse, ApiError>>,
 {
     match first_use().await? {
-        FirstUse::Committed(body) => {
-            state.committer.durable().await?;
-            Ok(json_response(body))
-        }
+        FirstUse::Durable(body) => Ok(json_response(body)),
         FirstUse::KeyTaken => Err(ApiError::Internal(
             "a write without a key reported its key taken".into(),
         )),

@@ -176,30 +176,32 @@ async fn place(state: web::Data<AppState>, request: OrderRequest) -> Result<Firs
     let store = Arc::clone(&state.store);
     let currency = state.settings.currency.clone();
     let ttl = state.settings.idempotency_ttl;
-    let outcome = web::block(move || {
-        let now = now_millis();
-        let new = NewOrder {
-            account: &request.account,
-            order_id: Id::new(IdKind::Order),
-            txn_id: Id::new(IdKind::Transaction),
-            lines: &request.lines,
-            currency: &currency,
-            callback_url: request.callback_url.clone(),
-            external_order_id: request.external_order_id.clone(),
-            now,
-            claim: KeyClaim {
-                account: account_bytes(&request.account.id)?,
-                key: &request.key,
-                operation: Operation::PlaceOrder,
-                fingerprint: request.fingerprint,
-                expires_at: expiry_after(now, ttl),
-            },
-        };
-        store.place_order(&new, order_placed)
-    })
-    .await??;
+    let outcome = state
+        .committer
+        .write(move || {
+            let now = now_millis();
+            let new = NewOrder {
+                account: &request.account,
+                order_id: Id::new(IdKind::Order),
+                txn_id: Id::new(IdKind::Transaction),
+                lines: &request.lines,
+                currency: &currency,
+                callback_url: request.callback_url.clone(),
+                external_order_id: request.external_order_id.clone(),
+                now,
+                claim: KeyClaim {
+                    account: account_bytes(&request.account.id)?,
+                    key: &request.key,
+                    operation: Operation::PlaceOrder,
+                    fingerprint: request.fingerprint,
+                    expires_at: expiry_after(now, ttl),
+                },
+            };
+            store.place_order(&new, order_placed)
+        })
+        .await??;
     match outcome {
-        Ok(body) => Ok(FirstUse::Committed(body)),
+        Ok(body) => Ok(FirstUse::Durable(body)),
         Err(OrderRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
         Err(OrderRefusal::Basket(rejection)) => Err(ApiError::BadRequest(rejection.message())),
         Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance)) => {

@@ -130,16 +130,20 @@ pub async fn provider_notification(
         )));
     }
     let store = Arc::clone(&state.store);
-    let outcome = web::block(move || {
-        store.record_provider_payment(&ProviderCredit {
-            provider: &provider,
-            external_id: &note.id,
-            account_id: &note.account_id,
-            amount: note.amount,
-            now: now_millis(),
+    // The write resolves once on disk, duplicates too: a duplicate's 200 tells the provider to
+    // stop retrying, so the first delivery's credit must be durable before it is sent.
+    let outcome = state
+        .committer
+        .write(move || {
+            store.record_provider_payment(&ProviderCredit {
+                provider: &provider,
+                external_id: &note.id,
+                account_id: &note.account_id,
+                amount: note.amount,
+                now: now_millis(),
+            })
         })
-    })
-    .await??;
+        .await??;
     let duplicate = match outcome {
         Ok(Recorded::Credited) => false,
         Ok(Recorded::Duplicate) => true,
@@ -149,9 +153,6 @@ pub async fn provider_notification(
             ))
         }
     };
-    // A duplicate answers only once the first delivery's credit is on disk too: its 200
-    // tells the provider to stop retrying, so it must not outlive a crash.
-    state.committer.durable().await?;
     let body = if duplicate {
         br#"{"success":true,"duplicate":true}"#.to_vec()
     } else {

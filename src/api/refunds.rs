@@ -77,31 +77,33 @@ pub async fn cancel_order(
     let first_use = || async {
         let store = Arc::clone(&state.store);
         let key = key.clone();
-        let state = state.clone();
-        let outcome = web::block(move || {
-            let now = now_millis();
-            let claim = match &key {
-                Some(k) => Some(claim_for(
-                    &state,
-                    &account_id,
-                    k,
-                    Operation::CancelOrder,
-                    fingerprint,
+        let inner = state.clone();
+        let outcome = state
+            .committer
+            .write(move || {
+                let now = now_millis();
+                let claim = match &key {
+                    Some(k) => Some(claim_for(
+                        &inner,
+                        &account_id,
+                        k,
+                        Operation::CancelOrder,
+                        fingerprint,
+                        now,
+                    )?),
+                    None => None,
+                };
+                let request = CancelRequest {
+                    account_id: &account_id,
+                    order_id,
                     now,
-                )?),
-                None => None,
-            };
-            let request = CancelRequest {
-                account_id: &account_id,
-                order_id,
-                now,
-                claim,
-            };
-            Ok::<_, ApiError>(store.cancel_order(&request, order_only)?)
-        })
-        .await??;
+                    claim,
+                };
+                Ok::<_, ApiError>(store.cancel_order(&request, order_only)?)
+            })
+            .await??;
         match outcome {
-            Ok(body) => Ok(FirstUse::Committed(body)),
+            Ok(body) => Ok(FirstUse::Durable(body)),
             Err(CancelRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
             Err(CancelRefusal::NotFound) => Err(order_not_found(&path)),
             Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
@@ -120,7 +122,7 @@ pub async fn cancel_order(
             };
             run_once(&state, write, first_use).await
         }
-        None => run_unkeyed(&state, first_use).await,
+        None => run_unkeyed(first_use).await,
     }
 }
 
@@ -182,29 +184,31 @@ pub async fn refund_order(
     let first_use = || async {
         let store = Arc::clone(&state.store);
         let key = key.clone();
-        let state = state.clone();
-        let outcome = web::block(move || {
-            let now = now_millis();
-            let request = RefundRequest {
-                account_id: &account_id,
-                order_id,
-                amount: body.amount,
-                reason: body.reason,
-                now,
-                claim: claim_for(
-                    &state,
-                    &account_id,
-                    &key,
-                    Operation::RefundOrder,
-                    fingerprint,
+        let inner = state.clone();
+        let outcome = state
+            .committer
+            .write(move || {
+                let now = now_millis();
+                let request = RefundRequest {
+                    account_id: &account_id,
+                    order_id,
+                    amount: body.amount,
+                    reason: body.reason,
                     now,
-                )?,
-            };
-            Ok::<_, ApiError>(store.refund_order(&request, refund_made)?)
-        })
-        .await??;
+                    claim: claim_for(
+                        &inner,
+                        &account_id,
+                        &key,
+                        Operation::RefundOrder,
+                        fingerprint,
+                        now,
+                    )?,
+                };
+                Ok::<_, ApiError>(store.refund_order(&request, refund_made)?)
+            })
+            .await??;
         match outcome {
-            Ok(body) => Ok(FirstUse::Committed(body)),
+            Ok(body) => Ok(FirstUse::Durable(body)),
             Err(RefundRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
             Err(RefundRefusal::NotFound) => Err(order_not_found(&path)),
             Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(

@@ -1,12 +1,19 @@
-//! Group commit: one thread owns durability. A request whose transaction has committed asks
-//! it for a flush and waits; the thread takes every request waiting at that moment, flushes
-//! sled once and fsyncs its data file once, then answers them all.
+//! The write path: one writer thread runs every request's transaction, one commit thread
+//! makes them durable in groups, and a request gets its answer only after both.
+//!
+//! - The writer runs transactions one after another. sled takes one process-wide lock per
+//!   transaction anyway, so running them on one thread loses no parallelism and saves the
+//!   lock hand-offs and the hop through the blocking pool.
+//! - The commit thread takes every batch the writer has finished, calls sled's `flush()` once
+//!   and `fdatasync`s its data file once, then answers them all; meanwhile the writer already
+//!   runs the next batch (the two overlap).
 //!
 //! `Db::flush_async` is not used: it hangs under concurrency in sled 0.34.7 (sled#1412).
 //! The extra `sync_data` exists because sled's own flush uses `sync_file_range`, which leaves
 //! the disk's write cache and file metadata to a background sync every 500 ms.
 
 use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,66 +24,125 @@ use tokio::sync::oneshot;
 use super::StoreError;
 use crate::metrics::Metrics;
 
-enum Request {
-    Flush(oneshot::Sender<Result<(), String>>),
+/// What to do once the write's batch is on disk (or the flush failed).
+type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Work = Box<dyn FnOnce() -> Completion + Send>;
+
+enum Job {
+    Write(Work),
+    Stop,
+}
+
+enum Batch {
+    Flush(Vec<Completion>),
     Stop,
 }
 
 pub struct Committer {
-    requests: mpsc::Sender<Request>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    jobs: mpsc::Sender<Job>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Committer {
     pub fn start(db: sled::Db, data_file: File, metrics: Arc<Metrics>) -> Self {
-        let (requests, inbox) = mpsc::channel();
-        let thread = std::thread::Builder::new()
+        let (jobs, inbox) = mpsc::channel();
+        let (batches, batch_inbox) = mpsc::channel();
+        let writer = std::thread::Builder::new()
+            .name("orderly-writer".into())
+            .spawn(move || run_writer(inbox, batches))
+            .expect("spawning the writer thread");
+        let committer = std::thread::Builder::new()
             .name("orderly-commit".into())
-            .spawn(move || run(db, data_file, inbox, &metrics))
+            .spawn(move || run_commits(db, data_file, batch_inbox, &metrics))
             .expect("spawning the commit thread");
         Committer {
-            requests,
-            thread: Mutex::new(Some(thread)),
+            jobs,
+            threads: Mutex::new(vec![writer, committer]),
         }
     }
 
-    /// Resolves once every transaction committed before this call is on disk.
+    /// Runs `work` (a transaction) on the writer thread and resolves with its result once it
+    /// is on disk. A refused transaction wrote nothing; its answer waits for the same flush,
+    /// which costs it a little latency and keeps this path single.
+    pub async fn write<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (tx, rx) = oneshot::channel::<Result<R, StoreError>>();
+        let job: Work = Box::new(move || -> Completion {
+            match catch_unwind(AssertUnwindSafe(work)) {
+                Ok(result) => Box::new(move |flushed: Result<(), String>| {
+                    let _ = tx.send(flushed.map(|()| result).map_err(StoreError::Flush));
+                }),
+                Err(_) => Box::new(move |_| {
+                    let _ = tx.send(Err(StoreError::Flush("the write panicked".into())));
+                }),
+            }
+        });
+        self.jobs
+            .send(Job::Write(job))
+            .map_err(|_| StoreError::Flush("the writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Flush("the writer dropped the request".into()))?
+    }
+
+    /// Resolves once everything written before this call (on any thread) is on disk.
     pub async fn durable(&self) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.requests
-            .send(Request::Flush(tx))
-            .map_err(|_| StoreError::Flush("commit thread has stopped".into()))?;
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Flush(e)),
-            Err(_) => Err(StoreError::Flush(
-                "commit thread dropped the request".into(),
-            )),
-        }
+        self.write(|| ()).await
     }
 
-    /// Answers everything still waiting, flushes one last time and joins the thread.
+    /// Finishes what is queued, flushes one last time and joins both threads.
     pub fn stop(&self) {
-        let _ = self.requests.send(Request::Stop);
-        if let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) {
-            let _ = thread.join();
+        let _ = self.jobs.send(Job::Stop);
+        if let Ok(mut threads) = self.threads.lock() {
+            for thread in threads.drain(..) {
+                let _ = thread.join();
+            }
         }
     }
 }
 
-fn run(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Request>, metrics: &Metrics) {
+fn run_writer(inbox: mpsc::Receiver<Job>, batches: mpsc::Sender<Batch>) {
     let mut stopping = false;
     while !stopping {
-        let mut waiters = Vec::new();
+        let mut completions = Vec::new();
+        let mut run = |job: Job| match job {
+            Job::Write(work) => {
+                completions.push(work());
+                false
+            }
+            Job::Stop => true,
+        };
         match inbox.recv() {
-            Ok(Request::Flush(w)) => waiters.push(w),
-            Ok(Request::Stop) | Err(_) => stopping = true,
+            Ok(job) => stopping = run(job),
+            Err(_) => stopping = true,
         }
-        // Everything queued now rides on this one flush.
-        while let Ok(request) = inbox.try_recv() {
-            match request {
-                Request::Flush(w) => waiters.push(w),
-                Request::Stop => stopping = true,
+        while !stopping {
+            match inbox.try_recv() {
+                Ok(job) => stopping = run(job),
+                Err(_) => break,
+            }
+        }
+        if !completions.is_empty() && batches.send(Batch::Flush(completions)).is_err() {
+            return;
+        }
+    }
+    let _ = batches.send(Batch::Stop);
+}
+
+fn run_commits(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Batch>, metrics: &Metrics) {
+    let mut stopping = false;
+    while !stopping {
+        let mut waiting: Vec<Completion> = Vec::new();
+        match inbox.recv() {
+            Ok(Batch::Flush(batch)) => waiting.extend(batch),
+            Ok(Batch::Stop) | Err(_) => stopping = true,
+        }
+        // Everything finished by now rides on this one flush.
+        while let Ok(batch) = inbox.try_recv() {
+            match batch {
+                Batch::Flush(batch) => waiting.extend(batch),
+                Batch::Stop => stopping = true,
             }
         }
         let started = Instant::now();
@@ -84,15 +150,15 @@ fn run(db: sled::Db, data_file: File, inbox: mpsc::Receiver<Request>, metrics: &
         metrics
             .commit_seconds
             .observe(started.elapsed().as_secs_f64());
-        metrics.commit_batch_size.observe(waiters.len() as f64);
+        metrics.commit_batch_size.observe(waiting.len() as f64);
         if let Err(e) = &outcome {
             log::error!(
                 "flush failed; {} request(s) answered 500: {e}",
-                waiters.len()
+                waiting.len()
             );
         }
-        for waiter in waiters {
-            let _ = waiter.send(outcome.clone());
+        for done in waiting {
+            done(outcome.clone());
         }
     }
     log::info!("commit thread stopped after a final flush");

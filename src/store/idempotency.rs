@@ -19,6 +19,8 @@ use crate::domain::time::Millis;
 pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
+    /// As one byte string: a plain `Vec<u8>` would be decoded byte by byte on every replay.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
     pub expires_at: Millis,
 }

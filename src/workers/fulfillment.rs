@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::domain::time::now_millis;
 use crate::store::Store;
 
-const BATCH: usize = 500;
+/// Orders completed per transaction.
+const BATCH: usize = 64;
 
 /// How often to look: often enough that an order completes close to its delay.
 pub fn poll_interval(delay: Duration) -> Duration {
