@@ -50,7 +50,7 @@ pub struct Settings {
     pub admin_token: Option<String>,
 
     /// Comma list of exact origins allowed to send writes with an Origin header.
-    #[arg(long, env = "ORDERLY_ALLOWED_ORIGINS", value_delimiter = ',')]
+    #[arg(long, env = "ORDERLY_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
     pub allowed_origins: Vec<String>,
 
     /// Requests per minute per client IP.
@@ -92,7 +92,12 @@ pub struct Settings {
     pub allow_private_callbacks: bool,
 
     /// Repeated name=secret: inbound payment providers and their HMAC secrets.
-    #[arg(long, env = "ORDERLY_PROVIDER_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "ORDERLY_PROVIDER_SECRET",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     pub provider_secret: Vec<ProviderSecret>,
 
     /// sled page-cache size in MiB: bounds the resident memory of the database.
@@ -109,6 +114,11 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
         d if d.is_zero() => Err("must be longer than zero".into()),
         d => Ok(d),
     }
+}
+
+/// An origin is compared as an exact string; spaces around a list item are not part of it.
+fn parse_origin(text: &str) -> Result<String, String> {
+    Ok(text.trim().to_string())
 }
 
 fn parse_currency(text: &str) -> Result<String, String> {

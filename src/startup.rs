@@ -68,11 +68,10 @@ impl Application {
                 &settings.currency,
                 Path::new(crate::demo::DEMO_FILE),
             )?;
-            if settings.admin_token.is_none() {
-                let token = format!("adm_{}", random_hex());
-                println!("demo: admin token for this run: {token}");
-                settings.admin_token = Some(token);
-            }
+            let token = settings
+                .admin_token
+                .get_or_insert_with(|| format!("adm_{}", random_hex()));
+            println!("demo: admin token: {token}");
         }
         if settings.allow_private_callbacks {
             log::warn!("--allow-private-callbacks is on: callbacks may target loopback and private hosts (development only)");

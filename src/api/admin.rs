@@ -240,8 +240,8 @@ pub async fn credit_account(
         "string_length",
     );
     v.into_result()?;
-    let key = required_idempotency_key(&req)?;
     let account = load_account(&state, &path)?;
+    let key = required_idempotency_key(&req)?;
     let fingerprint = Fingerprint::of_credit(body.amount);
     let write = KeyedWrite {
         account: account_bytes(&account.id)?,

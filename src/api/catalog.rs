@@ -25,15 +25,14 @@ pub async fn products(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
-    if query
-        .cursor
-        .as_ref()
-        .is_some_and(|c| c.chars().count() > MAX_PRODUCT_ID_LEN)
-    {
-        return Err(query_error(
-            "cursor",
-            "cursor is not one this list gave out",
-        ));
+    // A cursor is the id of the last product of the previous page, so it names a product.
+    if let Some(cursor) = &query.cursor {
+        if cursor.chars().count() > MAX_PRODUCT_ID_LEN || state.store.product(cursor)?.is_none() {
+            return Err(query_error(
+                "cursor",
+                "cursor is not one this list gave out",
+            ));
+        }
     }
     let store = Arc::clone(&state.store);
     let page = web::block(move || store.active_products_page(query.cursor.as_deref(), query.limit))

@@ -113,7 +113,9 @@ fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
         .headers()
         .get("Authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
         .ok_or(ApiError::AdminUnauthorized)?;
     let presented: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
     if digest_eq(&presented, &expected) {

@@ -30,9 +30,9 @@ impl ListQuery {
         };
         let limit = match get("limit") {
             None => DEFAULT_LIMIT,
-            Some(text) => text
-                .parse::<usize>()
-                .ok()
+            Some(text) => Some(text)
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse::<usize>().ok())
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
                 .ok_or_else(|| {
                     query_error("limit", "limit must be a whole number from 1 to 100")

@@ -156,10 +156,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::put().to(admin::put_product))
             .default_service(not_allowed()),
     )
-    .service(web::resource("/openapi.json").route(web::get().to(openapi::openapi_json)))
-    .service(web::resource("/healthz").route(web::get().to(ops::healthz)))
-    .service(web::resource("/metrics").route(web::get().to(ops::metrics)))
-    .service(web::resource("/readyz").route(web::get().to(ops::readyz)))
+    .service(
+        web::resource("/openapi.json")
+            .route(web::get().to(openapi::openapi_json))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/healthz")
+            .route(web::get().to(ops::healthz))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/metrics")
+            .route(web::get().to(ops::metrics))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/readyz")
+            .route(web::get().to(ops::readyz))
+            .default_service(not_allowed()),
+    )
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::NotFound("not_found: no such route".into()))
     }));

@@ -12,10 +12,10 @@ pub async fn healthz() -> HttpResponse {
         .body(r#"{"success":true,"status":"ok"}"#)
 }
 
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus/OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
+#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
-        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())
 }
 

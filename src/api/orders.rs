@@ -66,7 +66,7 @@ impl CreateOrderBody {
         );
         for (i, item) in self.items.iter().enumerate() {
             v.check(
-                !item.product_id.trim().is_empty()
+                !item.product_id.is_empty()
                     && item.product_id.chars().count() <= MAX_PRODUCT_ID_LEN,
                 || loc!("items", i, "productId"),
                 "productId must be a non-empty string of at most 64 characters",

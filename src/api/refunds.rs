@@ -8,7 +8,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::extract::{json_body, optional_json_body, OrdersWrite, Partner, Violations};
+use super::extract::{optional_json_body, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
 use super::openapi::{ErrorEnvelope, OrderOne, RefundMade};
 use super::{optional_idempotency_key, required_idempotency_key, AppState};
@@ -26,6 +26,16 @@ pub const MAX_REASON_LEN: usize = 256;
 
 fn order_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
+}
+
+/// The order named in the path, if it is this account's: a 404 comes before the key's 400,
+/// which is only about a request that is otherwise right. (The transaction checks again.)
+fn existing_order(state: &AppState, account_id: &str, path: &str) -> Result<Id, ApiError> {
+    let id = Id::parse(IdKind::Order, path).ok_or_else(|| order_not_found(path))?;
+    match state.store.order(&id)? {
+        Some(order) if order.account_id == account_id => Ok(id),
+        _ => Err(order_not_found(path)),
+    }
 }
 
 /// The claim a keyed write records; `None` when the write has no key.
@@ -70,8 +80,8 @@ pub async fn cancel_order(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let _: CancelBody = optional_json_body(payload).await?;
+    let order_id = existing_order(&state, &partner.account.id, &path)?;
     let key = optional_idempotency_key(&req)?;
-    let order_id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
     let account_id = partner.account.id.clone();
     let fingerprint = Fingerprint::of_cancel(&path);
     let first_use = || async {
@@ -154,7 +164,7 @@ pub async fn refund_order(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: RefundBody = json_body(&req, payload).await?;
+    let body: RefundBody = optional_json_body(payload).await?;
     let mut v = Violations::default();
     v.check(
         body.amount.is_none_or(|a| a >= 1),
@@ -171,8 +181,8 @@ pub async fn refund_order(
         "string_length",
     );
     v.into_result()?;
+    let order_id = existing_order(&state, &partner.account.id, &path)?;
     let key = required_idempotency_key(&req)?;
-    let order_id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
     let write = KeyedWrite {
         account: account_bytes(&partner.account.id)?,

@@ -59,42 +59,47 @@ pub fn price_basket<E>(
     if lines.len() > MAX_LINES {
         return Ok(Err(BasketRejection::TooManyItems));
     }
-    let mut priced = Vec::with_capacity(lines.len());
-    let mut total: i64 = 0;
+    // Each rule is checked over the whole basket before the next, so a basket with several
+    // faults is refused for the first rule in the documented order, whatever the line order.
+    let mut products = Vec::with_capacity(lines.len());
     for line in lines {
         let id = line.product_id.trim();
-        let product = match lookup(id)? {
-            Some(p) if p.active => p,
+        match lookup(id)? {
+            Some(p) if p.active => products.push(p),
             _ => return Ok(Err(BasketRejection::UnknownProduct(id.to_string()))),
-        };
-        if !product.sold_in(region) {
-            return Ok(Err(BasketRejection::RegionNotAllowed(id.to_string())));
         }
-        if product.price <= 0 {
-            return Ok(Err(BasketRejection::ZeroPriceItem(id.to_string())));
-        }
-        if let Some(field) = product.delivery_fields.iter().find(|f| {
+    }
+    if let Some(p) = products.iter().find(|p| !p.sold_in(region)) {
+        return Ok(Err(BasketRejection::RegionNotAllowed(p.id.clone())));
+    }
+    if let Some(p) = products.iter().find(|p| p.price <= 0) {
+        return Ok(Err(BasketRejection::ZeroPriceItem(p.id.clone())));
+    }
+    for (line, product) in lines.iter().zip(&products) {
+        let missing = product.delivery_fields.iter().find(|f| {
             line.delivery_data
                 .get(f.as_str())
                 .is_none_or(|v| v.trim().is_empty())
-        }) {
+        });
+        if let Some(field) = missing {
             return Ok(Err(BasketRejection::InvalidDeliveryData {
-                product_id: id.to_string(),
+                product_id: product.id.clone(),
                 field: field.clone(),
             }));
         }
+    }
+    let mut priced = Vec::with_capacity(lines.len());
+    let mut total: i64 = 0;
+    for (line, product) in lines.iter().zip(&products) {
         let amount = i64::try_from(line.quantity)
             .ok()
             .and_then(|q| q.checked_mul(product.price));
-        let Some(amount) = amount else {
-            return Ok(Err(BasketRejection::TotalTooLarge));
-        };
-        let Some(sum) = total.checked_add(amount) else {
+        let Some((amount, sum)) = amount.and_then(|a| Some((a, total.checked_add(a)?))) else {
             return Ok(Err(BasketRejection::TotalTooLarge));
         };
         total = sum;
         priced.push(OrderLine {
-            product_id: id.to_string(),
+            product_id: product.id.clone(),
             quantity: line.quantity,
             delivery_data: line.delivery_data.clone(),
             unit_price: product.price,
@@ -176,6 +181,15 @@ mod tests {
                 "{token}"
             );
         }
+    }
+
+    #[test]
+    fn the_first_rule_in_the_documented_order_wins_whatever_the_line_order() {
+        let lines = [line("prd_us", 1, &[]), line("prd_nope", 1, &[])];
+        assert!(matches!(
+            price(&lines).unwrap_err(),
+            BasketRejection::UnknownProduct(_)
+        ));
     }
 
     #[test]

@@ -190,6 +190,24 @@ async fn an_admin_credit_requires_a_key_and_replays_without_crediting_twice() {
 }
 
 #[tokio::test]
+async fn a_credit_to_an_unknown_account_is_404_even_without_a_key() {
+    let app = spawn_app().await;
+    let resp = app
+        .admin(
+            Method::POST,
+            "/admin/accounts/acc_0193a0c0000070008000000000000999/credits",
+            Some(json!({"amount": 5})),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("account_not_found: "));
+}
+
+#[tokio::test]
 async fn a_product_price_outside_the_bounds_is_422() {
     let app = spawn_app().await;
     for price in [-1i64, 1_000_000_000_001] {

@@ -41,6 +41,15 @@ async fn each_business_rule_answers_400_with_its_token_and_charges_nothing() {
 }
 
 #[tokio::test]
+async fn a_blank_product_id_passes_the_schema_and_is_an_unknown_product() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = json!({"items": [{"productId": "   ", "quantity": 1}]});
+    let error = error_of(app.post_order(Some(&p.api_key), Some("k"), &body).await).await;
+    assert!(error.starts_with("unknown_product: "), "{error}");
+}
+
+#[tokio::test]
 async fn more_than_200_lines_is_too_many_items() {
     let app = spawn_app().await;
     let p = app.partner_with_balance(10_000).await;

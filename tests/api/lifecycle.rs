@@ -209,6 +209,36 @@ async fn refunds_replay_add_up_and_stop_at_the_remainder() {
 }
 
 #[tokio::test]
+async fn a_refund_without_a_body_refunds_the_whole_remainder() {
+    let app = spawn_app_with(&["--fulfillment-delay", "100ms"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let id = place(&app, &p.api_key, "k").await;
+    wait_until_completed(&app, &p.api_key, &id).await;
+    let resp = post(
+        &app,
+        &p.api_key,
+        &format!("/b2b/orders/{id}/refunds"),
+        Some("all"),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["refund"]["amount"], 999);
+    assert_eq!(body["order"]["refundedAmount"], 999);
+    assert_eq!(app.assert_ledger_matches_balance(&p.api_key).await, 10_000);
+}
+
+#[tokio::test]
+async fn an_unknown_order_is_404_before_the_missing_key_400() {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let path = "/b2b/orders/ord_0193a0c0000070008000000000000abc/refunds";
+    let resp = post(&app, &p.api_key, path, None, Some(json!({"amount": 1}))).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn a_refund_amount_below_one_is_422() {
     let app = spawn_app_with(&[]).await;
     let p = app.partner_with_balance(10_000).await;

@@ -93,6 +93,9 @@ async fn a_bad_limit_or_cursor_is_422() {
         "/b2b/orders?limit=abc",
         "/b2b/orders?cursor=nonsense",
         "/b2b/transactions?cursor=ord_123",
+        "/b2b/products?cursor=nonsense",
+        "/b2b/orders?limit=+5",
+        "/b2b/events?after=nonsense",
     ] {
         let resp = app
             .client
@@ -149,6 +152,16 @@ async fn the_catalog_lists_active_products_a_page_at_a_time() {
     let all = app.all_pages(&p.api_key, "/b2b/products", "products").await;
     let ids: Vec<&str> = all.iter().map(|p| p["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec!["prd_free", "prd_uc", "prd_us"]);
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_a_json_405() {
+    let app = spawn_app().await;
+    for path in ["/healthz", "/b2b/balance"] {
+        let resp = app.client.post(app.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert_eq!(resp.headers()["Content-Type"], "application/json");
+    }
 }
 
 #[tokio::test]
