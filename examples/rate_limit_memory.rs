@@ -26,7 +26,9 @@ fn client(wave: u32, i: u32) -> IpAddr {
 }
 
 fn main() {
-    let Command::Serve(settings) = Cli::parse_from(["orderly", "serve"]).command;
+    let Command::Serve(settings) = Cli::parse_from(["orderly", "serve"]).command else {
+        unreachable!("serve was parsed");
+    };
     let limits = RateLimits::new(&settings);
     let start = rss_kib();
     println!("| step | tracked clients | RSS MiB |");

@@ -3,9 +3,10 @@
 #
 #   ORDERLY_BIN=path/to/orderly scripts/soak.sh [SECONDS]     (default 600)
 #   env: SOAK_CONNS (4), SOAK_DELAY_MS (10: pause per connection between requests, so at most
-#        SOAK_CONNS*1000/SOAK_DELAY_MS requests/s), SOAK_SAMPLE (30: seconds per sample)
+#        SOAK_CONNS*1000/SOAK_DELAY_MS requests/s), SOAK_SAMPLE (30: seconds per sample),
+#        SOAK_CACHE_MB (64: sled's page cache, the part of the footprint that grows with data)
 #
-# Starts a server with --idempotency-ttl 60s --sweep-interval 15s --cache-mb 64 and 10 accounts
+# Starts a server with --idempotency-ttl 60s --sweep-interval 15s --cache-mb $SOAK_CACHE_MB and 10 accounts
 # (balance 10^12). wrk (one thread per connection) runs orders.lua in soak mode: 9 in 10
 # requests replay one of that connection's last 200 orders (well inside the TTL), 1 in 10 is a
 # new order with a fresh key. The load runs in SOAK_SAMPLE-second wrk segments; after each, the
@@ -24,7 +25,8 @@ resolve_bin
 ensure_wrk
 make_work
 
-start_server "$WORK/db" "$WORK/server" --idempotency-ttl 60s --sweep-interval 15s --cache-mb 64
+CACHE_MB=${SOAK_CACHE_MB:-64}
+start_server "$WORK/db" "$WORK/server" --idempotency-ttl 60s --sweep-interval 15s --cache-mb "$CACHE_MB"
 "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 10 --out "$WORK/accounts.tsv"
 log "server $SERVER_PID at $BASE_URL; soaking ${SOAK_SECONDS}s with $CONNS connections"
 
@@ -64,6 +66,13 @@ ok=1
 "${CLIENT[@]}" verify --base "$BASE_URL" --accounts "$WORK/accounts.tsv" || ok=0
 echo "answers with Idempotency-Replayed: $replayed of $requests; replays answered as new orders (stale): $stale"
 stop_server "$SERVER_PID"
+echo
+echo "rows per keyspace after the run (orderly stats): orders, ledger and events are permanent;"
+echo "the idempotency rows live --idempotency-ttl and are swept every --sweep-interval"
+echo
+echo "| keyspace | rows |"
+echo "|---|---:|"
+"$ORDERLY" stats --data-dir "$WORK/db" | awk -F'\t' '{ printf "| %s | %s |\n", $1, $2 }'
 [ "$ok" = 1 ] || die "ledger does not match the balance"
 [ "$errors" -eq 0 ] || die "$errors failed requests"
 [ "$stale" -eq 0 ] || die "$stale replays of live keys created new orders"

@@ -24,7 +24,16 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP server.
-    Serve(Settings),
+    Serve(Box<Settings>),
+    /// Print the number of rows in each keyspace of a stopped server's database.
+    Stats(StatsArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct StatsArgs {
+    /// The sled database directory (the server must not be running on it).
+    #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -197,7 +206,8 @@ mod tests {
     fn serve(args: &[&str]) -> Result<Settings, clap::Error> {
         let argv = ["orderly", "serve"].iter().chain(args).copied();
         Cli::try_parse_from(argv).map(|cli| match cli.command {
-            Command::Serve(s) => s,
+            Command::Serve(s) => *s,
+            Command::Stats(_) => unreachable!("serve was parsed"),
         })
     }
 

@@ -7,7 +7,10 @@ use orderly::startup::Application;
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let Command::Serve(settings) = cli.command;
+    let settings = match cli.command {
+        Command::Serve(settings) => *settings,
+        Command::Stats(args) => return print_stats(&args.data_dir),
+    };
     let outcome = actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
         // Tests and scripts read the bound address (port 0 picks a free one) from here.
@@ -20,6 +23,22 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             log::error!("{e}");
             eprintln!("orderly: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `orderly stats`: rows per keyspace of a database no server is using.
+fn print_stats(data_dir: &std::path::Path) -> std::process::ExitCode {
+    match orderly::store::Store::open(data_dir, 16 << 20) {
+        Ok(store) => {
+            for (tree, rows) in store.row_counts() {
+                println!("{tree}\t{rows}");
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("orderly: cannot open {}: {e}", data_dir.display());
             std::process::ExitCode::FAILURE
         }
     }

@@ -202,6 +202,7 @@ mod tests {
         let argv = ["orderly", "serve"].iter().chain(args).copied();
         match crate::config::Cli::parse_from(argv).command {
             crate::config::Command::Serve(s) => RateLimits::new(&s),
+            crate::config::Command::Stats(_) => unreachable!("serve was parsed"),
         }
     }
 

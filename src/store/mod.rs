@@ -140,6 +140,27 @@ impl Store {
         self.accounts.is_empty() && self.products.is_empty()
     }
 
+    /// Rows per keyspace, for `orderly stats`: what grows with orders (orders, ledger,
+    /// events) and what the sweeper keeps bounded (the idempotency rows).
+    pub fn row_counts(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("accounts", self.accounts.len()),
+            ("api_keys", self.api_keys.len()),
+            ("products", self.products.len()),
+            ("orders", self.orders.len()),
+            ("orders_by_external", self.orders_by_external.len()),
+            ("processing", self.processing.len()),
+            ("ledger", self.ledger.len()),
+            ("refunds", self.refunds.len()),
+            ("events", self.events.len()),
+            ("outbox", self.outbox.len()),
+            ("idem_responses", self.idem_responses.len()),
+            ("idem_bindings", self.idem_bindings.len()),
+            ("idem_expiry", self.idem_expiry.len()),
+            ("provider_payments", self.provider_payments.len()),
+        ]
+    }
+
     /// A cheap read that proves the storage answers (`/readyz`).
     pub fn probe(&self) -> Result<(), StoreError> {
         self.accounts.first()?;
