@@ -182,6 +182,11 @@ fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupEr
 /// One line per request: method, path (never the query, which could carry a secret),
 /// status, latency in ms and whether it was a replay.
 fn request_log() -> Logger {
-    Logger::new("%{method}xi %U %s %Dms replayed=%{Idempotency-Replayed}o")
+    Logger::new("%{method}xi %U %s %Dms replayed=%{replayed}xo")
         .custom_request_replace("method", |req| req.method().to_string())
+        .custom_response_replace("replayed", |res| {
+            res.headers()
+                .contains_key("Idempotency-Replayed")
+                .to_string()
+        })
 }
