@@ -18,6 +18,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
+use crate::metrics::Metrics;
 use crate::store::idempotency::KeyRecord;
 
 const STRIPES: usize = 1024;
@@ -61,14 +62,18 @@ pub struct KeyedWrite<'a> {
     pub fingerprint: Fingerprint,
 }
 
-async fn hold<'a>(state: &AppState, stripe: &'a Mutex<()>) -> Result<MutexGuard<'a, ()>, ApiError> {
+/// Takes the stripe, waiting at most `KEY_WAIT` for the request that holds it.
+async fn hold<'a>(
+    metrics: &Metrics,
+    stripe: &'a Mutex<()>,
+) -> Result<MutexGuard<'a, ()>, ApiError> {
     if let Ok(guard) = stripe.try_lock() {
         return Ok(guard);
     }
     tokio::time::timeout(KEY_WAIT, stripe.lock())
         .await
         .map_err(|_| {
-            state.metrics.key_conflict("in_progress");
+            metrics.key_conflict("in_progress");
             ApiError::Conflict("Duplicate request in progress, retry later".into())
         })
 }
@@ -87,10 +92,10 @@ where
     let stripe = state.key_locks.stripe(&write.account, write.key);
     // Fast path for a used key: its rows decide as soon as the stripe shows them durable.
     if let Some(record) = state.store.replay_lookup(&write.account, write.key)? {
-        let _durable = hold(state, stripe).await?;
+        let _durable = hold(&state.metrics, stripe).await?;
         return decide(state, &write, record);
     }
-    let _held = hold(state, stripe).await?;
+    let _held = hold(&state.metrics, stripe).await?;
     if let Some(record) = state.store.replay_lookup(&write.account, write.key)? {
         return decide(state, &write, record);
     }
@@ -150,4 +155,35 @@ pub fn json_response(body: Vec<u8>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_held_past_the_wait_is_the_in_progress_conflict() {
+        let metrics = Metrics::default();
+        let stripe = Mutex::new(());
+        let _held_elsewhere = stripe.lock().await;
+        match hold(&metrics, &stripe).await {
+            Err(ApiError::Conflict(message)) => {
+                assert_eq!(message, "Duplicate request in progress, retry later")
+            }
+            other => panic!("expected the in-progress 409, got {:?}", other.map(|_| ())),
+        }
+        assert!(metrics.render().contains("reason=\"in_progress\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_released_within_the_wait_is_taken() {
+        let metrics = Metrics::default();
+        let stripe = std::sync::Arc::new(Mutex::new(()));
+        let guard = std::sync::Arc::clone(&stripe).lock_owned().await;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(guard);
+        });
+        assert!(hold(&metrics, &stripe).await.is_ok());
+    }
 }
