@@ -10,6 +10,7 @@
 #   b) new orders, unique keys, all on one account (hot balance row)
 #   c) replays only: the 1000 pool keys round-robin
 #   d) 90% replays of pool keys, 10% new orders
+# BENCH_SERVER_FLAGS adds serve flags (e.g. "--fulfillment-delay 1h").
 # "errors" = non-200 answers + socket errors (connect/read/write/timeout); "replayed" = answers
 # carrying Idempotency-Replayed: true. Finally every account's ledger (all pages) must sum to its
 # balance; exits non-zero if not, or if any run had errors. Without ORDERLY_BIN it runs
@@ -23,7 +24,8 @@ resolve_bin
 ensure_wrk
 make_work
 
-start_server "$WORK/db" "$WORK/server"
+# shellcheck disable=SC2086  # BENCH_SERVER_FLAGS is a list of flags
+start_server "$WORK/db" "$WORK/server" ${BENCH_SERVER_FLAGS:-}
 log "server $SERVER_PID at $BASE_URL; creating 100 accounts and a pool of 1000 orders"
 "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 100 --out "$WORK/accounts.tsv"
 "${CLIENT[@]}" precreate --base "$BASE_URL" --accounts "$WORK/accounts.tsv" --count 1000 \

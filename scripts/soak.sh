@@ -4,7 +4,7 @@
 #   ORDERLY_BIN=path/to/orderly scripts/soak.sh [SECONDS]     (default 600)
 #   env: SOAK_CONNS (4), SOAK_DELAY_MS (10: pause per connection between requests, so at most
 #        SOAK_CONNS*1000/SOAK_DELAY_MS requests/s), SOAK_SAMPLE (30: seconds per sample),
-#        SOAK_CACHE_MB (64: sled's page cache, the part of the footprint that grows with data)
+#        SOAK_CACHE_MB (64: sled's page-cache size)
 #
 # Starts a server with --idempotency-ttl 60s --sweep-interval 15s --cache-mb $SOAK_CACHE_MB and 10 accounts
 # (balance 10^12). wrk (one thread per connection) runs orders.lua in soak mode: 9 in 10
@@ -37,7 +37,7 @@ row() {  # elapsed requests non200 rps p99
 }
 
 echo "Soak: ${SOAK_SECONDS}s, $CONNS connections, ${DELAY_MS} ms pause per request, 90% replay;" \
-  "--idempotency-ttl 60s --sweep-interval 15s --cache-mb 64; $(nproc) CPUs, $(date -u +%Y-%m-%d)"
+  "--idempotency-ttl 60s --sweep-interval 15s --cache-mb $CACHE_MB; $(nproc) CPUs, $(date -u +%Y-%m-%d)"
 echo
 echo "| elapsed s | RSS MiB | data dir MiB | requests so far | errors so far | req/s (last segment) | p99 ms (last segment) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|"
