@@ -155,12 +155,12 @@ fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupEr
     let pruner = Periodic::spawn("rate-limit-pruner", RATE_LIMIT_PRUNE_EVERY, move || {
         limits.rate_limits.prune()
     });
-    let store = Arc::clone(&state.store);
+    let (store, committer) = (Arc::clone(&state.store), Arc::clone(&state.committer));
     let delay = settings.fulfillment_delay;
     let fulfillment = Periodic::spawn(
         "fulfillment",
         fulfillment::poll_interval(delay),
-        move || fulfillment::complete_due_orders(&store, delay),
+        move || fulfillment::complete_due_orders(&store, &committer, delay),
     );
     let sender = WebhookSender::new(
         Arc::clone(&state.store),

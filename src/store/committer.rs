@@ -69,21 +69,44 @@ impl Committer {
         work: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, StoreError> {
         let (tx, rx) = oneshot::channel::<Result<R, StoreError>>();
+        self.submit(work, move |outcome| {
+            let _ = tx.send(outcome);
+        })?;
+        rx.await
+            .map_err(|_| StoreError::Flush("the writer dropped the request".into()))?
+    }
+
+    /// `write` for the background threads, which block instead of awaiting.
+    pub fn write_blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (tx, rx) = mpsc::sync_channel::<Result<R, StoreError>>(1);
+        self.submit(work, move |outcome| {
+            let _ = tx.send(outcome);
+        })?;
+        rx.recv()
+            .map_err(|_| StoreError::Flush("the writer dropped the request".into()))?
+    }
+
+    fn submit<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+        reply: impl FnOnce(Result<R, StoreError>) + Send + 'static,
+    ) -> Result<(), StoreError> {
         let job: Work = Box::new(move || -> Completion {
             match catch_unwind(AssertUnwindSafe(work)) {
                 Ok(result) => Box::new(move |flushed: Result<(), String>| {
-                    let _ = tx.send(flushed.map(|()| result).map_err(StoreError::Flush));
+                    reply(flushed.map(|()| result).map_err(StoreError::Flush));
                 }),
-                Err(_) => Box::new(move |_| {
-                    let _ = tx.send(Err(StoreError::Flush("the write panicked".into())));
-                }),
+                Err(_) => {
+                    Box::new(move |_| reply(Err(StoreError::Flush("the write panicked".into()))))
+                }
             }
         });
         self.jobs
             .send(Job::Write(job))
-            .map_err(|_| StoreError::Flush("the writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Flush("the writer dropped the request".into()))?
+            .map_err(|_| StoreError::Flush("the writer has stopped".into()))
     }
 
     /// Resolves once everything written before this call (on any thread) is on disk.

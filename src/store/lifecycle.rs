@@ -28,6 +28,12 @@ pub enum RefundRefusal {
     KeyTaken,
 }
 
+/// A `processing` order whose fulfillment delay has passed.
+pub struct DueOrder {
+    pub order_id: Id,
+    pub account: [u8; 16],
+}
+
 pub struct CancelRequest<'a> {
     pub account_id: &'a str,
     pub order_id: Id,
@@ -69,16 +75,10 @@ fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis)
 }
 
 impl Store {
-    /// Completes, oldest first, up to `max` `processing` orders created at or before
-    /// `created_by`, all in one transaction (one per order would double the write load of
-    /// the orders themselves). Returns how many were completed.
-    pub fn complete_due_orders(
-        &self,
-        created_by: Millis,
-        now: Millis,
-        max: usize,
-    ) -> Result<usize, StoreError> {
-        let mut due: Vec<(sled::IVec, Id, [u8; 16])> = Vec::new();
+    /// Up to `max` `processing` orders created at or before `created_by`, oldest first: a
+    /// read, done outside the writer so the writer only runs the transaction.
+    pub fn due_orders(&self, created_by: Millis, max: usize) -> Result<Vec<DueOrder>, StoreError> {
+        let mut due = Vec::new();
         for key in self.processing.iter().keys().take(max) {
             let key = key?;
             let Some(order_id) = Id::from_bytes(IdKind::Order, &key) else {
@@ -86,22 +86,26 @@ impl Store {
                     "processing key is not an order id".into(),
                 ));
             };
-            match self.order(&order_id)? {
+            let account = match self.order(&order_id)? {
                 // The queue is in creation order: the first order not yet due ends the pass.
                 Some(order) if order.created_at > created_by => break,
-                Some(order) => due.push((key, order_id, account_bytes(&order.account_id)?)),
-                None => due.push((key, order_id, [0; 16])),
-            }
+                Some(order) => account_bytes(&order.account_id)?,
+                None => [0; 16],
+            };
+            due.push(DueOrder { order_id, account });
         }
-        if due.is_empty() {
-            return Ok(0);
-        }
+        Ok(due)
+    }
+
+    /// Completes the given orders in one transaction (one per order would double the write
+    /// load of the orders themselves), each with its `order.completed` event. Orders a cancel
+    /// got to first are left as they are. Returns how many were completed.
+    pub fn complete_orders(&self, due: &[DueOrder], now: Millis) -> Result<usize, StoreError> {
         let outcome = (&self.orders, &self.processing, &self.events, &self.outbox).transaction(
             |(orders, processing, events, outbox)| -> TxResult<usize, ()> {
                 let mut completed = 0;
-                for (key, order_id, account) in &due {
-                    tx(processing.remove(key))?;
-                    // A cancel may have won the race since the scan.
+                for DueOrder { order_id, account } in due {
+                    tx(processing.remove(&order_id.bytes()[..]))?;
                     let Some(mut order) = read_order(orders, order_id)? else {
                         continue;
                     };
