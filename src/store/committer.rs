@@ -109,11 +109,6 @@ impl Committer {
             .map_err(|_| StoreError::Flush("the writer has stopped".into()))
     }
 
-    /// Resolves once everything written before this call (on any thread) is on disk.
-    pub async fn durable(&self) -> Result<(), StoreError> {
-        self.write(|| ()).await
-    }
-
     /// Finishes what is queued, flushes one last time and joins both threads.
     pub fn stop(&self) {
         let _ = self.jobs.send(Job::Stop);

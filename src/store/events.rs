@@ -126,9 +126,4 @@ impl Store {
         super::settle(outcome)?.ok();
         Ok(())
     }
-
-    /// Deliveries still waiting (for tests and metrics).
-    pub fn pending_deliveries(&self) -> usize {
-        self.outbox.len()
-    }
 }
