@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 pub struct Received {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    pub at: Instant,
 }
 
 impl Received {
@@ -29,6 +30,11 @@ pub struct Receiver {
 impl Receiver {
     /// Listens on `port` (0: any free port), answering `script` statuses first, then 200.
     pub fn start_on(port: u16, script: Vec<u16>) -> Receiver {
+        Self::scripted(port, script.into_iter().map(|s| (s, None)).collect())
+    }
+
+    /// Like `start_on`, each answer with an optional `Retry-After` (seconds).
+    pub fn scripted(port: u16, script: Vec<(u16, Option<u64>)>) -> Receiver {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("receiver bind");
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -59,10 +65,16 @@ impl Receiver {
                     .unwrap_or(0);
                 let mut body = vec![0; length];
                 let _ = reader.read_exact(&mut body);
-                log.lock().unwrap().push(Received { headers, body });
-                let status = script.lock().unwrap().next().unwrap_or(200);
+                log.lock().unwrap().push(Received {
+                    headers,
+                    body,
+                    at: Instant::now(),
+                });
+                let (status, retry_after) = script.lock().unwrap().next().unwrap_or((200, None));
+                let retry_after =
+                    retry_after.map_or(String::new(), |s| format!("Retry-After: {s}\r\n"));
                 let reply = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    "HTTP/1.1 {status} X\r\n{retry_after}Content-Length: 0\r\nConnection: close\r\n\r\n"
                 );
                 let _ = stream.write_all(reply.as_bytes());
             }

@@ -167,3 +167,28 @@ async fn a_redirect_is_not_followed_and_counts_as_a_failure() {
         .await
         .is_empty());
 }
+
+#[tokio::test]
+async fn a_longer_retry_after_on_a_503_is_honoured() {
+    let receiver = Receiver::scripted(0, vec![(503, Some(2))]);
+    let app = spawn_app_with(&[
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "100ms,100ms",
+    ])
+    .await;
+    let p = app.partner_with_balance(10_000).await;
+    order_with_callback(&app, &p.api_key, &receiver.url()).await;
+
+    let got = receiver.wait_for(2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2);
+    let waited = got[1].at.duration_since(got[0].at);
+    // The schedule says 100 ms; the receiver asked for 2 s, which wins.
+    assert!(
+        waited >= Duration::from_millis(1_900),
+        "retried after {waited:?}"
+    );
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+}
