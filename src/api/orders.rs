@@ -171,7 +171,7 @@ struct OrderRequest {
     external_order_id: Option<String>,
 }
 
-/// The first use of the key: one transaction on the blocking pool.
+/// The first use of the key: one transaction on the writer thread, answered once on disk.
 async fn place(state: web::Data<AppState>, request: OrderRequest) -> Result<FirstUse, ApiError> {
     let store = Arc::clone(&state.store);
     let currency = state.settings.currency.clone();
