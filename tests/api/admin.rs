@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{basket, spawn_app, ADMIN_TOKEN};
+use crate::helpers::{basket, spawn_app, spawn_app_without_admin, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn a_wrong_or_missing_admin_token_is_401() {
@@ -32,9 +32,7 @@ async fn a_wrong_or_missing_admin_token_is_401() {
 
 #[tokio::test]
 async fn without_an_admin_token_every_admin_route_is_404() {
-    let root = tempfile::tempdir().unwrap();
-    let mut app = NoAdmin::spawn(root.path());
-    let client = reqwest::Client::new();
+    let app = spawn_app_without_admin().await;
     for (method, path) in [
         (Method::POST, "/admin/accounts"),
         (
@@ -45,46 +43,15 @@ async fn without_an_admin_token_every_admin_route_is_404() {
         (Method::DELETE, "/admin/api-keys/key_x"),
         (Method::GET, "/admin/products/prd_x"),
     ] {
-        let resp = client
-            .request(method, format!("{}{path}", app.address))
+        let resp = app
+            .client
+            .request(method, app.url(path))
             .bearer_auth("anything")
             .json(&json!({"name": "x"}))
             .send()
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
-    }
-    app.stop();
-}
-
-/// A server started without `--admin-token`.
-struct NoAdmin {
-    address: String,
-    child: std::process::Child,
-}
-
-impl NoAdmin {
-    fn spawn(root: &std::path::Path) -> Self {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orderly"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(root.join("db"))
-            .env_remove("ORDERLY_ADMIN_TOKEN")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let address = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("orderly listening on ").map(str::to_string))
-            .unwrap();
-        NoAdmin { address, child }
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -150,13 +117,7 @@ async fn a_revoked_key_answers_401_from_then_on() {
         .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
         .await;
     assert_eq!(revoked.status(), StatusCode::OK);
-    let after = app
-        .client
-        .get(app.url("/b2b/balance"))
-        .header("X-Api-Key", &key)
-        .send()
-        .await
-        .unwrap();
+    let after = app.get(&key, "/b2b/balance").await;
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
 }
 

@@ -129,13 +129,7 @@ async fn a_disallowed_origin_on_a_write_is_403_without_headers_or_budget() {
     ])
     .await;
     let p = app.partner_with_balance(10_000).await;
-    let probe = app
-        .client
-        .get(app.url("/b2b/balance"))
-        .header("X-Api-Key", &p.api_key)
-        .send()
-        .await
-        .unwrap();
+    let probe = app.get(&p.api_key, "/b2b/balance").await;
     let before = remaining(&probe);
 
     let refused = app
@@ -155,13 +149,7 @@ async fn a_disallowed_origin_on_a_write_is_403_without_headers_or_budget() {
         json!({"success": false, "error": "Forbidden: Origin not allowed"})
     );
 
-    let next = app
-        .client
-        .get(app.url("/b2b/balance"))
-        .header("X-Api-Key", &p.api_key)
-        .send()
-        .await
-        .unwrap();
+    let next = app.get(&p.api_key, "/b2b/balance").await;
     assert_eq!(
         remaining(&next),
         before - 1,
@@ -223,4 +211,50 @@ async fn origin_is_checked_before_the_limiter_and_the_limiter_before_auth() {
         .await
         .unwrap();
     assert_eq!(origin.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_origin_check_covers_admin_and_provider_writes_too() {
+    let app = spawn_app_with(&[
+        "--allowed-origins",
+        "https://shop.example",
+        "--provider-secret",
+        "acmepay=s",
+    ])
+    .await;
+    for (method, path) in [
+        (reqwest::Method::POST, "/admin/accounts"),
+        (reqwest::Method::PUT, "/admin/products/prd_x"),
+        (reqwest::Method::DELETE, "/admin/api-keys/key_x"),
+        (reqwest::Method::POST, "/webhooks/providers/acmepay"),
+    ] {
+        let resp = app
+            .client
+            .request(method, app.url(path))
+            .header("Origin", "null")
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(
+            body,
+            json!({"success": false, "error": "Forbidden: Origin not allowed"})
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_header_is_never_a_5xx_or_a_dropped_connection() {
+    let app = spawn_app_with(&[]).await;
+    let resp = app
+        .client
+        .get(app.url("/b2b/balance"))
+        .header("X-Padding", "x".repeat(200_000))
+        .send()
+        .await
+        .expect("the server answers");
+    assert!(resp.status().is_client_error(), "{}", resp.status());
 }

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::{Client, Response, StatusCode};
@@ -18,6 +18,8 @@ pub struct TestApp {
     pub address: String,
     pub client: Client,
     pub data_dir: PathBuf,
+    /// Every line the server printed on stdout so far.
+    printed: Arc<Mutex<Vec<String>>>,
     _data_root: Option<tempfile::TempDir>,
     child: Child,
 }
@@ -35,17 +37,30 @@ pub async fn spawn_app_with(extra: &[&str]) -> TestApp {
     app
 }
 
+/// The server without `--admin-token`: its admin API does not exist.
+pub async fn spawn_app_without_admin() -> TestApp {
+    let root = tempfile::tempdir().expect("temp dir");
+    let mut app = launch(&root.path().join("db"), &[], false);
+    app._data_root = Some(root);
+    app
+}
+
 /// Starts the binary on `data_dir` (an existing database is reused, as after a crash).
 pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
+    launch(data_dir, extra, true)
+}
+
+fn launch(data_dir: &Path, extra: &[&str], with_admin: bool) -> TestApp {
     let mut args: Vec<String> = vec![
         "serve".into(),
         "--listen".into(),
         "127.0.0.1:0".into(),
         "--data-dir".into(),
         data_dir.display().to_string(),
-        "--admin-token".into(),
-        ADMIN_TOKEN.into(),
     ];
+    if with_admin {
+        args.extend(["--admin-token".into(), ADMIN_TOKEN.into()]);
+    }
     // Defaults that keep tests independent of the limiter and of fulfillment timing;
     // a test that cares passes its own value.
     for (flag, value) in [
@@ -57,20 +72,25 @@ pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
         }
     }
     args.extend(extra.iter().map(|s| s.to_string()));
+    // Tests run in the package root, where `--demo` finds data/demo.json.
     let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))
         .args(&args)
         .env("RUST_LOG", "warn")
+        .env_remove("ORDERLY_ADMIN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("starting orderly");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
+    let printed = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&printed);
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(addr) = line.strip_prefix("orderly listening on ") {
                 let _ = tx.send(addr.to_string());
             }
+            log.lock().unwrap().push(line);
         }
     });
     let address = rx
@@ -83,6 +103,7 @@ pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
             .build()
             .unwrap(),
         data_dir: data_dir.to_path_buf(),
+        printed,
         _data_root: None,
         child,
     }
@@ -108,6 +129,21 @@ pub fn basket(product: &str, quantity: u64, username: &str) -> Value {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.address, path)
+    }
+
+    /// What the server printed on stdout before it reported its address (the demo keys).
+    pub fn printed(&self) -> Vec<String> {
+        self.printed.lock().unwrap().clone()
+    }
+
+    /// `GET path` as the partner holding `api_key`, whatever the answer.
+    pub async fn get(&self, api_key: &str, path: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .header("X-Api-Key", api_key)
+            .send()
+            .await
+            .expect("GET call")
     }
 
     /// SIGTERM, then the exit status (bounded wait).
@@ -263,13 +299,7 @@ impl TestApp {
     }
 
     pub async fn get_json(&self, api_key: &str, path: &str) -> Value {
-        let resp = self
-            .client
-            .get(self.url(path))
-            .header("X-Api-Key", api_key)
-            .send()
-            .await
-            .unwrap();
+        let resp = self.get(api_key, path).await;
         assert_eq!(resp.status(), StatusCode::OK, "GET {path}");
         resp.json().await.unwrap()
     }

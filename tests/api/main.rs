@@ -7,6 +7,7 @@ mod admin;
 mod business_rules;
 mod concurrency;
 mod crash;
+mod demo;
 mod edge;
 mod expiry;
 mod lifecycle;

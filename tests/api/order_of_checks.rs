@@ -165,13 +165,7 @@ async fn a_key_without_the_scope_is_403() {
         .post_order(Some(&key), Some("k"), &basket("prd_uc", 1, "p"))
         .await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
-    let resp = app
-        .client
-        .get(app.url("/b2b/balance"))
-        .header("X-Api-Key", &key)
-        .send()
-        .await
-        .unwrap();
+    let resp = app.get(&key, "/b2b/balance").await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
 }
 

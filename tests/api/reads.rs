@@ -22,13 +22,7 @@ async fn an_order_is_readable_by_its_account_and_404_to_another() {
     assert_eq!(mine["success"], true);
     assert_eq!(mine["order"], placed["order"]);
 
-    let theirs = app
-        .client
-        .get(app.url(&format!("/b2b/orders/{id}")))
-        .header("X-Api-Key", &b.api_key)
-        .send()
-        .await
-        .unwrap();
+    let theirs = app.get(&b.api_key, &format!("/b2b/orders/{id}")).await;
     assert_eq!(theirs.status(), StatusCode::NOT_FOUND);
     let body: Value = theirs.json().await.unwrap();
     assert!(body["error"]
@@ -97,13 +91,7 @@ async fn a_bad_limit_or_cursor_is_422() {
         "/b2b/orders?limit=+5",
         "/b2b/events?after=nonsense",
     ] {
-        let resp = app
-            .client
-            .get(app.url(path))
-            .header("X-Api-Key", &p.api_key)
-            .send()
-            .await
-            .unwrap();
+        let resp = app.get(&p.api_key, path).await;
         assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{path}");
     }
 }
