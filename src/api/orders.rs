@@ -18,6 +18,7 @@ use crate::domain::callback_url::CallbackUrl;
 use crate::domain::fingerprint::{Fingerprint, LineRef, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{Id, IdKind};
+use crate::domain::order::Order;
 use crate::domain::product::MAX_PRODUCT_ID_LEN;
 use crate::domain::time::{expiry_after, now_millis};
 use crate::loc;
@@ -215,7 +216,7 @@ async fn place(state: web::Data<AppState>, request: OrderRequest) -> Result<Firs
     }
 }
 
-fn order_not_found(id: &str) -> ApiError {
+pub(super) fn order_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
 }
 
@@ -230,13 +231,21 @@ pub async fn get_order(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = Id::parse(IdKind::Order, &path).ok_or_else(|| order_not_found(&path))?;
-    let order = state
-        .store
-        .order(&id)?
-        .filter(|o| o.account_id == partner.account.id)
-        .ok_or_else(|| order_not_found(&path))?;
+    let (_, order) = own_order(&state, &partner.account.id, &path)?;
     Ok(json_response(order_only(&order)))
+}
+
+/// The order named in a path, if it is this account's; any other id is `order_not_found`.
+pub(super) fn own_order(
+    state: &AppState,
+    account_id: &str,
+    path: &str,
+) -> Result<(Id, Order), ApiError> {
+    let id = Id::parse(IdKind::Order, path).ok_or_else(|| order_not_found(path))?;
+    match state.store.order(&id)? {
+        Some(order) if order.account_id == account_id => Ok((id, order)),
+        _ => Err(order_not_found(path)),
+    }
 }
 
 #[utoipa::path(

@@ -11,10 +11,10 @@ use super::error::ApiError;
 use super::extract::{optional_json_body, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
 use super::openapi::{ErrorEnvelope, OrderOne, RefundMade};
+use super::orders::{order_not_found, own_order};
 use super::{optional_idempotency_key, required_idempotency_key, AppState};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
-use crate::domain::ids::{Id, IdKind};
 use crate::domain::time::{expiry_after, now_millis};
 use crate::loc;
 use crate::store::accounts::account_bytes;
@@ -24,21 +24,7 @@ use crate::views::{order_only, refund_made};
 
 pub const MAX_REASON_LEN: usize = 256;
 
-fn order_not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
-}
-
-/// The order named in the path, if it is this account's: a 404 comes before the key's 400,
-/// which is only about a request that is otherwise right. (The transaction checks again.)
-fn existing_order(state: &AppState, account_id: &str, path: &str) -> Result<Id, ApiError> {
-    let id = Id::parse(IdKind::Order, path).ok_or_else(|| order_not_found(path))?;
-    match state.store.order(&id)? {
-        Some(order) if order.account_id == account_id => Ok(id),
-        _ => Err(order_not_found(path)),
-    }
-}
-
-/// The claim a keyed write records; `None` when the write has no key.
+/// The claim a keyed write records in its transaction.
 fn claim_for<'a>(
     state: &AppState,
     account_id: &str,
@@ -80,7 +66,7 @@ pub async fn cancel_order(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let _: CancelBody = optional_json_body(payload).await?;
-    let order_id = existing_order(&state, &partner.account.id, &path)?;
+    let order_id = own_order(&state, &partner.account.id, &path)?.0;
     let key = optional_idempotency_key(&req)?;
     let account_id = partner.account.id.clone();
     let fingerprint = Fingerprint::of_cancel(&path);
@@ -181,7 +167,7 @@ pub async fn refund_order(
         "string_length",
     );
     v.into_result()?;
-    let order_id = existing_order(&state, &partner.account.id, &path)?;
+    let order_id = own_order(&state, &partner.account.id, &path)?.0;
     let key = required_idempotency_key(&req)?;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
     let write = KeyedWrite {

@@ -159,11 +159,7 @@ impl Store {
                     bindings,
                     expiry,
                 };
-                if let Some(claim) = &credit.claim {
-                    if !key_trees.is_free(claim)? {
-                        return refuse(CreditRefusal::KeyTaken);
-                    }
-                }
+                key_trees.require_free(credit.claim.as_ref(), CreditRefusal::KeyTaken)?;
                 let before = read_balance(balances, &account)?;
                 let Some(after) = before.checked_add(credit.amount) else {
                     return refuse(CreditRefusal::BalanceOverflow);

@@ -55,10 +55,14 @@ pub struct KeyTrees<'t> {
 }
 
 impl KeyTrees<'_> {
-    /// False when another use already holds the key (the caller then replays or conflicts).
-    pub fn is_free<R>(&self, claim: &KeyClaim) -> TxResult<bool, R> {
-        let scoped = scoped_key(&claim.account, claim.key);
-        Ok(tx(self.bindings.get(scoped))?.is_none())
+    /// Aborts with `taken` when another use already holds the key (the caller then replays
+    /// or conflicts); a write without a key passes.
+    pub fn require_free<R>(&self, claim: Option<&KeyClaim>, taken: R) -> TxResult<(), R> {
+        let Some(claim) = claim else { return Ok(()) };
+        match tx(self.bindings.get(scoped_key(&claim.account, claim.key)))? {
+            Some(_) => super::refuse(taken),
+            None => Ok(()),
+        }
     }
 
     /// Writes both rows and the expiry entry; `body` is the exact 200 being sent.

@@ -61,6 +61,15 @@ fn read_order<R>(
     }
 }
 
+/// The order if it belongs to `account_id`; another account's order does not exist for it.
+fn read_own_order<R>(
+    orders: &sled::transaction::TransactionalTree,
+    id: &Id,
+    account_id: &str,
+) -> TxResult<Option<Order>, R> {
+    Ok(read_order(orders, id)?.filter(|o| o.account_id == account_id))
+}
+
 fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> (Id, Event) {
     let id = Id::new(IdKind::Event);
     let event = Event {
@@ -163,14 +172,11 @@ impl Store {
                     bindings,
                     expiry,
                 };
-                if let Some(claim) = &request.claim {
-                    if !key_trees.is_free(claim)? {
-                        return refuse(CancelRefusal::KeyTaken);
-                    }
-                }
-                let mut order = match read_order(orders, &request.order_id)? {
-                    Some(o) if o.account_id == request.account_id => o,
-                    _ => return refuse(CancelRefusal::NotFound),
+                key_trees.require_free(request.claim.as_ref(), CancelRefusal::KeyTaken)?;
+                let Some(mut order) =
+                    read_own_order(orders, &request.order_id, request.account_id)?
+                else {
+                    return refuse(CancelRefusal::NotFound);
                 };
                 if order.status != OrderStatus::Processing {
                     return refuse(CancelRefusal::NotCancellable(order.status));
@@ -232,12 +238,11 @@ impl Store {
                     bindings,
                     expiry,
                 };
-                if !key_trees.is_free(&request.claim)? {
-                    return refuse(RefundRefusal::KeyTaken);
-                }
-                let mut order = match read_order(orders, &request.order_id)? {
-                    Some(o) if o.account_id == request.account_id => o,
-                    _ => return refuse(RefundRefusal::NotFound),
+                key_trees.require_free(Some(&request.claim), RefundRefusal::KeyTaken)?;
+                let Some(mut order) =
+                    read_own_order(orders, &request.order_id, request.account_id)?
+                else {
+                    return refuse(RefundRefusal::NotFound);
                 };
                 if order.status != OrderStatus::Completed {
                     return refuse(RefundRefusal::NotRefundable(order.status));

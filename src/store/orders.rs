@@ -83,9 +83,7 @@ impl Store {
                     bindings,
                     expiry,
                 };
-                if !key_trees.is_free(&new.claim)? {
-                    return refuse(OrderRefusal::KeyTaken);
-                }
+                key_trees.require_free(Some(&new.claim), OrderRefusal::KeyTaken)?;
                 let region = new.account.region.as_deref();
                 let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
                     match tx(products.get(id.as_bytes()))? {
