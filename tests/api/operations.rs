@@ -186,3 +186,37 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_order_and_exits_0() {
     }
     app.assert_ledger_matches_balance(&p.api_key).await;
 }
+
+#[test]
+fn allowing_private_callbacks_logs_a_warning_at_start() {
+    use std::io::{BufRead, BufReader};
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-private-callbacks",
+            "--data-dir",
+        ])
+        .arg(root.path().join("db"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("WARN") && line.contains("--allow-private-callbacks") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    // Bounded: a server that never warns fails the test instead of hanging it.
+    let warned = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no warning about --allow-private-callbacks");
+}
