@@ -15,37 +15,33 @@ use orderly::domain::account::Account;
 use orderly::domain::basket::RequestedLine;
 use orderly::domain::fingerprint::{Fingerprint, LineRef, Operation};
 use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::{Id, IdKind};
+use orderly::domain::ids::AccountId;
 use orderly::domain::ledger::LedgerReason;
 use orderly::domain::product::Product;
 use orderly::domain::time::now_millis;
 use orderly::metrics::Metrics;
-use orderly::store::accounts::{account_bytes, NewCredit};
-use orderly::store::committer::Committer;
-use orderly::store::idempotency::KeyClaim;
-use orderly::store::orders::NewOrder;
-use orderly::store::Store;
+use orderly::store::sled as embedded;
+use orderly::store::{KeyClaim, NewCredit, NewOrder, Store};
 use orderly::views::order_placed;
 
 const ACCOUNTS: usize = 100;
 
 struct Bench {
-    store: Arc<Store>,
-    committer: Arc<Committer>,
+    store: Arc<dyn Store>,
     accounts: Vec<Account>,
     lines: Vec<RequestedLine>,
 }
 
-fn setup(dir: &std::path::Path) -> Bench {
-    let store = Arc::new(Store::open(&dir.join("db"), 128 << 20).expect("open"));
-    let data_file = std::fs::File::open(dir.join("db").join("db")).expect("data file");
-    let committer = Arc::new(Committer::start(
-        store.db().clone(),
-        data_file,
-        Arc::new(Metrics::default()),
-    ));
+async fn setup(dir: &std::path::Path) -> Bench {
+    let store = embedded::open(embedded::Options {
+        path: dir.join("db"),
+        cache_bytes: 128 << 20,
+        metrics: Arc::new(Metrics::default()),
+        flush_hook: None,
+    })
+    .expect("open");
     store
-        .put_product(&Product {
+        .put_product(Product {
             id: "prd_bench".into(),
             name: "bench".into(),
             price: 1,
@@ -54,35 +50,32 @@ fn setup(dir: &std::path::Path) -> Bench {
             active: true,
             updated_at: now_millis(),
         })
+        .await
         .unwrap();
-    let accounts: Vec<Account> = (0..ACCOUNTS)
-        .map(|i| {
-            let account = Account {
-                id: Id::new(IdKind::Account).to_string(),
-                name: format!("bench {i}"),
-                wholesale: true,
-                credit_limit: 0,
-                region: None,
-                webhook_secret: "whsec_AAAA".into(),
-                created_at: now_millis(),
-            };
-            store.create_account(&account).unwrap();
-            let credit = NewCredit {
-                account: &account,
-                amount: 1_000_000_000_000,
-                reason: LedgerReason::Credit,
-                reference: "bench".into(),
-                now: now_millis(),
-                currency: "USD",
-                claim: None,
-            };
-            store
-                .credit(&credit, Id::new(IdKind::Transaction), |_| Vec::new())
-                .unwrap()
-                .unwrap();
-            account
-        })
-        .collect();
+    let mut accounts = Vec::new();
+    for i in 0..ACCOUNTS {
+        let account = Account {
+            id: AccountId::new(),
+            name: format!("bench {i}"),
+            wholesale: true,
+            credit_limit: 0,
+            region: None,
+            webhook_secret: "whsec_AAAA".into(),
+            created_at: now_millis(),
+        };
+        store.create_account(account.clone()).await.unwrap();
+        let credit = NewCredit {
+            account: account.clone(),
+            amount: 1_000_000_000_000,
+            reason: LedgerReason::Credit,
+            reference: "bench".into(),
+            currency: "USD".into(),
+            claim: None,
+            render: |_| Vec::new(),
+        };
+        store.credit(credit).await.unwrap().unwrap();
+        accounts.push(account);
+    }
     let lines = vec![RequestedLine {
         product_id: "prd_bench".into(),
         quantity: 1,
@@ -90,7 +83,6 @@ fn setup(dir: &std::path::Path) -> Bench {
     }];
     Bench {
         store,
-        committer,
         accounts,
         lines,
     }
@@ -104,37 +96,23 @@ fn fingerprint(lines: &[RequestedLine]) -> Fingerprint {
     }))
 }
 
-/// One durable order, as the handler does it: the transaction on the writer thread, answered
-/// once its group commit is on disk.
-async fn place(bench: &Arc<Bench>, account: usize, key: String) {
-    let b = Arc::clone(bench);
-    bench
-        .committer
-        .write(move || {
-            let account = &b.accounts[account];
-            let key = IdempotencyKey::parse(key.as_bytes()).unwrap();
-            let now = now_millis();
-            let new = NewOrder {
-                account,
-                order_id: Id::new(IdKind::Order),
-                txn_id: Id::new(IdKind::Transaction),
-                lines: &b.lines,
-                currency: "USD",
-                callback_url: None,
-                external_order_id: None,
-                now,
-                claim: KeyClaim {
-                    account: account_bytes(&account.id).unwrap(),
-                    key: &key,
-                    operation: Operation::PlaceOrder,
-                    fingerprint: fingerprint(&b.lines),
-                    expires_at: now + 86_400_000,
-                },
-            };
-            b.store.place_order(&new, order_placed).unwrap().unwrap();
-        })
-        .await
-        .unwrap();
+/// One durable order through the port, as the handler places it.
+async fn place(bench: &Bench, account: usize, key: String) {
+    let order = NewOrder {
+        account: bench.accounts[account].clone(),
+        lines: bench.lines.clone(),
+        currency: "USD".into(),
+        callback_url: None,
+        external_order_id: None,
+        claim: KeyClaim {
+            key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
+            operation: Operation::PlaceOrder,
+            fingerprint: fingerprint(&bench.lines),
+            ttl: Duration::from_secs(86_400),
+        },
+        render: order_placed,
+    };
+    bench.store.place_order(order).await.unwrap().unwrap();
 }
 
 struct Row {
@@ -197,11 +175,11 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
     let dir = tempfile::tempdir().unwrap();
-    let bench = Arc::new(setup(dir.path()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    let bench = Arc::new(runtime.block_on(setup(dir.path())));
     // STORE_BENCH_ONLY=commit or =read runs one half (for profiling); the replay pool comes
     // from the 1-client commit run, so "read" still runs that one.
     let only = std::env::var("STORE_BENCH_ONLY").unwrap_or_default();
@@ -245,20 +223,24 @@ fn main() {
             );
         }
         // A pool of used keys to read back, as replays do.
-        let pool: Arc<Vec<(usize, IdempotencyKey)>> = Arc::new(
-            (0..1000)
-                .map(|i| {
-                    (
-                        i % ACCOUNTS,
-                        IdempotencyKey::parse(format!("spread-1-0-{i}").as_bytes()).unwrap(),
-                    )
-                })
-                .filter(|(a, k)| {
-                    let account = account_bytes(&bench.accounts[*a].id).unwrap();
-                    bench.store.replay_lookup(&account, k).unwrap().is_some()
-                })
-                .collect(),
-        );
+        let mut pool = Vec::new();
+        for i in 0..1000 {
+            let (a, k) = (
+                i % ACCOUNTS,
+                IdempotencyKey::parse(format!("spread-1-0-{i}").as_bytes()).unwrap(),
+            );
+            let account = bench.accounts[a].id;
+            if bench
+                .store
+                .replay_lookup(account, k.clone())
+                .await
+                .unwrap()
+                .is_some()
+            {
+                pool.push((a, k));
+            }
+        }
+        let pool: Arc<Vec<(usize, IdempotencyKey)>> = Arc::new(pool);
         for &clients in read_clients {
             let (b, pool) = (Arc::clone(&bench), Arc::clone(&pool));
             rows.push(
@@ -270,8 +252,8 @@ fn main() {
                         let (b, pool) = (Arc::clone(&b), Arc::clone(&pool));
                         async move {
                             let (a, key) = &pool[(c * 7919 + n as usize) % pool.len()];
-                            let account = account_bytes(&b.accounts[*a].id).unwrap();
-                            let found = b.store.replay_lookup(&account, key).unwrap();
+                            let account = b.accounts[*a].id;
+                            let found = b.store.replay_lookup(account, key.clone()).await.unwrap();
                             std::hint::black_box(found.expect("pool keys exist"));
                             // Yield as a request would between reads, so clients interleave.
                             tokio::task::yield_now().await;
@@ -282,7 +264,7 @@ fn main() {
             );
         }
     });
-    bench.committer.stop();
+    runtime.block_on(bench.store.stop());
     println!("| storage-only scenario | clients | ops/s | p50 ms | p99 ms |");
     println!("|---|---:|---:|---:|---:|");
     for r in rows {

@@ -9,6 +9,8 @@
                 keys it sent and the keys that got a 200 with their order id
   crash-verify  after the restart: acknowledged keys replay to their order, no orphan or duplicate
                 orders, ledger == balance; writes the number of lost acknowledged orders
+  fill-disk     new orders until the first answer that is not a 200 (the disk is full), then the
+                same request again under that key; writes the files crash-verify reads
 """
 import argparse
 import http.client
@@ -294,6 +296,61 @@ def cmd_crash_verify(a):
     sys.exit(1 if problems or lost else 0)
 
 
+def cmd_fill_disk(a):
+    """Orders from a few threads until one is refused; then the probe's question: does the same
+    request under the first refused key ever get a 200 while the disk is full?"""
+    sent, acked, other = [], {}, {}
+    lock, stop = threading.Lock(), threading.Event()
+    first_failure = {}
+
+    def run(t):
+        for n in range(a.max_per_thread):
+            if stop.is_set():
+                return
+            k = f"{a.prefix}-{t}-{n}"
+            with lock:
+                sent.append(k)
+            try:
+                s, _, oid = order(a.base, a.api_key, k)
+            except (OSError, http.client.HTTPException):
+                s, oid = "conn", None
+            with lock:
+                if s == 200:
+                    acked[k] = oid
+                    continue
+                other[str(s)] = other.get(str(s), 0) + 1
+                first_failure.setdefault("key", k)
+                first_failure.setdefault("at", time.time())
+                first_failure.setdefault("status", s)
+            stop.set()
+            return
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(a.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not first_failure:
+        raise SystemExit(f"the disk never filled: {len(acked)} orders acknowledged")
+    try:
+        again, _, _ = Client(a.base, timeout=5).call(
+            "POST", "/b2b/orders", ORDER_BODY,
+            {"X-Api-Key": a.api_key, "X-Idempotency-Key": first_failure["key"]}, retry=False)
+    except (OSError, http.client.HTTPException):
+        again = "conn"
+    with open(os.path.join(a.dir, "sent.txt"), "w") as f:
+        f.writelines(k + "\n" for k in sent)
+    with open(os.path.join(a.dir, "acked.tsv"), "w") as f:
+        f.writelines(f"{k}\t{oid}\n" for k, oid in acked.items())
+    with open(os.path.join(a.dir, "load.json"), "w") as f:
+        json.dump({"replays_ok": 0, "replays_bad": 0, "other_status": other}, f)
+    with open(os.path.join(a.dir, "first_failure"), "w") as f:
+        f.write(f"{first_failure['at']:.3f}\n")
+    print(f"acked={len(acked)} first-refusal={first_failure['status']} "
+          f"same-key-again={again} refusals={other}")
+    sys.exit(1 if again == 200 else 0)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -316,6 +373,9 @@ def main():
         ("--replay-ratio", {"type": float, "default": 0.2}))
     add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--credit", {"type": int, "default": 10**12}))
+    add("fill-disk", cmd_fill_disk, ("--api-key", {"required": True}), ("--dir", {"required": True}),
+        ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 4}),
+        ("--max-per-thread", {"type": int, "default": 1000000}))
     a = p.parse_args()
     a.fn(a)
 

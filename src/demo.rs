@@ -6,13 +6,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::domain::account::{new_webhook_secret, Account, ApiKeyRecord, Scope};
-use crate::domain::ids::{Id, IdKind};
+use crate::domain::account::{hash_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope};
+use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerReason;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::store::accounts::NewCredit;
-use crate::store::Store;
+use crate::store::{NewCredit, Store};
 
 pub const DEMO_FILE: &str = "data/demo.json";
 
@@ -65,10 +64,14 @@ pub enum DemoError {
 }
 
 /// Seeds the demo data when the database is empty, then prints the partner keys that work.
-pub fn seed_and_announce(store: &Store, currency: &str, path: &Path) -> Result<(), DemoError> {
+pub async fn seed_and_announce(
+    store: &dyn Store,
+    currency: &str,
+    path: &Path,
+) -> Result<(), DemoError> {
     let data: DemoData = serde_json::from_slice(&std::fs::read(path)?)?;
-    if store.is_empty() {
-        seed(store, currency, &data)?;
+    if store.is_empty().await? {
+        seed(store, currency, &data).await?;
         println!(
             "demo: seeded {} account(s) and {} product(s) from {}",
             data.accounts.len(),
@@ -80,7 +83,7 @@ pub fn seed_and_announce(store: &Store, currency: &str, path: &Path) -> Result<(
     }
     for account in &data.accounts {
         for key in &account.api_keys {
-            if store.authenticate(&key.key)?.is_some() {
+            if store.authenticate(hash_api_key(&key.key)).await?.is_some() {
                 let kind = if account.wholesale {
                     "wholesale"
                 } else {
@@ -96,24 +99,26 @@ pub fn seed_and_announce(store: &Store, currency: &str, path: &Path) -> Result<(
     Ok(())
 }
 
-fn seed(store: &Store, currency: &str, data: &DemoData) -> Result<(), DemoError> {
+async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), DemoError> {
     let now = now_millis();
     for p in &data.products {
-        store.put_product(&Product {
-            id: p.id.clone(),
-            name: p.name.clone(),
-            price: p.price,
-            regions: p.regions.clone(),
-            delivery_fields: p.delivery_fields.clone(),
-            active: p.active,
-            updated_at: now,
-        })?;
+        store
+            .put_product(Product {
+                id: p.id.clone(),
+                name: p.name.clone(),
+                price: p.price,
+                regions: p.regions.clone(),
+                delivery_fields: p.delivery_fields.clone(),
+                active: p.active,
+                updated_at: now,
+            })
+            .await?;
     }
     for a in &data.accounts {
-        Id::parse(IdKind::Account, &a.id)
+        let id = AccountId::parse(&a.id)
             .ok_or_else(|| DemoError::Invalid(format!("bad account id {:?}", a.id)))?;
         let account = Account {
-            id: a.id.clone(),
+            id,
             name: a.name.clone(),
             wholesale: a.wholesale,
             credit_limit: a.credit_limit,
@@ -121,7 +126,7 @@ fn seed(store: &Store, currency: &str, data: &DemoData) -> Result<(), DemoError>
             webhook_secret: new_webhook_secret(),
             created_at: now,
         };
-        store.create_account(&account)?;
+        store.create_account(account.clone()).await?;
         for k in &a.api_keys {
             let scopes = k
                 .scopes
@@ -133,28 +138,28 @@ fn seed(store: &Store, currency: &str, data: &DemoData) -> Result<(), DemoError>
                 .collect::<Result<Vec<_>, _>>()?;
             let record = ApiKeyRecord {
                 id: k.id.clone(),
-                account_id: a.id.clone(),
+                account_id: id,
                 scopes,
                 revoked: false,
                 created_at: now,
             };
-            store.create_api_key(&k.key, &record)?;
+            store.create_api_key(hash_api_key(&k.key), record).await?;
         }
         if a.balance > 0 {
             let credit = NewCredit {
-                account: &account,
+                account,
                 amount: a.balance,
                 reason: LedgerReason::Credit,
                 reference: "demo seed".into(),
-                now,
-                currency,
+                currency: currency.to_string(),
                 claim: None,
+                render: |_| Vec::new(),
             };
             store
-                .credit(&credit, Id::new(IdKind::Transaction), |_| Vec::new())?
+                .credit(credit)
+                .await?
                 .map_err(|e| DemoError::Invalid(format!("seed credit refused: {e:?}")))?;
         }
     }
-    store.db().flush().map_err(crate::store::StoreError::from)?;
     Ok(())
 }

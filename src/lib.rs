@@ -5,6 +5,7 @@ pub mod config;
 pub mod demo;
 pub mod domain;
 pub mod edge;
+pub mod error;
 pub mod metrics;
 pub mod startup;
 pub mod store;

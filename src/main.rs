@@ -1,8 +1,11 @@
 //! `orderly serve [flags]`: parse flags, start logging, build the application, run it.
+//! A storage failure ends the process with status 1 at once (the rest of the process is not
+//! waited for: it may hold work that must not touch storage again).
 
 use clap::Parser;
 use orderly::config::{Cli, Command};
-use orderly::startup::Application;
+use orderly::startup::{Application, RunError};
+use orderly::store::sled as embedded;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -23,6 +26,11 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             log::error!("{e}");
             eprintln!("orderly: {e}");
+            if e.downcast_ref::<RunError>()
+                .is_some_and(|e| matches!(e, RunError::StorageFailed(_)))
+            {
+                std::process::exit(1);
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -30,9 +38,20 @@ fn main() -> std::process::ExitCode {
 
 /// `orderly stats`: rows per keyspace of a database no server is using.
 fn print_stats(data_dir: &std::path::Path) -> std::process::ExitCode {
-    match orderly::store::Store::open(data_dir, 16 << 20) {
-        Ok(store) => {
-            for (tree, rows) in store.row_counts() {
+    let counted = actix_web::rt::System::new().block_on(async {
+        let store = embedded::open(embedded::Options {
+            path: data_dir.to_path_buf(),
+            cache_bytes: 16 << 20,
+            metrics: Default::default(),
+            flush_hook: None,
+        })?;
+        let counts = store.row_counts().await;
+        store.stop().await;
+        counts
+    });
+    match counted {
+        Ok(counts) => {
+            for (tree, rows) in counts {
                 println!("{tree}\t{rows}");
             }
             std::process::ExitCode::SUCCESS

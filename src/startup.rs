@@ -1,7 +1,8 @@
-//! The application: storage, shared state, the route table, background workers, and an
-//! orderly shutdown (stop accepting, finish in-flight requests, flush, exit 0).
+//! The application: storage, what each part of the HTTP surface needs (one `web::Data` per
+//! concern), the route table, background workers, and the two ways it ends: an orderly
+//! shutdown (stop accepting, finish in-flight requests, flush, exit 0), or a storage failure
+//! (stop at once, exit 1: nothing in memory can be trusted to match the disk any more).
 
-use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::Arc;
@@ -10,31 +11,24 @@ use std::time::Duration;
 use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, Logger};
 use actix_web::{web, App, HttpServer};
-use sha2::{Digest, Sha256};
+use futures_util::future::{select, Either};
 
-use crate::api::idempotent::KeyLocks;
-use crate::api::{self, AppState};
+use crate::api::{self, extract::AdminAuth};
 use crate::config::Settings;
 use crate::domain::ids::random_hex;
 use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
-use crate::store::committer::Committer;
-use crate::store::Store;
+use crate::store::sled as embedded;
+use crate::store::{Store, StoreError};
 use crate::workers::webhooks::{self, WebhookSender};
-use crate::workers::{fulfillment, sweeper, Periodic};
-
-/// How often idle rate-limit buckets are forgotten.
-const RATE_LIMIT_PRUNE_EVERY: Duration = Duration::from_secs(60);
+use crate::workers::{fulfillment, pruner, sweeper, Periodic};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error("cannot open the database in {path}: {source}")]
-    Store {
-        path: String,
-        source: crate::store::StoreError,
-    },
+    Store { path: String, source: StoreError },
     #[error("cannot bind {0}: {1}")]
     Bind(String, std::io::Error),
     #[error("{0}")]
@@ -45,29 +39,52 @@ pub enum StartupError {
     Webhooks(String),
 }
 
+/// How the server ended, when it did not end well.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Storage failed; the process must exit non-zero without touching it again.
+    #[error("stopped after a storage failure: {0}")]
+    StorageFailed(String),
+}
+
 pub struct Application {
     server: Server,
     address: SocketAddr,
-    state: web::Data<AppState>,
+    store: Arc<dyn Store>,
     workers: Vec<Periodic>,
 }
 
 impl Application {
-    pub async fn build(mut settings: Settings) -> Result<Self, StartupError> {
-        let store =
-            Store::open(&settings.data_dir, settings.cache_mb * 1024 * 1024).map_err(|source| {
-                StartupError::Store {
-                    path: settings.data_dir.display().to_string(),
-                    source,
-                }
-            })?;
-        let store = Arc::new(store);
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        Self::build_with_flush_hook(settings, None).await
+    }
+
+    /// `build`, with a step run before every group flush of the embedded engine: tests use
+    /// it to stall or fail the durability step. The binary always passes `None`.
+    pub async fn build_with_flush_hook(
+        mut settings: Settings,
+        flush_hook: Option<embedded::FlushHook>,
+    ) -> Result<Self, StartupError> {
+        let metrics = Arc::new(Metrics::default());
+        let store = embedded::open(embedded::Options {
+            path: settings.data_dir.clone(),
+            cache_bytes: settings.cache_mb * 1024 * 1024,
+            metrics: Arc::clone(&metrics),
+            flush_hook,
+        })
+        .map_err(|source| StartupError::Store {
+            path: settings.data_dir.display().to_string(),
+            source,
+        })?;
         if settings.demo {
             crate::demo::seed_and_announce(
-                &store,
+                &*store,
                 &settings.currency,
                 Path::new(crate::demo::DEMO_FILE),
-            )?;
+            )
+            .await?;
             let token = settings
                 .admin_token
                 .get_or_insert_with(|| format!("adm_{}", random_hex()));
@@ -76,34 +93,23 @@ impl Application {
         if settings.allow_private_callbacks {
             log::warn!("--allow-private-callbacks is on: callbacks may target loopback and private hosts (development only)");
         }
-        let data_file = File::open(settings.data_dir.join("db"))?;
-        let metrics = Arc::new(Metrics::default());
-        let committer = Arc::new(Committer::start(
-            store.db().clone(),
-            data_file,
-            Arc::clone(&metrics),
-        ));
-        let state = web::Data::new(AppState {
-            store: Arc::clone(&store),
-            committer,
-            key_locks: KeyLocks::default(),
-            admin_token_hash: settings
-                .admin_token
-                .as_ref()
-                .map(|t| Sha256::digest(t.as_bytes()).into()),
-            rate_limits: RateLimits::new(&settings),
-            metrics,
-            settings,
-        });
-
-        let listen = state.settings.listen.clone();
-        let listener =
-            TcpListener::bind(&listen).map_err(|e| StartupError::Bind(listen.clone(), e))?;
+        let listener = TcpListener::bind(&settings.listen)
+            .map_err(|e| StartupError::Bind(settings.listen.clone(), e))?;
         let address = listener.local_addr()?;
-        let app_state = state.clone();
+
+        let store_data: web::Data<dyn Store> = web::Data::from(Arc::clone(&store));
+        let metrics_data = web::Data::from(Arc::clone(&metrics));
+        let limits = web::Data::new(RateLimits::new(&settings));
+        let admin = web::Data::new(AdminAuth::new(settings.admin_token.as_deref()));
+        let settings = web::Data::new(settings);
+        let workers = start_workers(&store, &metrics, &settings, &limits)?;
         let server = HttpServer::new(move || {
             App::new()
-                .app_data(app_state.clone())
+                .app_data(store_data.clone())
+                .app_data(metrics_data.clone())
+                .app_data(limits.clone())
+                .app_data(admin.clone())
+                .app_data(settings.clone())
                 .app_data(api::path_config())
                 .configure(api::routes)
                 .wrap(from_fn(limit_rate))
@@ -114,12 +120,10 @@ impl Application {
         .listen(listener)?
         .shutdown_timeout(30)
         .run();
-
-        let workers = start_workers(&state)?;
         Ok(Application {
             server,
             address,
-            state,
+            store,
             workers,
         })
     }
@@ -128,54 +132,73 @@ impl Application {
         self.address
     }
 
-    /// Serves until SIGINT or SIGTERM, then drains in-flight requests and flushes.
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+    /// Serves until SIGINT or SIGTERM, then drains in-flight requests and flushes; or until
+    /// storage fails, then stops at once and reports it.
+    pub async fn run_until_stopped(self) -> Result<(), RunError> {
         log::info!("orderly listening on http://{}", self.address);
-        let served = self.server.await;
-        log::info!("stopped accepting; in-flight requests finished");
-        for worker in self.workers {
-            worker.stop();
+        let handle = self.server.handle();
+        let store = Arc::clone(&self.store);
+        let failure = Box::pin(async move { store.failure().await });
+        match select(self.server, failure).await {
+            Either::Left((served, _)) => {
+                log::info!("stopped accepting; in-flight requests finished");
+                for worker in self.workers {
+                    worker.stop();
+                }
+                self.store.stop().await;
+                log::info!("storage flushed; exiting");
+                Ok(served?)
+            }
+            Either::Right((why, server)) => {
+                // No drain and no final flush: every answer from now on would be a guess.
+                // Workers are left to the process exit, one may be inside a 10 s delivery.
+                let _ = tokio::time::timeout(Duration::from_secs(2), handle.stop(false)).await;
+                drop(server);
+                Err(RunError::StorageFailed(why))
+            }
         }
-        self.state.committer.stop();
-        if let Err(e) = self.state.store.db().flush() {
-            log::error!("final flush failed: {e}");
-        }
-        log::info!("storage flushed; exiting");
-        served
     }
 }
 
-fn start_workers(state: &web::Data<AppState>) -> Result<Vec<Periodic>, StartupError> {
-    let settings = &state.settings;
-    let (store, metrics) = (Arc::clone(&state.store), Arc::clone(&state.metrics));
+fn start_workers(
+    store: &Arc<dyn Store>,
+    metrics: &Arc<Metrics>,
+    settings: &Settings,
+    limits: &web::Data<RateLimits>,
+) -> Result<Vec<Periodic>, StartupError> {
+    let (s, m) = (Arc::clone(store), Arc::clone(metrics));
     let sweeper = Periodic::spawn("sweeper", settings.sweep_interval, move || {
-        sweeper::sweep_expired_keys(&store, &metrics)
-    });
-    let limits = state.clone();
-    let pruner = Periodic::spawn("rate-limit-pruner", RATE_LIMIT_PRUNE_EVERY, move || {
-        limits.rate_limits.prune()
-    });
-    let (store, committer) = (Arc::clone(&state.store), Arc::clone(&state.committer));
+        let (s, m) = (Arc::clone(&s), Arc::clone(&m));
+        async move { sweeper::sweep_expired_keys(&*s, &m).await }
+    })?;
+    let l = limits.clone();
+    let pruner = Periodic::spawn("rate-limit-pruner", pruner::PRUNE_EVERY, move || {
+        let l = l.clone();
+        async move { pruner::prune_idle_buckets(&l).await }
+    })?;
+    let s = Arc::clone(store);
     let delay = settings.fulfillment_delay;
     let fulfillment = Periodic::spawn(
         "fulfillment",
         fulfillment::poll_interval(delay),
-        move || fulfillment::complete_due_orders(&store, &committer, delay),
+        move || {
+            let s = Arc::clone(&s);
+            async move { fulfillment::complete_due_orders(&*s, delay).await }
+        },
+    )?;
+    let sender = Arc::new(
+        WebhookSender::new(
+            Arc::clone(store),
+            Arc::clone(metrics),
+            api::callback_policy(settings),
+            settings.webhook_retry_schedule.clone(),
+        )
+        .map_err(|e| StartupError::Webhooks(e.to_string()))?,
     );
-    let sender = WebhookSender::new(
-        Arc::clone(&state.store),
-        Arc::clone(&state.metrics),
-        state.callback_policy(),
-        settings.webhook_retry_schedule.clone(),
-    )
-    .map_err(|e| StartupError::Webhooks(e.to_string()))?;
-    // Deliveries are async (many receivers at once); this thread owns their small runtime.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let webhooks = Periodic::spawn("webhooks", webhooks::POLL_INTERVAL, move || {
-        runtime.block_on(sender.deliver_due())
-    });
+        let sender = Arc::clone(&sender);
+        async move { sender.deliver_due().await }
+    })?;
     Ok(vec![sweeper, pruner, fulfillment, webhooks])
 }
 

@@ -25,7 +25,7 @@ pub struct OrderItemJson<'a> {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderJson<'a> {
-    id: &'a str,
+    id: String,
     status: &'static str,
     items: Vec<OrderItemJson<'a>>,
     total: i64,
@@ -40,7 +40,7 @@ pub struct OrderJson<'a> {
 impl<'a> From<&'a Order> for OrderJson<'a> {
     fn from(order: &'a Order) -> Self {
         OrderJson {
-            id: &order.id,
+            id: order.id.to_string(),
             status: order.status.as_str(),
             items: order
                 .items
@@ -133,7 +133,7 @@ impl<'a> From<&'a Product> for ProductJson<'a> {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccountJson<'a> {
-    id: &'a str,
+    id: String,
     name: &'a str,
     wholesale: bool,
     balance: i64,
@@ -146,7 +146,7 @@ pub struct AccountJson<'a> {
 impl<'a> AccountJson<'a> {
     pub fn new(account: &'a Account, balance: i64) -> Self {
         AccountJson {
-            id: &account.id,
+            id: account.id.to_string(),
             name: &account.name,
             wholesale: account.wholesale,
             balance,
@@ -162,7 +162,7 @@ impl<'a> AccountJson<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct RefundJson<'a> {
     id: &'a str,
-    order_id: &'a str,
+    order_id: String,
     amount: i64,
     reason: Option<&'a str>,
     created_at: String,
@@ -172,7 +172,7 @@ impl<'a> From<&'a Refund> for RefundJson<'a> {
     fn from(r: &'a Refund) -> Self {
         RefundJson {
             id: &r.id,
-            order_id: &r.order_id,
+            order_id: r.order_id.to_string(),
             amount: r.amount,
             reason: r.reason.as_deref(),
             created_at: rfc3339(r.created_at),
@@ -218,14 +218,100 @@ pub fn event_body(event: &Event) -> Vec<u8> {
     to_json(&EventJson::from(event))
 }
 
+/// Declares a response type: the struct that is serialized is the one `/openapi.json`
+/// documents, so the document cannot drift from the wire.
+macro_rules! response {
+    ($(#[$doc:meta])* $name:ident<$lt:lifetime> { $($field:ident: $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Serialize, ToSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name<$lt> {
+            pub success: bool,
+            $(pub $field: $ty),*
+        }
+    };
+}
+
+response!(
+    /// `POST /b2b/orders`: the order and the balance after it.
+    OrderPlaced<'a> { order: OrderJson<'a>, balance: BalanceJson<'a> }
+);
+response!(
+    /// A single order: `GET /b2b/orders/{id}` and the 200 of a cancel.
+    OrderOne<'a> { order: OrderJson<'a> }
+);
+response!(
+    /// A refund and the order after it.
+    RefundMade<'a> { refund: RefundJson<'a>, order: OrderJson<'a> }
+);
+response!(
+    /// The balance now, or after a credit.
+    BalanceOne<'a> { balance: BalanceJson<'a> }
+);
+response!(
+    /// An account as the operator sees it.
+    AccountOne<'a> { account: AccountJson<'a> }
+);
+response!(
+    /// A new API key; its plaintext appears only here.
+    ApiKeyCreated<'a> { api_key: ApiKeyJson<'a> }
+);
+response!(
+    /// A product as stored.
+    ProductOne<'a> { product: ProductJson<'a> }
+);
+response!(
+    /// The account's orders, newest first.
+    OrderList<'a> { orders: Vec<OrderJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// The ledger, newest first; it sums to the balance.
+    TransactionList<'a> { transactions: Vec<LedgerEntryJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// Active products in id order.
+    ProductList<'a> { products: Vec<ProductJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// The account's events, oldest first.
+    EventList<'a> { events: Vec<EventJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// `/healthz` and `/readyz`.
+    Health<'a> { status: &'a str }
+);
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyJson<'a> {
+    pub id: &'a str,
+    /// The plaintext key: shown only in this answer.
+    pub key: &'a str,
+    pub scopes: Vec<&'static str>,
+    pub account_id: String,
+}
+
+/// `{"success":true}`.
+#[derive(Serialize, ToSchema)]
+pub struct Success {
+    pub success: bool,
+}
+
+/// The answer to a provider notification.
+#[derive(Serialize, ToSchema)]
+pub struct ProviderAck {
+    pub success: bool,
+    /// True when this notification was already credited (nothing moved this time).
+    pub duplicate: bool,
+    /// Present (true) for notification types that move no money.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub ignored: Option<bool>,
+}
+
 /// `{"success":true,"order":{…}}`: a single order, also the 200 of a cancel.
 pub fn order_only(order: &Order) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct One<'a> {
-        success: bool,
-        order: OrderJson<'a>,
-    }
-    to_json(&One {
+    to_json(&OrderOne {
         success: true,
         order: order.into(),
     })
@@ -233,13 +319,7 @@ pub fn order_only(order: &Order) -> Vec<u8> {
 
 /// The 200 of a refund: the refund and the order after it.
 pub fn refund_made(refund: &Refund, order: &Order) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Made<'a> {
-        success: bool,
-        refund: RefundJson<'a>,
-        order: OrderJson<'a>,
-    }
-    to_json(&Made {
+    to_json(&RefundMade {
         success: true,
         refund: refund.into(),
         order: order.into(),
@@ -248,13 +328,7 @@ pub fn refund_made(refund: &Refund, order: &Order) -> Vec<u8> {
 
 /// The 200 of `POST /b2b/orders`, rendered inside the order's transaction.
 pub fn order_placed(order: &Order, balance: &BalanceView) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Placed<'a> {
-        success: bool,
-        order: OrderJson<'a>,
-        balance: BalanceJson<'a>,
-    }
-    to_json(&Placed {
+    to_json(&OrderPlaced {
         success: true,
         order: order.into(),
         balance: balance.into(),
@@ -263,12 +337,7 @@ pub fn order_placed(order: &Order, balance: &BalanceView) -> Vec<u8> {
 
 /// The 200 of a balance-changing admin call.
 pub fn balance_only(balance: &BalanceView) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Only<'a> {
-        success: bool,
-        balance: BalanceJson<'a>,
-    }
-    to_json(&Only {
+    to_json(&BalanceOne {
         success: true,
         balance: balance.into(),
     })

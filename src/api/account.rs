@@ -1,37 +1,30 @@
 //! `GET /b2b/balance` and `GET /b2b/transactions`: the partner's money and its ledger.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::error::ApiError;
 use super::extract::{BalanceRead, Partner};
-use super::idempotent::json_response;
-use super::lists::{list_body, ListQuery};
-use super::openapi::{BalanceOne, TransactionList};
-use super::AppState;
+use super::lists::ListQuery;
+use super::{json_response, StoreData};
+use crate::config::Settings;
 use crate::domain::ids::IdKind;
 use crate::domain::order::BalanceView;
-use crate::views::{to_json, BalanceJson, LedgerEntryJson};
+use crate::error::ApiError;
+use crate::views::{to_json, BalanceJson, BalanceOne, LedgerEntryJson, TransactionList};
 
 #[utoipa::path(get, path = "/b2b/balance", tag = "account", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
 pub async fn balance(
     partner: Partner<BalanceRead>,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     let view = BalanceView {
-        available: state.store.balance(&partner.account)?,
+        available: store.balance(partner.account.id).await?,
         credit_limit: partner.account.credit_limit,
-        currency: state.settings.currency.clone(),
+        currency: settings.currency.clone(),
     };
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        success: bool,
-        balance: BalanceJson<'a>,
-    }
-    Ok(json_response(to_json(&Body {
+    Ok(json_response(to_json(&BalanceOne {
         success: true,
-        balance: (&view).into(),
+        balance: BalanceJson::from(&view),
     })))
 }
 
@@ -44,17 +37,16 @@ pub async fn balance(
 pub async fn transactions(
     partner: Partner<BalanceRead>,
     req: HttpRequest,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
     let before = query.id_cursor(IdKind::Transaction)?;
-    let store = Arc::clone(&state.store);
-    let page =
-        web::block(move || store.ledger_page(&partner.account, before, query.limit)).await??;
-    let items: Vec<LedgerEntryJson> = page.items.iter().map(LedgerEntryJson::from).collect();
-    Ok(json_response(list_body(
-        "transactions",
-        items,
-        page.next_cursor,
-    )))
+    let page = store
+        .ledger_page(partner.account.id, before, query.limit)
+        .await?;
+    Ok(json_response(to_json(&TransactionList {
+        success: true,
+        transactions: page.items.iter().map(LedgerEntryJson::from).collect(),
+        next_cursor: page.next_cursor.as_deref(),
+    })))
 }

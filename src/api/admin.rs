@@ -1,52 +1,66 @@
 //! The operator's API (`Authorization: Bearer <admin token>`): accounts, API keys, credits
 //! and the catalog. Without `--admin-token` every route here answers 404.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::error::ApiError;
 use super::extract::{json_body, Admin, Violations};
-use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
-use super::openapi::{AccountOne, ApiKeyCreated, BalanceOne, ErrorEnvelope, ProductOne, Success};
-use super::{required_idempotency_key, AppState};
-use crate::domain::account::{new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope};
+use super::idempotent::{run_once, FirstUse, KeyedWrite};
+use super::{json_response, required_idempotency_key, StoreData};
+use crate::config::Settings;
+use crate::domain::account::{
+    hash_api_key, new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope,
+};
 use crate::domain::fingerprint::{Fingerprint, Operation};
-use crate::domain::ids::{Id, IdKind};
+use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerReason;
-use crate::domain::product::{Product, MAX_PRICE, MAX_PRODUCT_ID_LEN};
-use crate::domain::time::{expiry_after, now_millis};
+use crate::domain::limits::{
+    MAX_AMOUNT, MAX_DELIVERY_FIELD_LEN, MAX_NAME_LEN, MAX_PRODUCT_ID_LEN, MAX_REASON_LEN,
+    MAX_REGION_LEN,
+};
+use crate::domain::product::Product;
+use crate::domain::time::now_millis;
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
-use crate::store::accounts::{account_bytes, CreditRefusal, NewCredit};
-use crate::store::idempotency::KeyClaim;
-use crate::views::{balance_only, to_json, AccountJson, ProductJson};
-
-/// The largest credit line or single credit the API accepts (10^12 minor units).
-pub const MAX_AMOUNT: i64 = MAX_PRICE;
+use crate::metrics::Metrics;
+use crate::store::{CreditRefusal, KeyClaim, NewCredit, Store};
+use crate::views::{
+    balance_only, to_json, AccountJson, AccountOne, ApiKeyCreated, ApiKeyJson, BalanceOne,
+    ProductJson, ProductOne, Success,
+};
 
 fn account_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("account_not_found: no account {id:?}"))
 }
 
-fn load_account(state: &AppState, id: &str) -> Result<Account, ApiError> {
-    state
-        .store
-        .account(id)?
+async fn load_account(store: &dyn Store, id: &str) -> Result<Account, ApiError> {
+    let Some(account_id) = AccountId::parse(id) else {
+        return Err(account_not_found(id));
+    };
+    store
+        .account(account_id)
+        .await?
         .ok_or_else(|| account_not_found(id))
 }
 
-fn account_response(state: &AppState, account: &Account) -> Result<HttpResponse, ApiError> {
-    let balance = state.store.balance(account)?;
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        success: bool,
-        account: AccountJson<'a>,
-    }
-    Ok(json_response(to_json(&Body {
+async fn account_response(store: &dyn Store, account: &Account) -> Result<HttpResponse, ApiError> {
+    let balance = store.balance(account.id).await?;
+    Ok(json_response(to_json(&AccountOne {
         success: true,
         account: AccountJson::new(account, balance),
     })))
+}
+
+fn name_ok(name: &str) -> bool {
+    !name.trim().is_empty() && name.chars().count() <= MAX_NAME_LEN
+}
+
+fn name_message() -> String {
+    format!("name must be a non-empty string of at most {MAX_NAME_LEN} characters")
+}
+
+fn region_ok(region: &str) -> bool {
+    !region.trim().is_empty() && region.chars().count() <= MAX_REGION_LEN
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -65,33 +79,33 @@ pub async fn create_account(
     _admin: Admin,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let body: NewAccountBody = json_body(&req, payload).await?;
     let mut v = Violations::default();
     v.check(
-        !body.name.trim().is_empty() && body.name.chars().count() <= 200,
+        name_ok(&body.name),
         || loc!("name"),
-        "name must be a non-empty string of at most 200 characters",
+        &name_message(),
         "string_length",
     );
     v.check(
         (0..=MAX_AMOUNT).contains(&body.credit_limit),
         || loc!("creditLimit"),
-        "creditLimit must be a whole number from 0 to 1000000000000",
+        &format!("creditLimit must be a whole number from 0 to {MAX_AMOUNT}"),
         "range",
     );
     v.check(
-        body.region
-            .as_ref()
-            .is_none_or(|r| !r.trim().is_empty() && r.chars().count() <= 16),
+        body.region.as_deref().is_none_or(region_ok),
         || loc!("region"),
-        "region must be a short non-empty code such as EU",
+        &format!(
+            "region must be a non-empty code of at most {MAX_REGION_LEN} characters, such as EU"
+        ),
         "string_length",
     );
     v.into_result()?;
     let account = Account {
-        id: Id::new(IdKind::Account).to_string(),
+        id: AccountId::new(),
         name: body.name.trim().to_string(),
         wholesale: body.wholesale,
         credit_limit: body.credit_limit,
@@ -99,23 +113,18 @@ pub async fn create_account(
         webhook_secret: new_webhook_secret(),
         created_at: now_millis(),
     };
-    let store = Arc::clone(&state.store);
-    let stored = account.clone();
-    state
-        .committer
-        .write(move || store.create_account(&stored))
-        .await??;
-    account_response(&state, &account)
+    store.create_account(account.clone()).await?;
+    account_response(&**store, &account).await
 }
 
 #[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
 pub async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load_account(&state, &path)?;
-    account_response(&state, &account)
+    let account = load_account(&**store, &path).await?;
+    account_response(&**store, &account).await
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -130,7 +139,7 @@ pub async fn create_api_key(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let body: NewApiKeyBody = json_body(&req, payload).await?;
     let requested = body
@@ -156,46 +165,42 @@ pub async fn create_api_key(
         }
     }
     v.into_result()?;
-    let account = load_account(&state, &path)?;
+    let account = load_account(&**store, &path).await?;
     let plaintext = new_api_key();
     let record = ApiKeyRecord {
         id: Id::new(IdKind::ApiKey).to_string(),
-        account_id: account.id.clone(),
+        account_id: account.id,
         scopes,
         revoked: false,
         created_at: now_millis(),
     };
-    let (store, key, stored) = (Arc::clone(&state.store), plaintext.clone(), record.clone());
-    state
-        .committer
-        .write(move || store.create_api_key(&key, &stored))
-        .await??;
-    let scope_names: Vec<&str> = record.scopes.iter().map(|s| s.as_str()).collect();
-    let body = serde_json::json!({
-        "success": true,
-        "apiKey": { "id": record.id, "key": plaintext, "scopes": scope_names, "accountId": account.id }
-    });
-    Ok(json_response(to_json(&body)))
+    store
+        .create_api_key(hash_api_key(&plaintext), record.clone())
+        .await?;
+    Ok(json_response(to_json(&ApiKeyCreated {
+        success: true,
+        api_key: ApiKeyJson {
+            id: &record.id,
+            key: &plaintext,
+            scopes: record.scopes.iter().map(|s| s.as_str()).collect(),
+            account_id: account.id.to_string(),
+        },
+    })))
 }
 
 #[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
 pub async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let (store, key_id) = (Arc::clone(&state.store), path.clone());
-    if !state
-        .committer
-        .write(move || store.revoke_api_key(&key_id))
-        .await??
-    {
-        return Err(ApiError::NotFound(format!(
-            "api_key_not_found: no API key {:?}",
-            path.as_str()
-        )));
+    let not_found =
+        || ApiError::NotFound(format!("api_key_not_found: no API key {:?}", path.as_str()));
+    let key_id = Id::parse(IdKind::ApiKey, &path).ok_or_else(not_found)?;
+    if !store.revoke_api_key(key_id).await? {
+        return Err(not_found());
     }
-    Ok(json_response(br#"{"success":true}"#.to_vec()))
+    Ok(json_response(to_json(&Success { success: true })))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -221,70 +226,64 @@ pub async fn credit_account(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
+    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
     let body: CreditBody = json_body(&req, payload).await?;
     let mut v = Violations::default();
     v.check(
         (1..=MAX_AMOUNT).contains(&body.amount),
         || loc!("amount"),
-        "amount must be a whole number from 1 to 1000000000000",
+        &format!("amount must be a whole number from 1 to {MAX_AMOUNT}"),
         "range",
     );
     v.check(
         body.reason
             .as_ref()
-            .is_none_or(|r| r.chars().count() <= 256),
+            .is_none_or(|r| r.chars().count() <= MAX_REASON_LEN),
         || loc!("reason"),
-        "reason must be at most 256 characters",
+        &format!("reason must be at most {MAX_REASON_LEN} characters"),
         "string_length",
     );
     v.into_result()?;
-    let account = load_account(&state, &path)?;
+    let account = load_account(&**store, &path).await?;
     let key = required_idempotency_key(&req)?;
     let fingerprint = Fingerprint::of_credit(body.amount);
     let write = KeyedWrite {
-        account: account_bytes(&account.id)?,
-        key: &key,
+        account: account.id,
+        key: key.clone(),
         operation: Operation::AdminCredit,
         fingerprint,
     };
-    let first_use = || async {
-        let store = Arc::clone(&state.store);
-        let currency = state.settings.currency.clone();
-        let ttl = state.settings.idempotency_ttl;
-        let key = key.clone();
-        let outcome = state
-            .committer
-            .write(move || {
-                let now = now_millis();
-                let credit = NewCredit {
-                    account: &account,
-                    amount: body.amount,
-                    reason: LedgerReason::Credit,
-                    reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
-                    now,
-                    currency: &currency,
-                    claim: Some(KeyClaim {
-                        account: account_bytes(&account.id)?,
-                        key: &key,
-                        operation: Operation::AdminCredit,
-                        fingerprint,
-                        expires_at: expiry_after(now, ttl),
-                    }),
-                };
-                store.credit(&credit, Id::new(IdKind::Transaction), balance_only)
-            })
-            .await??;
-        match outcome {
-            Ok(body) => Ok(FirstUse::Durable(body)),
-            Err(CreditRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
-            Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BadRequest(
-                "balance_too_large: the balance after this credit does not fit".into(),
-            )),
-        }
+    let credit = || {
+        let credit = NewCredit {
+            account: account.clone(),
+            amount: body.amount,
+            reason: LedgerReason::Credit,
+            reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
+            currency: settings.currency.clone(),
+            claim: Some(KeyClaim {
+                key: key.clone(),
+                operation: Operation::AdminCredit,
+                fingerprint,
+                ttl: settings.idempotency_ttl,
+            }),
+            render: balance_only,
+        };
+        credit_first_use(&**store, credit)
     };
-    run_once(&state, write, first_use).await
+    run_once(&**store, &metrics, write, credit).await
+}
+
+async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstUse, ApiError> {
+    match store.credit(credit).await? {
+        Ok(body) => Ok(FirstUse::Durable(body)),
+        Err(CreditRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BadRequest(
+            "balance_too_large: the balance after this credit does not fit".into(),
+        )),
+    }
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -311,7 +310,7 @@ pub async fn put_product(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let body: ProductBody = json_body(&req, payload).await?;
     let id = path.into_inner();
@@ -319,35 +318,39 @@ pub async fn put_product(
     if id.trim() != id || id.is_empty() || id.chars().count() > MAX_PRODUCT_ID_LEN {
         v.add(
             vec!["path".into(), "productId".into()],
-            "productId must be 1 to 64 characters without surrounding spaces",
+            format!(
+                "productId must be 1 to {MAX_PRODUCT_ID_LEN} characters without surrounding spaces"
+            ),
             "string_length",
         );
     }
     v.check(
-        !body.name.trim().is_empty() && body.name.chars().count() <= 200,
+        name_ok(&body.name),
         || loc!("name"),
-        "name must be a non-empty string of at most 200 characters",
+        &name_message(),
         "string_length",
     );
     v.check(
-        (0..=MAX_PRICE).contains(&body.price),
+        (0..=MAX_AMOUNT).contains(&body.price),
         || loc!("price"),
-        "price must be a whole number from 0 to 1000000000000",
+        &format!("price must be a whole number from 0 to {MAX_AMOUNT}"),
         "range",
     );
     for (i, region) in body.regions.iter().enumerate() {
         v.check(
-            !region.trim().is_empty() && region.chars().count() <= 16,
+            region_ok(region),
             || loc!("regions", i),
-            "a region is a short non-empty code such as EU",
+            &format!(
+                "a region is a non-empty code of at most {MAX_REGION_LEN} characters, such as EU"
+            ),
             "string_length",
         );
     }
     for (i, field) in body.delivery_fields.iter().enumerate() {
         v.check(
-            !field.trim().is_empty() && field.chars().count() <= 64,
+            !field.trim().is_empty() && field.chars().count() <= MAX_DELIVERY_FIELD_LEN,
             || loc!("deliveryFields", i),
-            "a delivery field is a non-empty name of at most 64 characters",
+            &format!("a delivery field is a non-empty name of at most {MAX_DELIVERY_FIELD_LEN} characters"),
             "string_length",
         );
     }
@@ -361,18 +364,9 @@ pub async fn put_product(
         active: body.active,
         updated_at: now_millis(),
     };
-    let (store, stored) = (Arc::clone(&state.store), product.clone());
-    state
-        .committer
-        .write(move || store.put_product(&stored))
-        .await??;
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        success: bool,
-        product: ProductJson<'a>,
-    }
-    Ok(json_response(to_json(&Body {
+    store.put_product(product.clone()).await?;
+    Ok(json_response(to_json(&ProductOne {
         success: true,
-        product: (&product).into(),
+        product: ProductJson::from(&product),
     })))
 }

@@ -1,18 +1,14 @@
 //! `GET /b2b/events?after=&limit=`: every event emitted for the account, oldest first, for
 //! catching up on callbacks that were missed.
 
-use std::sync::Arc;
+use actix_web::{HttpRequest, HttpResponse};
 
-use actix_web::{web, HttpRequest, HttpResponse};
-
-use super::error::ApiError;
 use super::extract::{OrdersRead, Partner};
-use super::idempotent::json_response;
-use super::lists::{list_body, query_error, ListQuery};
-use super::openapi::EventList;
-use super::AppState;
+use super::lists::{query_error, ListQuery};
+use super::{json_response, StoreData};
 use crate::domain::ids::{Id, IdKind};
-use crate::views::EventJson;
+use crate::error::ApiError;
+use crate::views::{to_json, EventJson, EventList};
 
 #[utoipa::path(
     get, path = "/b2b/events", tag = "account",
@@ -23,7 +19,7 @@ use crate::views::EventJson;
 pub async fn list_events(
     partner: Partner<OrdersRead>,
     req: HttpRequest,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
     let after = match query.get("after").filter(|a| !a.is_empty()) {
@@ -33,9 +29,12 @@ pub async fn list_events(
         ),
         None => query.id_cursor(IdKind::Event)?,
     };
-    let store = Arc::clone(&state.store);
-    let account_id = partner.account.id.clone();
-    let page = web::block(move || store.events_page(&account_id, after, query.limit)).await??;
-    let items: Vec<EventJson> = page.items.iter().map(EventJson::from).collect();
-    Ok(json_response(list_body("events", items, page.next_cursor)))
+    let page = store
+        .events_page(partner.account.id, after, query.limit)
+        .await?;
+    Ok(json_response(to_json(&EventList {
+        success: true,
+        events: page.items.iter().map(EventJson::from).collect(),
+        next_cursor: page.next_cursor.as_deref(),
+    })))
 }

@@ -1,23 +1,24 @@
 //! Extractors that decide who is calling (401/403 before anything else), and the JSON body
 //! reader that turns every schema violation into the 422 validation envelope.
 //!
-//! The key extractors are synchronous on purpose: actix polls a handler's extractors together,
-//! so an extractor that awaited could let the body's 422 overtake the 401. Their store reads
-//! are point `get`s served from sled's page cache, cheaper than a hop to the blocking pool.
+//! Bodies are read inside handlers, after these extractors, so a body's 422 never overtakes
+//! the 401. The partner extractor awaits the port, whose reads answer at once unless a write
+//! of that very account is being flushed.
 
-use std::future::{ready, Ready};
+use std::future::{ready, Future, Ready};
 use std::marker::PhantomData;
+use std::pin::Pin;
 
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use super::error::{ApiError, FieldError};
-use super::AppState;
-use crate::domain::account::{Account, Scope};
+use crate::domain::account::{hash_api_key, Account, Scope};
+use crate::error::{ApiError, FieldError};
+use crate::store::Store;
 
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+use crate::domain::limits::MAX_BODY_BYTES;
 
 /// A scope a route requires, as a type so it is part of the handler's signature.
 pub trait RequiredScope {
@@ -54,21 +55,15 @@ fn well_formed_api_key(key: &str) -> bool {
     })
 }
 
-fn state(req: &HttpRequest) -> Result<&web::Data<AppState>, ApiError> {
-    req.app_data::<web::Data<AppState>>()
-        .ok_or_else(|| ApiError::Internal("application state missing".into()))
-}
-
-fn authenticate<S: RequiredScope>(req: &HttpRequest) -> Result<Partner<S>, ApiError> {
-    let key = req
-        .headers()
-        .get("X-Api-Key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| well_formed_api_key(k))
-        .ok_or(ApiError::Unauthorized)?;
-    let (record, account) = state(req)?
-        .store
-        .authenticate(key)?
+async fn authenticate<S: RequiredScope>(
+    key_hash: Option<[u8; 32]>,
+    store: Option<web::Data<dyn Store>>,
+) -> Result<Partner<S>, ApiError> {
+    let key_hash = key_hash.ok_or(ApiError::Unauthorized)?;
+    let store = store.ok_or_else(|| ApiError::Internal("the store is not configured".into()))?;
+    let (record, account) = store
+        .authenticate(key_hash)
+        .await?
         .ok_or(ApiError::Unauthorized)?;
     if !account.wholesale {
         return Err(ApiError::Forbidden(
@@ -86,12 +81,36 @@ fn authenticate<S: RequiredScope>(req: &HttpRequest) -> Result<Partner<S>, ApiEr
     })
 }
 
-impl<S: RequiredScope> FromRequest for Partner<S> {
+impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
     type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req))
+        let key_hash = req
+            .headers()
+            .get("X-Api-Key")
+            .and_then(|v| v.to_str().ok())
+            .filter(|k| well_formed_api_key(k))
+            .map(hash_api_key);
+        let store = req.app_data::<web::Data<dyn Store>>().cloned();
+        Box::pin(authenticate(key_hash, store))
+    }
+}
+
+/// The admin token in force, as its SHA-256; `None` disables the admin API.
+pub struct AdminAuth {
+    token_hash: Option<[u8; 32]>,
+}
+
+impl AdminAuth {
+    pub fn new(token: Option<&str>) -> Self {
+        AdminAuth {
+            token_hash: token.map(|t| Sha256::digest(t.as_bytes()).into()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.token_hash.is_some()
     }
 }
 
@@ -105,7 +124,10 @@ pub fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
-    let Some(expected) = state(req)?.admin_token_hash else {
+    let expected = req
+        .app_data::<web::Data<AdminAuth>>()
+        .and_then(|a| a.token_hash);
+    let Some(expected) = expected else {
         // Without --admin-token the admin API does not exist.
         return Err(ApiError::NotFound("not_found: no such route".into()));
     };

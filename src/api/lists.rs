@@ -1,14 +1,11 @@
 //! The query string of list endpoints: `limit` (1 to 100, default 50) and `cursor`, where a
 //! bad value is a 422 located at `["query", name]`.
 
-use actix_web::HttpRequest;
-use serde::Serialize;
-
-use super::error::ApiError;
 use crate::domain::ids::{Id, IdKind};
+use crate::error::ApiError;
+use actix_web::HttpRequest;
 
-pub const DEFAULT_LIMIT: usize = 50;
-pub const MAX_LIMIT: usize = 100;
+use crate::domain::limits::{DEFAULT_PAGE, MAX_PAGE};
 
 pub struct ListQuery {
     pub limit: usize,
@@ -29,13 +26,16 @@ impl ListQuery {
                 .map(|(_, v)| v.clone())
         };
         let limit = match get("limit") {
-            None => DEFAULT_LIMIT,
+            None => DEFAULT_PAGE,
             Some(text) => Some(text)
                 .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|t| t.parse::<usize>().ok())
-                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .filter(|n| (1..=MAX_PAGE).contains(n))
                 .ok_or_else(|| {
-                    query_error("limit", "limit must be a whole number from 1 to 100")
+                    query_error(
+                        "limit",
+                        &format!("limit must be a whole number from 1 to {MAX_PAGE}"),
+                    )
                 })?,
         };
         let cursor = get("cursor").filter(|c| !c.is_empty());
@@ -55,10 +55,18 @@ impl ListQuery {
 
     /// The cursor as an id of `kind`; anything else is a 422.
     pub fn id_cursor(&self, kind: IdKind) -> Result<Option<Id>, ApiError> {
+        self.typed_cursor(|c| Id::parse(kind, c))
+    }
+
+    /// The cursor parsed by `parse`; a cursor it refuses is a 422.
+    pub fn typed_cursor<T>(
+        &self,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, ApiError> {
         self.cursor
             .as_deref()
             .map(|c| {
-                Id::parse(kind, c)
+                parse(c)
                     .ok_or_else(|| query_error("cursor", "cursor is not one this list gave out"))
             })
             .transpose()
@@ -67,20 +75,4 @@ impl ListQuery {
 
 pub fn query_error(name: &str, msg: &str) -> ApiError {
     ApiError::validation(vec!["query".into(), name.into()], msg, "value_error")
-}
-
-/// `{"success":true,"<resource>":[...],"nextCursor":...}`.
-pub fn list_body<T: Serialize>(
-    resource: &str,
-    items: Vec<T>,
-    next_cursor: Option<String>,
-) -> Vec<u8> {
-    let mut body = serde_json::Map::new();
-    body.insert("success".into(), true.into());
-    body.insert(
-        resource.into(),
-        serde_json::to_value(items).unwrap_or_default(),
-    );
-    body.insert("nextCursor".into(), next_cursor.into());
-    crate::views::to_json(&body)
 }

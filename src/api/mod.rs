@@ -3,7 +3,6 @@
 pub mod account;
 pub mod admin;
 pub mod catalog;
-pub mod error;
 pub mod events;
 pub mod extract;
 pub mod idempotent;
@@ -14,40 +13,31 @@ pub mod orders;
 pub mod providers;
 pub mod refunds;
 
-use std::sync::Arc;
-
-use actix_web::{web, HttpRequest};
+use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::config::Settings;
 use crate::domain::callback_url::AddressPolicy;
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
-use crate::edge::rate_limit::RateLimits;
-use crate::metrics::Metrics;
-use crate::store::committer::Committer;
-use crate::store::Store;
-use error::ApiError;
-use idempotent::KeyLocks;
+use crate::error::ApiError;
+use extract::AdminAuth;
 
-/// Everything a request may need, shared by all workers.
-pub struct AppState {
-    pub store: Arc<Store>,
-    pub committer: Arc<Committer>,
-    pub key_locks: KeyLocks,
-    pub settings: Settings,
-    pub rate_limits: RateLimits,
-    pub metrics: Arc<Metrics>,
-    /// SHA-256 of the admin token; `None` disables the admin API.
-    pub admin_token_hash: Option<[u8; 32]>,
+/// The storage port, as handlers receive it.
+pub type StoreData = web::Data<dyn crate::store::Store>;
+
+/// Whether callbackUrls may name private hosts (`--allow-private-callbacks`).
+pub fn callback_policy(settings: &Settings) -> AddressPolicy {
+    if settings.allow_private_callbacks {
+        AddressPolicy::AllowPrivate
+    } else {
+        AddressPolicy::PublicOnly
+    }
 }
 
-impl AppState {
-    pub fn callback_policy(&self) -> AddressPolicy {
-        if self.settings.allow_private_callbacks {
-            AddressPolicy::AllowPrivate
-        } else {
-            AddressPolicy::PublicOnly
-        }
-    }
+/// A 200 whose body is JSON bytes already rendered.
+pub fn json_response(body: Vec<u8>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
 }
 
 fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
@@ -191,9 +181,9 @@ pub fn path_config() -> web::PathConfig {
 /// 405, except under `/admin` while the admin API is off, where every route is 404.
 async fn method_not_allowed(
     req: HttpRequest,
-    state: web::Data<AppState>,
+    admin: web::Data<AdminAuth>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
-    if req.path().starts_with("/admin") && state.admin_token_hash.is_none() {
+    if req.path().starts_with("/admin") && !admin.enabled() {
         return Err(ApiError::NotFound("not_found: no such route".into()));
     }
     Err(ApiError::MethodNotAllowed)

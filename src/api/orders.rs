@@ -1,35 +1,31 @@
 //! `POST /b2b/orders` (the idempotent order), `GET /b2b/orders/{id}` and `GET /b2b/orders`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::error::ApiError;
 use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
-use super::idempotent::{json_response, run_once, FirstUse, KeyedWrite};
-use super::lists::{list_body, query_error, ListQuery};
-use super::openapi::{ErrorEnvelope, OrderList, OrderOne, OrderPlaced};
-use super::{required_idempotency_key, AppState};
-use crate::domain::account::{Account, Shortfall};
+use super::idempotent::{run_once, FirstUse, KeyedWrite};
+use super::lists::{query_error, ListQuery};
+use super::{callback_policy, json_response, required_idempotency_key, StoreData};
+use crate::config::Settings;
+use crate::domain::account::Shortfall;
 use crate::domain::basket::RequestedLine;
 use crate::domain::callback_url::CallbackUrl;
 use crate::domain::fingerprint::{Fingerprint, LineRef, Operation};
-use crate::domain::idempotency_key::IdempotencyKey;
-use crate::domain::ids::{Id, IdKind};
+use crate::domain::ids::{AccountId, OrderId};
+use crate::domain::limits::{
+    MAX_CALLBACK_URL_LEN, MAX_EXTERNAL_ORDER_ID_LEN, MAX_PRODUCT_ID_LEN, MAX_QUANTITY,
+};
 use crate::domain::order::Order;
-use crate::domain::product::MAX_PRODUCT_ID_LEN;
-use crate::domain::time::{expiry_after, now_millis};
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
-use crate::store::accounts::account_bytes;
-use crate::store::idempotency::KeyClaim;
-use crate::store::orders::{NewOrder, OrderRefusal};
-use crate::views::{order_only, order_placed, OrderJson};
-
-pub const MAX_QUANTITY: i64 = 1_000_000;
-pub const MAX_CALLBACK_URL_LEN: usize = 2048;
-pub const MAX_EXTERNAL_ORDER_ID_LEN: usize = 128;
+use crate::metrics::Metrics;
+use crate::store::{KeyClaim, NewOrder, OrderRefusal, Store};
+use crate::views::{
+    order_only, order_placed, to_json, OrderJson, OrderList, OrderOne, OrderPlaced,
+};
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -70,13 +66,13 @@ impl CreateOrderBody {
                 !item.product_id.is_empty()
                     && item.product_id.chars().count() <= MAX_PRODUCT_ID_LEN,
                 || loc!("items", i, "productId"),
-                "productId must be a non-empty string of at most 64 characters",
+                &format!("productId must be a non-empty string of at most {MAX_PRODUCT_ID_LEN} characters"),
                 "string_length",
             );
             v.check(
                 (1..=MAX_QUANTITY).contains(&item.quantity),
                 || loc!("items", i, "quantity"),
-                "quantity must be a whole number from 1 to 1000000",
+                &format!("quantity must be a whole number from 1 to {MAX_QUANTITY}"),
                 "range",
             );
         }
@@ -85,7 +81,7 @@ impl CreateOrderBody {
                 .as_ref()
                 .is_none_or(|u| u.chars().count() <= MAX_CALLBACK_URL_LEN),
             || loc!("callbackUrl"),
-            "callbackUrl must be at most 2048 characters",
+            &format!("callbackUrl must be at most {MAX_CALLBACK_URL_LEN} characters"),
             "string_length",
         );
         v.check(
@@ -93,7 +89,7 @@ impl CreateOrderBody {
                 .as_ref()
                 .is_none_or(|e| e.chars().count() <= MAX_EXTERNAL_ORDER_ID_LEN),
             || loc!("externalOrderId"),
-            "externalOrderId must be at most 128 characters",
+            &format!("externalOrderId must be at most {MAX_EXTERNAL_ORDER_ID_LEN} characters"),
             "string_length",
         );
         v.into_result()
@@ -129,13 +125,15 @@ pub async fn create_order(
     partner: Partner<OrdersWrite>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
+    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
     let body: CreateOrderBody = json_body(&req, payload).await?;
     body.check_schema()?;
     let key = required_idempotency_key(&req)?;
     if let Some(url) = &body.callback_url {
-        CallbackUrl::parse(url, state.callback_policy())
+        CallbackUrl::parse(url, callback_policy(&settings))
             .map_err(|reason| ApiError::BadRequest(format!("Invalid callbackUrl: {reason}")))?;
     }
     let callback_url = body.callback_url.clone();
@@ -147,70 +145,48 @@ pub async fn create_order(
         delivery_data: &l.delivery_data,
     }));
     let write = KeyedWrite {
-        account: account_bytes(&partner.account.id)?,
-        key: &key,
+        account: partner.account.id,
+        key: key.clone(),
         operation: Operation::PlaceOrder,
         fingerprint,
     };
-    let order = OrderRequest {
-        account: partner.account,
-        key: key.clone(),
+    let claim = KeyClaim {
+        key,
+        operation: Operation::PlaceOrder,
         fingerprint,
-        lines,
-        callback_url,
-        external_order_id,
+        ttl: settings.idempotency_ttl,
     };
-    run_once(&state, write, || place(state.clone(), order)).await
+    let place = || {
+        let order = NewOrder {
+            account: partner.account.clone(),
+            lines: lines.clone(),
+            currency: settings.currency.clone(),
+            callback_url: callback_url.clone(),
+            external_order_id: external_order_id.clone(),
+            claim: claim.clone(),
+            render: order_placed,
+        };
+        first_use(&**store, &metrics, order)
+    };
+    run_once(&**store, &metrics, write, place).await
 }
 
-struct OrderRequest {
-    account: Account,
-    key: IdempotencyKey,
-    fingerprint: Fingerprint,
-    lines: Vec<RequestedLine>,
-    callback_url: Option<String>,
-    external_order_id: Option<String>,
-}
-
-/// The first use of the key: one transaction on the writer thread, answered once on disk.
-async fn place(state: web::Data<AppState>, request: OrderRequest) -> Result<FirstUse, ApiError> {
-    let store = Arc::clone(&state.store);
-    let currency = state.settings.currency.clone();
-    let ttl = state.settings.idempotency_ttl;
-    let outcome = state
-        .committer
-        .write(move || {
-            let now = now_millis();
-            let new = NewOrder {
-                account: &request.account,
-                order_id: Id::new(IdKind::Order),
-                txn_id: Id::new(IdKind::Transaction),
-                lines: &request.lines,
-                currency: &currency,
-                callback_url: request.callback_url.clone(),
-                external_order_id: request.external_order_id.clone(),
-                now,
-                claim: KeyClaim {
-                    account: account_bytes(&request.account.id)?,
-                    key: &request.key,
-                    operation: Operation::PlaceOrder,
-                    fingerprint: request.fingerprint,
-                    expires_at: expiry_after(now, ttl),
-                },
-            };
-            store.place_order(&new, order_placed)
-        })
-        .await??;
-    match outcome {
+/// The first use of the key: the port's one transaction, answered once on disk.
+async fn first_use(
+    store: &dyn Store,
+    metrics: &Metrics,
+    order: NewOrder,
+) -> Result<FirstUse, ApiError> {
+    match store.place_order(order).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(OrderRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
         Err(OrderRefusal::Basket(rejection)) => Err(ApiError::BadRequest(rejection.message())),
         Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance)) => {
-            state.metrics.payment_refused("insufficient_balance");
+            metrics.payment_refused("insufficient_balance");
             Err(ApiError::PaymentRequired("Insufficient balance"))
         }
         Err(OrderRefusal::Shortfall(Shortfall::ExceedsCreditLimit)) => {
-            state.metrics.payment_refused("exceeds_credit_limit");
+            metrics.payment_refused("exceeds_credit_limit");
             Err(ApiError::PaymentRequired("Exceeds credit limit"))
         }
     }
@@ -229,21 +205,21 @@ pub(super) fn order_not_found(id: &str) -> ApiError {
 pub async fn get_order(
     partner: Partner<OrdersRead>,
     path: web::Path<String>,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let (_, order) = own_order(&state, &partner.account.id, &path)?;
+    let order = own_order(&**store, partner.account.id, &path).await?;
     Ok(json_response(order_only(&order)))
 }
 
 /// The order named in a path, if it is this account's; any other id is `order_not_found`.
-pub(super) fn own_order(
-    state: &AppState,
-    account_id: &str,
+pub(super) async fn own_order(
+    store: &dyn Store,
+    account: AccountId,
     path: &str,
-) -> Result<(Id, Order), ApiError> {
-    let id = Id::parse(IdKind::Order, path).ok_or_else(|| order_not_found(path))?;
-    match state.store.order(&id)? {
-        Some(order) if order.account_id == account_id => Ok((id, order)),
+) -> Result<Order, ApiError> {
+    let id = OrderId::parse(path).ok_or_else(|| order_not_found(path))?;
+    match store.order(id).await? {
+        Some(order) if order.account_id == account => Ok(order),
         _ => Err(order_not_found(path)),
     }
 }
@@ -257,10 +233,10 @@ pub(super) fn own_order(
 pub async fn list_orders(
     partner: Partner<OrdersRead>,
     req: HttpRequest,
-    state: web::Data<AppState>,
+    store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
-    let before = query.id_cursor(IdKind::Order)?;
+    let before = query.typed_cursor(OrderId::parse)?;
     let external = query.get("externalOrderId").map(str::to_string);
     if external
         .as_ref()
@@ -268,14 +244,15 @@ pub async fn list_orders(
     {
         return Err(query_error(
             "externalOrderId",
-            "externalOrderId must be at most 128 characters",
+            &format!("externalOrderId must be at most {MAX_EXTERNAL_ORDER_ID_LEN} characters"),
         ));
     }
-    let store = Arc::clone(&state.store);
-    let page = web::block(move || {
-        store.orders_page(&partner.account, external.as_deref(), before, query.limit)
-    })
-    .await??;
-    let items: Vec<OrderJson> = page.items.iter().map(OrderJson::from).collect();
-    Ok(json_response(list_body("orders", items, page.next_cursor)))
+    let page = store
+        .orders_page(partner.account.id, external, before, query.limit)
+        .await?;
+    Ok(json_response(to_json(&OrderList {
+        success: true,
+        orders: page.items.iter().map(OrderJson::from).collect(),
+        next_cursor: page.next_cursor.as_deref(),
+    })))
 }

@@ -2,21 +2,20 @@
 //! HMAC-SHA256 over the raw body and deduplicated by the unique `(provider, id)` index, so a
 //! repeat, or ten concurrent copies, credit the account exactly once.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::error::ApiError;
 use super::extract::{parse_json, read_body, Violations};
-use super::idempotent::json_response;
-use super::openapi::{AuthError, ErrorEnvelope, ProviderAck, ValidationError};
-use super::AppState;
-use crate::domain::time::now_millis;
+use super::{json_response, StoreData};
+use crate::config::Settings;
+use crate::domain::ids::AccountId;
+use crate::domain::limits::MAX_PROVIDER_ID_LEN;
+use crate::error::{ApiError, AuthError, ErrorEnvelope, ValidationError};
 use crate::loc;
-use crate::store::providers::{ProviderCredit, ProviderRefusal, Recorded};
+use crate::store::{ProviderCredit, ProviderRefusal, Recorded};
+use crate::views::{to_json, ProviderAck};
 
 /// The one notification type that moves money.
 pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
@@ -74,11 +73,11 @@ pub async fn provider_notification(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     let provider = path.into_inner();
-    let secret = state
-        .settings
+    let secret = settings
         .provider_secret
         .iter()
         .find(|p| p.name == provider)
@@ -99,9 +98,9 @@ pub async fn provider_notification(
     let note: Notification = parse_json(&body)?;
     let mut v = Violations::default();
     v.check(
-        !note.id.trim().is_empty() && note.id.len() <= 255,
+        !note.id.trim().is_empty() && note.id.len() <= MAX_PROVIDER_ID_LEN,
         || loc!("id"),
-        "id must be a non-empty string of at most 255 characters",
+        &format!("id must be a non-empty string of at most {MAX_PROVIDER_ID_LEN} characters"),
         "string_length",
     );
     v.check(
@@ -113,37 +112,34 @@ pub async fn provider_notification(
     v.into_result()?;
     if note.kind != PAYMENT_SUCCEEDED {
         // Acknowledged so the provider stops retrying; only a succeeded payment moves money.
-        return Ok(json_response(
-            br#"{"success":true,"duplicate":false,"ignored":true}"#.to_vec(),
-        ));
+        return Ok(ack(false, Some(true)));
     }
-    if note.currency != state.settings.currency {
+    if note.currency != settings.currency {
         return Err(ApiError::BadRequest(format!(
             "currency_mismatch: this deployment settles in {}",
-            state.settings.currency
+            settings.currency
         )));
     }
-    if state.store.account(&note.account_id)?.is_none() {
-        return Err(ApiError::NotFound(format!(
+    let unknown_account = || {
+        ApiError::NotFound(format!(
             "account_not_found: no account {:?}",
             note.account_id
-        )));
+        ))
+    };
+    let account = AccountId::parse(&note.account_id).ok_or_else(unknown_account)?;
+    if store.account(account).await?.is_none() {
+        return Err(unknown_account());
     }
-    let store = Arc::clone(&state.store);
     // The write resolves once on disk, duplicates too: a duplicate's 200 tells the provider to
     // stop retrying, so the first delivery's credit must be durable before it is sent.
-    let outcome = state
-        .committer
-        .write(move || {
-            store.record_provider_payment(&ProviderCredit {
-                provider: &provider,
-                external_id: &note.id,
-                account_id: &note.account_id,
-                amount: note.amount,
-                now: now_millis(),
-            })
+    let outcome = store
+        .record_provider_payment(ProviderCredit {
+            provider,
+            external_id: note.id,
+            account,
+            amount: note.amount,
         })
-        .await??;
+        .await?;
     let duplicate = match outcome {
         Ok(Recorded::Credited) => false,
         Ok(Recorded::Duplicate) => true,
@@ -153,12 +149,15 @@ pub async fn provider_notification(
             ))
         }
     };
-    let body = if duplicate {
-        br#"{"success":true,"duplicate":true}"#.to_vec()
-    } else {
-        br#"{"success":true,"duplicate":false}"#.to_vec()
-    };
-    Ok(json_response(body))
+    Ok(ack(duplicate, None))
+}
+
+fn ack(duplicate: bool, ignored: Option<bool>) -> HttpResponse {
+    json_response(to_json(&ProviderAck {
+        success: true,
+        duplicate,
+        ignored,
+    }))
 }
 
 #[cfg(test)]

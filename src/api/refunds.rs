@@ -2,44 +2,35 @@
 //! Both are state changes whose conflicts (already cancelled, not completed, more than the
 //! remainder) are 409s of the order's state, distinct from the idempotency-key 409.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::error::ApiError;
 use super::extract::{optional_json_body, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
-use super::openapi::{ErrorEnvelope, OrderOne, RefundMade};
 use super::orders::{order_not_found, own_order};
-use super::{optional_idempotency_key, required_idempotency_key, AppState};
+use super::{optional_idempotency_key, required_idempotency_key, StoreData};
+use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
-use crate::domain::time::{expiry_after, now_millis};
+use crate::domain::limits::MAX_REASON_LEN;
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
-use crate::store::accounts::account_bytes;
-use crate::store::idempotency::KeyClaim;
-use crate::store::lifecycle::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest};
-use crate::views::{order_only, refund_made};
+use crate::metrics::Metrics;
+use crate::store::{CancelRefusal, CancelRequest, KeyClaim, RefundRefusal, RefundRequest, Store};
+use crate::views::{order_only, refund_made, OrderOne, RefundMade};
 
-pub const MAX_REASON_LEN: usize = 256;
-
-/// The claim a keyed write records in its transaction.
-fn claim_for<'a>(
-    state: &AppState,
-    account_id: &str,
-    key: &'a IdempotencyKey,
+fn claim(
+    settings: &Settings,
+    key: &IdempotencyKey,
     operation: Operation,
     fingerprint: Fingerprint,
-    now: u64,
-) -> Result<KeyClaim<'a>, ApiError> {
-    Ok(KeyClaim {
-        account: account_bytes(account_id)?,
-        key,
+) -> KeyClaim {
+    KeyClaim {
+        key: key.clone(),
         operation,
         fingerprint,
-        expires_at: expiry_after(now, state.settings.idempotency_ttl),
-    })
+        ttl: settings.idempotency_ttl,
+    }
 }
 
 /// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
@@ -63,62 +54,52 @@ pub async fn cancel_order(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
+    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
     let _: CancelBody = optional_json_body(payload).await?;
-    let order_id = own_order(&state, &partner.account.id, &path)?.0;
+    let order = own_order(&**store, partner.account.id, &path).await?.id;
     let key = optional_idempotency_key(&req)?;
-    let account_id = partner.account.id.clone();
     let fingerprint = Fingerprint::of_cancel(&path);
-    let first_use = || async {
-        let store = Arc::clone(&state.store);
-        let key = key.clone();
-        let inner = state.clone();
-        let outcome = state
-            .committer
-            .write(move || {
-                let now = now_millis();
-                let claim = match &key {
-                    Some(k) => Some(claim_for(
-                        &inner,
-                        &account_id,
-                        k,
-                        Operation::CancelOrder,
-                        fingerprint,
-                        now,
-                    )?),
-                    None => None,
-                };
-                let request = CancelRequest {
-                    account_id: &account_id,
-                    order_id,
-                    now,
-                    claim,
-                };
-                Ok::<_, ApiError>(store.cancel_order(&request, order_only)?)
-            })
-            .await??;
-        match outcome {
-            Ok(body) => Ok(FirstUse::Durable(body)),
-            Err(CancelRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
-            Err(CancelRefusal::NotFound) => Err(order_not_found(&path)),
-            Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
-                "order_not_cancellable: the order is {}; only a processing order can be cancelled",
-                status.as_str()
-            ))),
-        }
+    let cancel = || {
+        let request = CancelRequest {
+            account: partner.account.id,
+            order,
+            claim: key
+                .as_ref()
+                .map(|k| claim(&settings, k, Operation::CancelOrder, fingerprint)),
+            render: order_only,
+        };
+        cancel_first_use(&**store, request, &path)
     };
     match &key {
         Some(k) => {
             let write = KeyedWrite {
-                account: account_bytes(&partner.account.id)?,
-                key: k,
+                account: partner.account.id,
+                key: k.clone(),
                 operation: Operation::CancelOrder,
                 fingerprint,
             };
-            run_once(&state, write, first_use).await
+            run_once(&**store, &metrics, write, cancel).await
         }
-        None => run_unkeyed(first_use).await,
+        None => run_unkeyed(cancel()).await,
+    }
+}
+
+async fn cancel_first_use(
+    store: &dyn Store,
+    request: CancelRequest,
+    path: &str,
+) -> Result<FirstUse, ApiError> {
+    match store.cancel_order(request).await? {
+        Ok(body) => Ok(FirstUse::Durable(body)),
+        Err(CancelRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(CancelRefusal::NotFound) => Err(order_not_found(path)),
+        Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
+            "order_not_cancellable: the order is {}; only a processing order can be cancelled",
+            status.as_str()
+        ))),
     }
 }
 
@@ -148,7 +129,9 @@ pub async fn refund_order(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
+    store: StoreData,
+    settings: web::Data<Settings>,
+    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
     let body: RefundBody = optional_json_body(payload).await?;
     let mut v = Violations::default();
@@ -163,58 +146,48 @@ pub async fn refund_order(
             .as_ref()
             .is_none_or(|r| r.chars().count() <= MAX_REASON_LEN),
         || loc!("reason"),
-        "reason must be at most 256 characters",
+        &format!("reason must be at most {MAX_REASON_LEN} characters"),
         "string_length",
     );
     v.into_result()?;
-    let order_id = own_order(&state, &partner.account.id, &path)?.0;
+    let order = own_order(&**store, partner.account.id, &path).await?.id;
     let key = required_idempotency_key(&req)?;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
     let write = KeyedWrite {
-        account: account_bytes(&partner.account.id)?,
-        key: &key,
+        account: partner.account.id,
+        key: key.clone(),
         operation: Operation::RefundOrder,
         fingerprint,
     };
-    let account_id = partner.account.id.clone();
-    let first_use = || async {
-        let store = Arc::clone(&state.store);
-        let key = key.clone();
-        let inner = state.clone();
-        let outcome = state
-            .committer
-            .write(move || {
-                let now = now_millis();
-                let request = RefundRequest {
-                    account_id: &account_id,
-                    order_id,
-                    amount: body.amount,
-                    reason: body.reason,
-                    now,
-                    claim: claim_for(
-                        &inner,
-                        &account_id,
-                        &key,
-                        Operation::RefundOrder,
-                        fingerprint,
-                        now,
-                    )?,
-                };
-                Ok::<_, ApiError>(store.refund_order(&request, refund_made)?)
-            })
-            .await??;
-        match outcome {
-            Ok(body) => Ok(FirstUse::Durable(body)),
-            Err(RefundRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
-            Err(RefundRefusal::NotFound) => Err(order_not_found(&path)),
-            Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(
-                "order_not_refundable: the order is {}; only a completed order can be refunded",
-                status.as_str()
-            ))),
-            Err(RefundRefusal::ExceedsRemaining { remaining }) => Err(ApiError::Conflict(format!(
-                "refund_exceeds_remaining: at most {remaining} can still be refunded on this order"
-            ))),
-        }
+    let refund = || {
+        let request = RefundRequest {
+            account: partner.account.id,
+            order,
+            amount: body.amount,
+            reason: body.reason.clone(),
+            claim: claim(&settings, &key, Operation::RefundOrder, fingerprint),
+            render: refund_made,
+        };
+        refund_first_use(&**store, request, &path)
     };
-    run_once(&state, write, first_use).await
+    run_once(&**store, &metrics, write, refund).await
+}
+
+async fn refund_first_use(
+    store: &dyn Store,
+    request: RefundRequest,
+    path: &str,
+) -> Result<FirstUse, ApiError> {
+    match store.refund_order(request).await? {
+        Ok(body) => Ok(FirstUse::Durable(body)),
+        Err(RefundRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(RefundRefusal::NotFound) => Err(order_not_found(path)),
+        Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(
+            "order_not_refundable: the order is {}; only a completed order can be refunded",
+            status.as_str()
+        ))),
+        Err(RefundRefusal::ExceedsRemaining { remaining }) => Err(ApiError::Conflict(format!(
+            "refund_exceeds_remaining: at most {remaining} can still be refunded on this order"
+        ))),
+    }
 }

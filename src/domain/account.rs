@@ -2,11 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ids::AccountId;
 use super::time::Millis;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
-    pub id: String,
+    pub id: AccountId,
     pub name: String,
     pub wholesale: bool,
     /// How far below zero the balance may go; 0 means prepaid only.
@@ -51,7 +52,7 @@ impl Scope {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ApiKeyRecord {
     pub id: String,
-    pub account_id: String,
+    pub account_id: AccountId,
     pub scopes: Vec<Scope>,
     pub revoked: bool,
     pub created_at: Millis,
@@ -85,6 +86,12 @@ pub fn new_webhook_secret() -> String {
         "whsec_{}",
         base64::engine::general_purpose::STANDARD.encode(bytes)
     )
+}
+
+/// Only the SHA-256 of a key is ever stored or looked up.
+pub fn hash_api_key(plaintext: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(plaintext.as_bytes()).into()
 }
 
 /// A fresh partner API key: `gc_live_` and 32 lowercase hex digits (122 random bits).

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::order::OrderLine;
 use super::product::Product;
 
-pub const MAX_LINES: usize = 200;
+use super::limits::MAX_LINES;
 
 /// One requested line, after the schema has been checked.
 #[derive(Clone, Debug)]
@@ -29,7 +29,9 @@ pub enum BasketRejection {
 impl BasketRejection {
     pub fn message(&self) -> String {
         match self {
-            BasketRejection::TooManyItems => "too_many_items: maximum 200 items per order".into(),
+            BasketRejection::TooManyItems => {
+                format!("too_many_items: maximum {MAX_LINES} items per order")
+            }
             BasketRejection::UnknownProduct(id) => {
                 format!("unknown_product: product {id:?} does not exist or is not for sale")
             }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ids::AccountId;
 use super::order::{Order, Refund};
 use super::time::Millis;
 
@@ -28,7 +29,7 @@ impl EventKind {
 pub struct Event {
     pub id: String,
     pub kind: EventKind,
-    pub account_id: String,
+    pub account_id: AccountId,
     pub created_at: Millis,
     pub order: Order,
     pub refund: Option<Refund>,
@@ -38,7 +39,7 @@ pub struct Event {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Delivery {
     pub event_id: String,
-    pub account_id: String,
+    pub account_id: AccountId,
     pub url: String,
     pub attempt: u32,
 }

@@ -4,7 +4,7 @@
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
-pub const MAX_KEY_LEN: usize = 255;
+use super::limits::MAX_KEY_LEN;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum KeyError {

@@ -79,6 +79,66 @@ impl std::fmt::Display for Id {
     }
 }
 
+/// Declares a typed id over `Id`: parsed once at the edge, then carried as a value whose
+/// kind cannot be confused. It is stored and sent as its public string, so records that held
+/// a plain `String` id read the same bytes.
+macro_rules! typed_id {
+    ($name:ident, $kind:expr) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Id);
+
+        impl $name {
+            pub fn new() -> Self {
+                $name(Id::new($kind))
+            }
+
+            /// The public form (`acc_…`); anything else is `None`.
+            pub fn parse(text: &str) -> Option<Self> {
+                Id::parse($kind, text).map($name)
+            }
+
+            pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+                Id::from_bytes($kind, bytes).map($name)
+            }
+
+            /// The 16-byte storage form.
+            pub fn bytes(&self) -> [u8; 16] {
+                self.0.bytes()
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                $name::parse(&text).ok_or_else(|| {
+                    serde::de::Error::custom(format!("not a {} id: {text:?}", $kind.prefix()))
+                })
+            }
+        }
+    };
+}
+
+typed_id!(AccountId, IdKind::Account);
+typed_id!(OrderId, IdKind::Order);
+
 /// 32 lowercase hex characters of fresh randomness (122 bits from a v4 UUID).
 pub fn random_hex() -> String {
     Uuid::new_v4().simple().to_string()
@@ -112,6 +172,18 @@ mod tests {
         assert_eq!(Id::parse(IdKind::Account, &text), None);
         assert_eq!(Id::parse(IdKind::Order, &text.to_uppercase()), None);
         assert_eq!(Id::parse(IdKind::Order, "ord_123"), None);
+    }
+
+    #[test]
+    fn a_typed_id_is_stored_as_the_string_a_plain_id_was() {
+        let id = AccountId::new();
+        let typed = bincode::serde::encode_to_vec(id, bincode::config::standard()).unwrap();
+        let plain =
+            bincode::serde::encode_to_vec(id.to_string(), bincode::config::standard()).unwrap();
+        assert_eq!(typed, plain);
+        let (back, _): (AccountId, usize) =
+            bincode::serde::decode_from_slice(&plain, bincode::config::standard()).unwrap();
+        assert_eq!(back, id);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod fingerprint;
 pub mod idempotency_key;
 pub mod ids;
 pub mod ledger;
+pub mod limits;
 pub mod order;
 pub mod product;
 pub mod time;

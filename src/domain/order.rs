@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use super::ids::{AccountId, OrderId};
 use super::time::Millis;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,8 +34,8 @@ pub struct OrderLine {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Order {
-    pub id: String,
-    pub account_id: String,
+    pub id: OrderId,
+    pub account_id: AccountId,
     pub status: OrderStatus,
     pub items: Vec<OrderLine>,
     pub total: i64,
@@ -56,7 +57,7 @@ impl Order {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Refund {
     pub id: String,
-    pub order_id: String,
+    pub order_id: OrderId,
     pub amount: i64,
     pub reason: Option<String>,
     pub created_at: Millis,

@@ -4,10 +4,6 @@ use serde::{Deserialize, Serialize};
 
 use super::time::Millis;
 
-/// A price is 1 to 10^12 minor units; 0 is storable only so an order can refuse it.
-pub const MAX_PRICE: i64 = 1_000_000_000_000;
-pub const MAX_PRODUCT_ID_LEN: usize = 64;
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Product {
     pub id: String,

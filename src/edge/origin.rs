@@ -6,9 +6,10 @@ use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse};
+use actix_web::{web, ResponseError};
 
-use crate::api::AppState;
+use crate::config::Settings;
+use crate::error::ApiError;
 
 pub fn is_write(method: &Method) -> bool {
     matches!(
@@ -29,13 +30,10 @@ pub async fn check_origin(
     if is_write(req.method()) {
         if let Some(origin) = req.headers().get("Origin") {
             let allowed = req
-                .app_data::<web::Data<AppState>>()
-                .is_some_and(|s| origin_allowed(origin.as_bytes(), &s.settings.allowed_origins));
+                .app_data::<web::Data<Settings>>()
+                .is_some_and(|s| origin_allowed(origin.as_bytes(), &s.allowed_origins));
             if !allowed {
-                let refusal = HttpResponse::Forbidden()
-                    .content_type("application/json")
-                    .body(r#"{"success":false,"error":"Forbidden: Origin not allowed"}"#);
-                return Ok(req.into_response(refusal));
+                return Ok(req.into_response(ApiError::OriginNotAllowed.error_response()));
             }
         }
     }

@@ -10,7 +10,7 @@ use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse};
+use actix_web::{web, ResponseError};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
@@ -18,8 +18,9 @@ use governor::{Quota, RateLimiter};
 
 use super::cidr::Cidr;
 use super::client_ip::{bucket_of, client_ip};
-use crate::api::AppState;
 use crate::config::Settings;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 type KeyedLimiter =
     RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, DefaultClock, StateInformationMiddleware>;
@@ -157,7 +158,10 @@ pub async fn limit_rate(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+    let (Some(limits), Some(metrics)) = (
+        req.app_data::<web::Data<RateLimits>>().cloned(),
+        req.app_data::<web::Data<Metrics>>().cloned(),
+    ) else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     if exempt(req.path()) {
@@ -171,20 +175,14 @@ pub async fn limit_rate(
         .get_all("X-Forwarded-For")
         .filter_map(|v| v.to_str().ok())
         .collect();
-    let client = state.rate_limits.client(peer, &forwarded);
-    let decision = state.rate_limits.check(client);
+    let client = limits.client(peer, &forwarded);
+    let decision = limits.check(client);
     if !decision.allowed {
-        state.metrics.rate_limited.inc();
-        let body = serde_json::json!({
-            "success": false,
-            "code": "RATE_LIMITED",
-            "error": "Too many requests. Please try again later.",
-            "retryAfter": decision.retry_after_secs,
-        });
-        let mut refusal = HttpResponse::TooManyRequests()
-            .content_type("application/json")
-            .insert_header(("Retry-After", decision.retry_after_secs))
-            .body(body.to_string());
+        metrics.rate_limited.inc();
+        let mut refusal = ApiError::RateLimited {
+            retry_after: decision.retry_after_secs,
+        }
+        .error_response();
         set_headers(refusal.headers_mut(), &decision);
         return Ok(req.into_response(refusal));
     }

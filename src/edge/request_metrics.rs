@@ -6,17 +6,16 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::web;
 
-use crate::api::AppState;
-use crate::metrics::RequestLabels;
+use crate::metrics::{Metrics, RequestLabels};
 
 pub async fn count_requests(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let metrics = req.app_data::<web::Data<Metrics>>().cloned();
     let method = req.method().to_string();
     let response = next.call(req).await?.map_into_boxed_body();
-    if let Some(state) = state {
+    if let Some(metrics) = metrics {
         let labels = RequestLabels {
             route: response
                 .request()
@@ -25,7 +24,7 @@ pub async fn count_requests(
             method,
             status: format!("{}xx", response.status().as_u16() / 100),
         };
-        state.metrics.requests.get_or_create(&labels).inc();
+        metrics.requests.get_or_create(&labels).inc();
     }
     Ok(response)
 }

@@ -1,208 +1,167 @@
-//! Storage on sled: one struct, one tree per keyspace, and methods named after business
-//! operations (`place_order`, `replay_lookup`, `credit`, ...), never a generic key-value API,
-//! so another engine can implement the same operations later.
+//! The storage port: every business operation orderly performs on its data, each an async
+//! call that returns only once its write is durable, and whose reads never show a write that
+//! is not. Handlers and workers call these and nothing else; they cannot forget to make a
+//! write durable, because the port has no other kind of write.
+//!
+//! The operations are business-level (`place_order`, `replay_lookup`, `credit`, ...), never a
+//! key-value API, so that each engine implements them with its own transactions: `sled` is
+//! the embedded engine (one binary, nothing else to run).
 
-pub mod accounts;
-pub mod catalog;
-pub mod codec;
-pub mod committer;
-pub mod events;
-pub mod idempotency;
-pub mod keys;
-pub mod ledger;
-pub mod lifecycle;
-pub mod orders;
-pub mod providers;
+mod records;
+/// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
+pub mod sled;
 
-use std::path::Path;
+use async_trait::async_trait;
 
-use sled::transaction::{
-    ConflictableTransactionError, TransactionError, UnabortableTransactionError,
+use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::event::Event;
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{AccountId, Id, OrderId};
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::Order;
+use crate::domain::product::Product;
+use crate::domain::time::Millis;
+
+pub use records::{
+    CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyClaim, KeyRecord,
+    NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderRefusal, Recorded, RefundRefusal,
+    RefundRequest, StoredResponse,
 };
 
-pub use codec::CodecError;
-
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
-    #[error("codec: {0}")]
-    Codec(#[from] CodecError),
+    /// The storage failed under us (an I/O error, a full disk, a failed flush). On the
+    /// embedded engine this is fatal: the process stops, because nothing it holds in memory
+    /// can be trusted to match the disk any more.
+    #[error("storage failed: {0}")]
+    Failed(String),
+    /// A record that does not decode, or an index that points nowhere.
     #[error("corrupt record: {0}")]
     Corrupt(String),
-    #[error("durability: {0}")]
-    Flush(String),
 }
 
-/// What a transaction closure can fail with: a business refusal `R` (the transaction is
-/// rolled back and `R` returned as a value), or a record that does not decode.
-#[derive(Debug)]
-pub enum TxFailure<R> {
-    Refused(R),
-    Codec(CodecError),
-}
-
-impl<R> From<CodecError> for ConflictableTransactionError<TxFailure<R>> {
-    fn from(e: CodecError) -> Self {
-        ConflictableTransactionError::Abort(TxFailure::Codec(e))
-    }
-}
-
-pub type TxResult<T, R> = Result<T, ConflictableTransactionError<TxFailure<R>>>;
-
-/// Aborts the running transaction with a business refusal.
-pub fn refuse<T, R>(reason: R) -> TxResult<T, R> {
-    Err(ConflictableTransactionError::Abort(TxFailure::Refused(
-        reason,
-    )))
-}
-
-/// Unfolds a transaction's outcome: expected refusals become `Ok(Err(_))`, so callers match
-/// them as values; storage and codec failures stay errors.
-pub fn settle<T, R>(
-    outcome: Result<T, TransactionError<TxFailure<R>>>,
-) -> Result<Result<T, R>, StoreError> {
-    match outcome {
-        Ok(value) => Ok(Ok(value)),
-        Err(TransactionError::Abort(TxFailure::Refused(r))) => Ok(Err(r)),
-        Err(TransactionError::Abort(TxFailure::Codec(e))) => Err(StoreError::Codec(e)),
-        Err(TransactionError::Storage(e)) => Err(StoreError::Sled(e)),
-    }
-}
-
-/// Lets `?` on a transactional read/write work inside closures that use `TxFailure`.
-pub fn tx<T, R>(r: Result<T, UnabortableTransactionError>) -> TxResult<T, R> {
-    r.map_err(ConflictableTransactionError::from)
-}
-
-pub struct Store {
-    db: sled::Db,
-    accounts: sled::Tree,
-    balances: sled::Tree,
-    api_keys: sled::Tree,
-    api_key_ids: sled::Tree,
-    products: sled::Tree,
-    orders: sled::Tree,
-    orders_by_account: sled::Tree,
-    orders_by_external: sled::Tree,
-    ledger: sled::Tree,
-    idem_responses: sled::Tree,
-    idem_bindings: sled::Tree,
-    idem_expiry: sled::Tree,
-    /// Orders still `processing`, in creation order: the fulfillment queue.
-    processing: sled::Tree,
-    refunds: sled::Tree,
-    events: sled::Tree,
-    /// Pending callbacks keyed by when they are due.
-    outbox: sled::Tree,
-    /// The unique `(provider, provider's id)` index of inbound payments.
-    provider_payments: sled::Tree,
-}
-
-impl Store {
-    /// Opens (or creates) the database. `cache_bytes` bounds sled's page cache, whose
-    /// default of 1 GiB would make the resident size of a small server unpredictable.
-    pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_bytes)
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
-        let tree = |name: &str| db.open_tree(name);
-        Ok(Store {
-            accounts: tree("accounts")?,
-            balances: tree("balances")?,
-            api_keys: tree("api_keys")?,
-            api_key_ids: tree("api_key_ids")?,
-            products: tree("products")?,
-            orders: tree("orders")?,
-            orders_by_account: tree("orders_by_account")?,
-            orders_by_external: tree("orders_by_external")?,
-            ledger: tree("ledger")?,
-            idem_responses: tree("idem_responses")?,
-            idem_bindings: tree("idem_bindings")?,
-            idem_expiry: tree("idem_expiry")?,
-            processing: tree("processing")?,
-            refunds: tree("refunds")?,
-            events: tree("events")?,
-            outbox: tree("outbox")?,
-            provider_payments: tree("provider_payments")?,
-            db,
-        })
-    }
-
-    pub fn db(&self) -> &sled::Db {
-        &self.db
-    }
-
-    /// No accounts and no products: the only state in which `--demo` seeds.
-    pub fn is_empty(&self) -> bool {
-        self.accounts.is_empty() && self.products.is_empty()
-    }
-
-    /// Rows per keyspace, for `orderly stats`: what grows with orders (orders, ledger,
-    /// events) and what the sweeper keeps bounded (the idempotency rows).
-    pub fn row_counts(&self) -> Vec<(&'static str, usize)> {
-        vec![
-            ("accounts", self.accounts.len()),
-            ("api_keys", self.api_keys.len()),
-            ("products", self.products.len()),
-            ("orders", self.orders.len()),
-            ("orders_by_external", self.orders_by_external.len()),
-            ("processing", self.processing.len()),
-            ("ledger", self.ledger.len()),
-            ("refunds", self.refunds.len()),
-            ("events", self.events.len()),
-            ("outbox", self.outbox.len()),
-            ("idem_responses", self.idem_responses.len()),
-            ("idem_bindings", self.idem_bindings.len()),
-            ("idem_expiry", self.idem_expiry.len()),
-            ("provider_payments", self.provider_payments.len()),
-        ]
-    }
-
-    /// A cheap read that proves the storage answers (`/readyz`).
-    pub fn probe(&self) -> Result<(), StoreError> {
-        self.accounts.first()?;
-        Ok(())
-    }
-}
-
-/// One page of a newest-first or oldest-first list, and the cursor of the next one.
+/// One page of a list, and the cursor of the next one (`None` on the last page).
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,
 }
 
-/// Keys under `prefix`, newest (largest) first, strictly before `before` when given.
-fn newest_first(
-    tree: &sled::Tree,
-    prefix: &[u8],
-    before: Option<&[u8; 16]>,
-    limit: usize,
-) -> Result<Vec<sled::IVec>, StoreError> {
-    let iter = match before {
-        Some(cursor) => tree.range(prefix.to_vec()..keys::child_key(prefix, cursor)),
-        None => tree.scan_prefix(prefix),
-    };
-    let mut out = Vec::with_capacity(limit + 1);
-    for item in iter.rev() {
-        let (key, _) = item?;
-        if !key.starts_with(prefix) {
-            break;
-        }
-        out.push(key);
-        if out.len() > limit {
-            break;
-        }
-    }
-    Ok(out)
-}
+/// The port. Writes resolve after their commit is durable; reads, lists, replays and the
+/// outbox never show a write before that.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // --- who is calling
+    /// The live key with this SHA-256 and its account; `None` for unknown or revoked keys.
+    async fn authenticate(
+        &self,
+        key_hash: [u8; 32],
+    ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError>;
+    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
+    async fn balance(&self, id: AccountId) -> Result<i64, StoreError>;
 
-/// The trailing 16-byte id of an index key.
-fn trailing_id(key: &[u8]) -> Result<[u8; 16], StoreError> {
-    key.len()
-        .checked_sub(16)
-        .and_then(|start| key[start..].try_into().ok())
-        .ok_or_else(|| StoreError::Corrupt("index key shorter than an id".into()))
+    // --- the operator's writes
+    async fn create_account(&self, account: Account) -> Result<(), StoreError>;
+    async fn create_api_key(
+        &self,
+        key_hash: [u8; 32],
+        record: ApiKeyRecord,
+    ) -> Result<(), StoreError>;
+    /// Marks the key revoked; false when no such key exists.
+    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError>;
+    async fn put_product(&self, product: Product) -> Result<(), StoreError>;
+    /// Adds money (an admin credit, or the demo seed): a ledger entry, the new balance and,
+    /// with a claim, the key's row.
+    async fn credit(&self, credit: NewCredit)
+        -> Result<Result<Vec<u8>, CreditRefusal>, StoreError>;
+
+    // --- the catalog
+    async fn product(&self, id: String) -> Result<Option<Product>, StoreError>;
+    /// Active products in id order, strictly after the cursor (a product id).
+    async fn active_products_page(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<Product>, StoreError>;
+
+    // --- idempotent writes and the partner's reads
+    /// The row of a key that has been used successfully (expired or not), once durable.
+    async fn replay_lookup(
+        &self,
+        account: AccountId,
+        key: IdempotencyKey,
+    ) -> Result<Option<KeyRecord>, StoreError>;
+    async fn place_order(
+        &self,
+        order: NewOrder,
+    ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
+    async fn cancel_order(
+        &self,
+        cancel: CancelRequest,
+    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError>;
+    async fn refund_order(
+        &self,
+        refund: RefundRequest,
+    ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError>;
+    async fn record_provider_payment(
+        &self,
+        payment: ProviderCredit,
+    ) -> Result<Result<Recorded, ProviderRefusal>, StoreError>;
+    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError>;
+    /// The account's orders (only those with `external_order_id` when given), newest first,
+    /// strictly older than `before`.
+    async fn orders_page(
+        &self,
+        account: AccountId,
+        external_order_id: Option<String>,
+        before: Option<OrderId>,
+        limit: usize,
+    ) -> Result<Page<Order>, StoreError>;
+    /// Ledger entries strictly older than `before` (a `txn_` id), newest first.
+    async fn ledger_page(
+        &self,
+        account: AccountId,
+        before: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<LedgerEntry>, StoreError>;
+    /// The account's events, oldest first, strictly after `after`.
+    async fn events_page(
+        &self,
+        account: AccountId,
+        after: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<Event>, StoreError>;
+
+    // --- background work
+    /// Completes up to `max` `processing` orders created at or before `created_by`, each
+    /// with its `order.completed` event. Returns how many were completed.
+    async fn complete_due_orders(
+        &self,
+        created_by: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError>;
+    /// Up to `max` callbacks due at `now`, oldest first, each with its event and the
+    /// account's signing secret; only deliveries whose event is durable.
+    async fn due_deliveries(&self, now: Millis, max: usize)
+        -> Result<Vec<DueDelivery>, StoreError>;
+    /// Removes a delivered or abandoned callback, or moves it to its next attempt.
+    async fn settle_delivery(
+        &self,
+        due: DueDelivery,
+        outcome: DeliveryOutcome,
+    ) -> Result<(), StoreError>;
+    /// Deletes up to `max` key rows whose expiry passed before `now`. Returns how many.
+    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError>;
+
+    // --- operations
+    /// No accounts and no products: the only state in which `--demo` seeds.
+    async fn is_empty(&self) -> Result<bool, StoreError>;
+    /// Rows per keyspace, for `orderly stats`.
+    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError>;
+    /// A cheap read that proves the storage answers (`/readyz`); an error once it failed.
+    async fn probe(&self) -> Result<(), StoreError>;
+    /// Resolves with the reason on the first fatal storage error: the caller stops the
+    /// process, since no later answer could be trusted.
+    async fn failure(&self) -> String;
+    /// Finishes the writes already queued, makes them durable and refuses later ones.
+    async fn stop(&self);
 }

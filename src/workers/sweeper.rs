@@ -2,20 +2,19 @@
 //! Until it runs, expired rows still decide: a key is remembered at least its TTL and at
 //! most about one interval longer.
 
-use std::sync::Arc;
-
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
-/// Keys deleted per pass before yielding; a backlog is finished on the same tick.
-const BATCH: usize = 1_000;
+/// Keys deleted per write, so a backlog never holds the writer for long; a backlog is
+/// finished on the same tick.
+const BATCH: usize = 256;
 
-pub fn sweep_expired_keys(store: &Arc<Store>, metrics: &Metrics) {
+pub async fn sweep_expired_keys(store: &dyn Store, metrics: &Metrics) {
     let now = now_millis();
     let mut total = 0;
     loop {
-        match store.sweep_expired_keys(now, BATCH) {
+        match store.sweep_expired_keys(now, BATCH).await {
             Ok(0) => break,
             Ok(n) => total += n,
             Err(e) => {

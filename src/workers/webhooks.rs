@@ -20,8 +20,7 @@ use sha2::Sha256;
 use crate::domain::callback_url::{is_public_ip, AddressPolicy, CallbackUrl};
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
-use crate::store::events::DueDelivery;
-use crate::store::Store;
+use crate::store::{DeliveryOutcome, DueDelivery, Store};
 use crate::views::event_body;
 
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,7 +67,7 @@ enum Attempt {
 }
 
 pub struct WebhookSender {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     client: reqwest::Client,
     policy: AddressPolicy,
@@ -97,7 +96,7 @@ fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 
 impl WebhookSender {
     pub fn new(
-        store: Arc<Store>,
+        store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         policy: AddressPolicy,
         schedule: Vec<Duration>,
@@ -120,7 +119,7 @@ impl WebhookSender {
 
     /// Attempts every delivery due now (up to a batch), concurrently.
     pub async fn deliver_due(&self) {
-        let due = match self.store.due_deliveries(now_millis(), BATCH) {
+        let due = match self.store.due_deliveries(now_millis(), BATCH).await {
             Ok(due) => due,
             Err(e) => {
                 log::error!("webhooks: reading the outbox: {e}");
@@ -131,8 +130,8 @@ impl WebhookSender {
     }
 
     async fn deliver(&self, due: DueDelivery) {
-        let delivery = &due.delivery;
         let attempt = self.attempt(&due).await;
+        let delivery = &due.delivery;
         if !matches!(attempt, Attempt::Delivered) {
             self.metrics.webhook_failures.inc();
         }
@@ -143,11 +142,11 @@ impl WebhookSender {
                     delivery.event_id,
                     delivery.attempt
                 );
-                self.store.finish_delivery(&due)
+                DeliveryOutcome::Finished
             }
             Attempt::GiveUp(why) => {
                 log::warn!("webhook {} abandoned: {why}", delivery.event_id);
-                self.store.finish_delivery(&due)
+                DeliveryOutcome::Finished
             }
             Attempt::Retry { retry_after } => {
                 match self.schedule.get(delivery.attempt as usize - 1) {
@@ -159,8 +158,7 @@ impl WebhookSender {
                             delivery.attempt,
                             humantime::format_duration(wait)
                         );
-                        self.store
-                            .reschedule_delivery(&due, now_millis() + wait.as_millis() as u64)
+                        DeliveryOutcome::RetryAt(now_millis() + wait.as_millis() as u64)
                     }
                     None => {
                         log::warn!(
@@ -168,12 +166,12 @@ impl WebhookSender {
                             delivery.event_id,
                             delivery.attempt
                         );
-                        self.store.finish_delivery(&due)
+                        DeliveryOutcome::Finished
                     }
                 }
             }
         };
-        if let Err(e) = settled {
+        if let Err(e) = self.store.settle_delivery(due, settled).await {
             log::error!("webhooks: updating the outbox: {e}");
         }
     }
@@ -183,22 +181,12 @@ impl WebhookSender {
         if let Err(reason) = CallbackUrl::parse(&delivery.url, self.policy) {
             return Attempt::GiveUp(format!("callbackUrl no longer acceptable: {reason}"));
         }
-        let (event, account) = match (
-            self.store.event(&delivery.account_id, &delivery.event_id),
-            self.store.account(&delivery.account_id),
-        ) {
-            (Ok(Some(event)), Ok(Some(account))) => (event, account),
-            (Err(e), _) | (_, Err(e)) => {
-                log::error!("webhooks: reading event {}: {e}", delivery.event_id);
-                return Attempt::Retry { retry_after: None };
-            }
-            _ => return Attempt::GiveUp("the event or its account no longer exists".into()),
-        };
-        let body = event_body(&event);
+        let event = &due.event;
+        let body = event_body(event);
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let Some(signature) = sign(&account.webhook_secret, &event.id, timestamp, &body) else {
+        let Some(signature) = sign(&due.webhook_secret, &event.id, timestamp, &body) else {
             return Attempt::GiveUp("the account's webhook secret is malformed".into());
         };
         self.metrics.webhook_attempts.inc();

@@ -56,3 +56,38 @@ async fn after_the_sweep_the_same_key_and_basket_create_a_new_order() {
         10_000 - 2 * 999
     );
 }
+
+#[tokio::test]
+async fn retries_racing_the_sweeper_get_a_replay_or_a_first_use_never_a_500() {
+    // Every row expires at once and the sweeper runs every 5 ms, so lookups, first uses and
+    // deletions of one key interleave as closely as this machine can make them.
+    let app = spawn_app_with(&["--idempotency-ttl", "1ms", "--sweep-interval", "5ms"]).await;
+    let p = app.partner_with_balance(10_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let racers = (0..4).map(|_| {
+        let (app, key, body) = (&app, p.api_key.clone(), body.clone());
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..100 {
+                let resp = app.post_order(Some(&key), Some("raced"), &body).await;
+                statuses.push(resp.status());
+            }
+            statuses
+        }
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let unexpected: Vec<&StatusCode> = statuses.iter().filter(|s| **s != StatusCode::OK).collect();
+    assert!(
+        unexpected.is_empty(),
+        "answers other than 200: {unexpected:?}"
+    );
+    let orders = app.orders(&p.api_key).await.len() as i64;
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000_000 - orders * 999
+    );
+}

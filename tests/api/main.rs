@@ -8,6 +8,7 @@ mod business_rules;
 mod concurrency;
 mod crash;
 mod demo;
+mod durability;
 mod edge;
 mod expiry;
 mod lifecycle;

@@ -35,6 +35,23 @@ impl Receiver {
 
     /// Like `start_on`, each answer with an optional `Retry-After` (seconds).
     pub fn scripted(port: u16, script: Vec<(u16, Option<u64>)>) -> Receiver {
+        let replies = script
+            .into_iter()
+            .map(|(status, retry_after)| {
+                let header = retry_after.map(|s| format!("Retry-After: {s}\r\n"));
+                (status, header.unwrap_or_default())
+            })
+            .collect();
+        Self::replying(port, replies)
+    }
+
+    /// Answers its first request with a 302 whose `Location` is `target`, then 200s.
+    pub fn redirecting_to(target: &str) -> Receiver {
+        Self::replying(0, vec![(302, format!("Location: {target}\r\n"))])
+    }
+
+    /// Answers with each scripted status and extra header lines in turn, then 200.
+    fn replying(port: u16, script: Vec<(u16, String)>) -> Receiver {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("receiver bind");
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -70,11 +87,13 @@ impl Receiver {
                     body,
                     at: Instant::now(),
                 });
-                let (status, retry_after) = script.lock().unwrap().next().unwrap_or((200, None));
-                let retry_after =
-                    retry_after.map_or(String::new(), |s| format!("Retry-After: {s}\r\n"));
+                let (status, extra) = script
+                    .lock()
+                    .unwrap()
+                    .next()
+                    .unwrap_or((200, String::new()));
                 let reply = format!(
-                    "HTTP/1.1 {status} X\r\n{retry_after}Content-Length: 0\r\nConnection: close\r\n\r\n"
+                    "HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
                 );
                 let _ = stream.write_all(reply.as_bytes());
             }

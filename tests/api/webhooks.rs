@@ -116,31 +116,36 @@ async fn failed_deliveries_are_retried_under_one_event_id() {
 }
 
 #[tokio::test]
-async fn a_delivery_pending_when_the_server_stopped_arrives_after_the_restart() {
-    // A port with nobody listening yet.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}/hooks/orders");
+async fn a_delivery_that_failed_before_a_crash_arrives_after_the_restart() {
+    let receiver = Receiver::start(vec![500]);
+    // The retry is due long after the restart, so the second attempt is the new process's.
     let flags = [
         "--fulfillment-delay",
         "100ms",
         "--allow-private-callbacks",
         "--webhook-retry-schedule",
-        "300ms,300ms,300ms,300ms,300ms,300ms,300ms,300ms",
+        "2s,2s,2s",
     ];
     let app = spawn_app_with(&flags).await;
     let p = app.partner_with_balance(10_000).await;
-    order_with_callback(&app, &p.api_key, &url).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    order_with_callback(&app, &p.api_key, &receiver.url()).await;
+    let failed = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(
+        failed.len(),
+        1,
+        "the first attempt was made and answered 500"
+    );
 
     let app = app.crash_and_restart(&flags);
-    let receiver = Receiver::start_on(port, vec![]);
-    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
-    assert_eq!(got.len(), 1, "the event arrived after the restart");
-    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    let restarted = std::time::Instant::now();
+    let got = receiver.wait_for(2, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 2, "the event arrived after the restart");
+    assert!(
+        got[1].at > restarted,
+        "the second attempt came from the restarted process"
+    );
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+    let body: Value = serde_json::from_slice(&got[1].body).unwrap();
     assert_eq!(body["type"], "order.completed");
     drop(app);
 }
@@ -148,7 +153,7 @@ async fn a_delivery_pending_when_the_server_stopped_arrives_after_the_restart() 
 #[tokio::test]
 async fn a_redirect_is_not_followed_and_counts_as_a_failure() {
     let target = Receiver::start(vec![]);
-    let redirector = Receiver::start(vec![302]);
+    let redirector = Receiver::redirecting_to(&target.url());
     let app = spawn_app_with(&[
         "--fulfillment-delay",
         "100ms",
@@ -162,10 +167,13 @@ async fn a_redirect_is_not_followed_and_counts_as_a_failure() {
 
     let got = redirector.wait_for(2, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 2, "the 302 was retried, then the 200 delivered");
-    assert!(target
-        .wait_for(1, Duration::from_millis(300))
-        .await
-        .is_empty());
+    assert!(
+        target
+            .wait_for(1, Duration::from_millis(300))
+            .await
+            .is_empty(),
+        "the Location of the 302 was followed"
+    );
 }
 
 #[tokio::test]

@@ -2,10 +2,12 @@
 
 use std::ops::Bound;
 
-use super::{codec, Page, Store, StoreError};
+use super::codec;
+use super::trees::Trees;
 use crate::domain::product::Product;
+use crate::store::{Page, StoreError};
 
-impl Store {
+impl Trees {
     pub fn put_product(&self, product: &Product) -> Result<(), StoreError> {
         self.products
             .insert(product.id.as_bytes(), codec::encode(product)?)?;
@@ -13,10 +15,7 @@ impl Store {
     }
 
     pub fn product(&self, id: &str) -> Result<Option<Product>, StoreError> {
-        match self.products.get(id.as_bytes())? {
-            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
-            None => Ok(None),
-        }
+        Trees::get(&self.products, id.as_bytes())
     }
 
     /// Active products in id order, strictly after the cursor (a product id).

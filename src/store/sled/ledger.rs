@@ -1,20 +1,20 @@
 //! The balance ledger as partners read it: newest first, a page at a time.
 
-use super::accounts::account_bytes;
-use super::{codec, newest_first, trailing_id, Page, Store, StoreError};
-use crate::domain::account::Account;
-use crate::domain::ids::{Id, IdKind};
+use super::codec;
+use super::trees::{newest_first, trailing_id, Trees};
+use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
+use crate::store::{Page, StoreError};
 
-impl Store {
+impl Trees {
     /// Entries strictly older than `before` (a `txn_` id), newest first.
     pub fn ledger_page(
         &self,
-        account: &Account,
+        account: &AccountId,
         before: Option<Id>,
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError> {
-        let prefix = account_bytes(&account.id)?;
+        let prefix = account.bytes();
         let keys = newest_first(
             &self.ledger,
             &prefix,

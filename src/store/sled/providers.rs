@@ -5,38 +5,21 @@
 use serde::{Deserialize, Serialize};
 use sled::Transactional;
 
-use super::accounts::{account_bytes, move_money, read_balance};
-use super::{codec, refuse, settle, tx, Store, StoreError};
-use crate::domain::ids::{Id, IdKind};
+use super::accounts::{move_money, read_balance};
+use super::codec;
+use super::trees::Trees;
+use super::tx::{refuse, settle, tx};
+use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::time::Millis;
+use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
 #[derive(Serialize, Deserialize)]
 struct ProviderPayment {
     txn_id: String,
-    account_id: String,
+    account_id: AccountId,
     amount: i64,
     received_at: Millis,
-}
-
-pub struct ProviderCredit<'a> {
-    pub provider: &'a str,
-    pub external_id: &'a str,
-    pub account_id: &'a str,
-    pub amount: i64,
-    pub now: Millis,
-}
-
-/// Whether this notification moved money or was a repeat of one that did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Recorded {
-    Credited,
-    Duplicate,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum ProviderRefusal {
-    BalanceOverflow,
 }
 
 /// `len(provider) ‖ provider ‖ provider's id`: no two pairs share a key.
@@ -48,13 +31,14 @@ fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
     key
 }
 
-impl Store {
+impl Trees {
     pub fn record_provider_payment(
         &self,
         credit: &ProviderCredit,
+        now: Millis,
     ) -> Result<Result<Recorded, ProviderRefusal>, StoreError> {
-        let account = account_bytes(credit.account_id)?;
-        let key = payment_key(credit.provider, credit.external_id);
+        let account = credit.account;
+        let key = payment_key(&credit.provider, &credit.external_id);
         let txn_id = Id::new(IdKind::Transaction);
         let outcome = (&self.provider_payments, &self.balances, &self.ledger).transaction(
             |(payments, balances, ledger)| {
@@ -67,9 +51,9 @@ impl Store {
                 };
                 let payment = ProviderPayment {
                     txn_id: txn_id.to_string(),
-                    account_id: credit.account_id.to_string(),
+                    account_id: account,
                     amount: credit.amount,
-                    received_at: credit.now,
+                    received_at: now,
                 };
                 tx(payments.insert(key.as_slice(), codec::encode(&payment)?))?;
                 let entry = LedgerEntry {
@@ -78,9 +62,9 @@ impl Store {
                     reason: LedgerReason::ProviderPayment,
                     reference: credit.external_id.to_string(),
                     balance_after: after,
-                    created_at: credit.now,
+                    created_at: now,
                 };
-                move_money(balances, ledger, &account, &entry)?;
+                move_money(balances, ledger, &account, &txn_id, &entry)?;
                 Ok(Recorded::Credited)
             },
         );

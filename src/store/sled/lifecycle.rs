@@ -3,57 +3,28 @@
 
 use sled::Transactional;
 
-use super::accounts::{account_bytes, move_money, read_balance};
+use super::accounts::{move_money, read_balance};
+use super::codec;
 use super::events::record_event;
-use super::idempotency::{KeyClaim, KeyTrees};
-use super::{codec, refuse, settle, tx, Store, StoreError, TxResult};
+use super::idempotency::KeyTrees;
+use super::trees::Trees;
+use super::tx::{refuse, settle, tx, TxResult};
 use crate::domain::event::{Event, EventKind};
-use crate::domain::ids::{Id, IdKind};
+use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::time::Millis;
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum CancelRefusal {
-    NotFound,
-    NotCancellable(OrderStatus),
-    KeyTaken,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum RefundRefusal {
-    NotFound,
-    NotRefundable(OrderStatus),
-    ExceedsRemaining { remaining: i64 },
-    KeyTaken,
-}
+use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
 
 /// A `processing` order whose fulfillment delay has passed.
 pub struct DueOrder {
-    pub order_id: Id,
-    pub account: [u8; 16],
-}
-
-pub struct CancelRequest<'a> {
-    pub account_id: &'a str,
-    pub order_id: Id,
-    pub now: Millis,
-    pub claim: Option<KeyClaim<'a>>,
-}
-
-pub struct RefundRequest<'a> {
-    pub account_id: &'a str,
-    pub order_id: Id,
-    /// `None`: the whole unrefunded remainder.
-    pub amount: Option<i64>,
-    pub reason: Option<String>,
-    pub now: Millis,
-    pub claim: KeyClaim<'a>,
+    pub order_id: OrderId,
+    pub account: AccountId,
 }
 
 fn read_order<R>(
     orders: &sled::transaction::TransactionalTree,
-    id: &Id,
+    id: &OrderId,
 ) -> TxResult<Option<Order>, R> {
     match tx(orders.get(id.bytes()))? {
         Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
@@ -64,10 +35,10 @@ fn read_order<R>(
 /// The order if it belongs to `account_id`; another account's order does not exist for it.
 fn read_own_order<R>(
     orders: &sled::transaction::TransactionalTree,
-    id: &Id,
-    account_id: &str,
+    id: &OrderId,
+    account: &AccountId,
 ) -> TxResult<Option<Order>, R> {
-    Ok(read_order(orders, id)?.filter(|o| o.account_id == account_id))
+    Ok(read_order(orders, id)?.filter(|o| o.account_id == *account))
 }
 
 fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> (Id, Event) {
@@ -75,7 +46,7 @@ fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis)
     let event = Event {
         id: id.to_string(),
         kind,
-        account_id: order.account_id.clone(),
+        account_id: order.account_id,
         created_at: now,
         order: order.clone(),
         refund,
@@ -83,25 +54,28 @@ fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis)
     (id, event)
 }
 
-impl Store {
+impl Trees {
     /// Up to `max` `processing` orders created at or before `created_by`, oldest first: a
     /// read, done outside the writer so the writer only runs the transaction.
     pub fn due_orders(&self, created_by: Millis, max: usize) -> Result<Vec<DueOrder>, StoreError> {
         let mut due = Vec::new();
         for key in self.processing.iter().keys().take(max) {
             let key = key?;
-            let Some(order_id) = Id::from_bytes(IdKind::Order, &key) else {
-                return Err(StoreError::Corrupt(
-                    "processing key is not an order id".into(),
-                ));
-            };
-            let account = match self.order(&order_id)? {
+            let order_id = OrderId::from_bytes(&key)
+                .ok_or_else(|| StoreError::Corrupt("processing key is not an order id".into()))?;
+            match self.order(&order_id)? {
                 // The queue is in creation order: the first order not yet due ends the pass.
                 Some(order) if order.created_at > created_by => break,
-                Some(order) => account_bytes(&order.account_id)?,
-                None => [0; 16],
-            };
-            due.push(DueOrder { order_id, account });
+                Some(order) => due.push(DueOrder {
+                    order_id,
+                    account: order.account_id,
+                }),
+                // A queue entry without its order: the transaction drops it.
+                None => due.push(DueOrder {
+                    order_id,
+                    account: AccountId::new(),
+                }),
+            }
         }
         Ok(due)
     }
@@ -135,15 +109,15 @@ impl Store {
     }
 
     /// Cancels a `processing` order and returns its money, with an `order.cancelled` event.
-    /// `render` makes the 200 body from the cancelled order.
+    /// `request.render` makes the 200 body from the cancelled order.
     pub fn cancel_order(
         &self,
         request: &CancelRequest,
-        render: impl Fn(&Order) -> Vec<u8>,
+        now: Millis,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        let account = account_bytes(request.account_id)?;
+        let account = request.account;
         let txn_id = Id::new(IdKind::Transaction);
-        let (responses, bindings, expiry) = self.key_trees();
+        let (keys, expiry) = self.key_trees();
         let trees = (
             &self.orders,
             &self.processing,
@@ -151,57 +125,43 @@ impl Store {
             &self.ledger,
             &self.events,
             &self.outbox,
-            responses,
-            bindings,
+            keys,
             expiry,
         );
         let outcome = trees.transaction(
-            |(
-                orders,
-                processing,
-                balances,
-                ledger,
-                events,
-                outbox,
-                responses,
-                bindings,
-                expiry,
-            )| {
-                let key_trees = KeyTrees {
-                    responses,
-                    bindings,
-                    expiry,
-                };
-                key_trees.require_free(request.claim.as_ref(), CancelRefusal::KeyTaken)?;
-                let Some(mut order) =
-                    read_own_order(orders, &request.order_id, request.account_id)?
-                else {
+            |(orders, processing, balances, ledger, events, outbox, keys, expiry)| {
+                let key_trees = KeyTrees { keys, expiry };
+                key_trees.require_free(
+                    &account,
+                    request.claim.as_ref(),
+                    CancelRefusal::KeyTaken,
+                )?;
+                let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
                     return refuse(CancelRefusal::NotFound);
                 };
                 if order.status != OrderStatus::Processing {
                     return refuse(CancelRefusal::NotCancellable(order.status));
                 }
                 order.status = OrderStatus::Cancelled;
-                order.updated_at = request.now;
-                tx(orders.insert(&request.order_id.bytes()[..], codec::encode(&order)?))?;
-                tx(processing.remove(&request.order_id.bytes()[..]))?;
+                order.updated_at = now;
+                tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
+                tx(processing.remove(&request.order.bytes()[..]))?;
                 let before = read_balance(balances, &account)?;
                 let entry = LedgerEntry {
                     id: txn_id.to_string(),
                     amount: order.total,
                     reason: LedgerReason::Cancel,
-                    reference: order.id.clone(),
+                    reference: order.id.to_string(),
                     // The debit this undoes fitted, so adding it back fits too.
                     balance_after: before.saturating_add(order.total),
-                    created_at: request.now,
+                    created_at: now,
                 };
-                move_money(balances, ledger, &account, &entry)?;
-                let (event_id, event) =
-                    event_of(EventKind::OrderCancelled, &order, None, request.now);
+                move_money(balances, ledger, &account, &txn_id, &entry)?;
+                let (event_id, event) = event_of(EventKind::OrderCancelled, &order, None, now);
                 record_event(events, outbox, &account, &event_id, &event)?;
-                let body = render(&order);
+                let body = (request.render)(&order);
                 if let Some(claim) = &request.claim {
-                    key_trees.record(claim, body.clone())?;
+                    key_trees.record(&account, claim, now, body.clone())?;
                 }
                 Ok(body)
             },
@@ -210,16 +170,16 @@ impl Store {
     }
 
     /// Refunds part or all of a `completed` order to the balance, with an `order.refunded`
-    /// event. `render` makes the 200 body from the refund and the order after it.
+    /// event. `request.render` makes the 200 body from the refund and the order after it.
     pub fn refund_order(
         &self,
         request: &RefundRequest,
-        render: impl Fn(&Refund, &Order) -> Vec<u8>,
+        now: Millis,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        let account = account_bytes(request.account_id)?;
+        let account = request.account;
         let txn_id = Id::new(IdKind::Transaction);
         let refund_id = Id::new(IdKind::Refund);
-        let (responses, bindings, expiry) = self.key_trees();
+        let (keys, expiry) = self.key_trees();
         let trees = (
             &self.orders,
             &self.refunds,
@@ -227,21 +187,14 @@ impl Store {
             &self.ledger,
             &self.events,
             &self.outbox,
-            responses,
-            bindings,
+            keys,
             expiry,
         );
         let outcome = trees.transaction(
-            |(orders, refunds, balances, ledger, events, outbox, responses, bindings, expiry)| {
-                let key_trees = KeyTrees {
-                    responses,
-                    bindings,
-                    expiry,
-                };
-                key_trees.require_free(Some(&request.claim), RefundRefusal::KeyTaken)?;
-                let Some(mut order) =
-                    read_own_order(orders, &request.order_id, request.account_id)?
-                else {
+            |(orders, refunds, balances, ledger, events, outbox, keys, expiry)| {
+                let key_trees = KeyTrees { keys, expiry };
+                key_trees.require_free(&account, Some(&request.claim), RefundRefusal::KeyTaken)?;
+                let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
                     return refuse(RefundRefusal::NotFound);
                 };
                 if order.status != OrderStatus::Completed {
@@ -253,15 +206,15 @@ impl Store {
                     return refuse(RefundRefusal::ExceedsRemaining { remaining });
                 }
                 order.refunded += amount;
-                order.updated_at = request.now;
+                order.updated_at = now;
                 let refund = Refund {
                     id: refund_id.to_string(),
-                    order_id: order.id.clone(),
+                    order_id: order.id,
                     amount,
                     reason: request.reason.clone(),
-                    created_at: request.now,
+                    created_at: now,
                 };
-                tx(orders.insert(&request.order_id.bytes()[..], codec::encode(&order)?))?;
+                tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
                 tx(refunds.insert(&refund_id.bytes()[..], codec::encode(&refund)?))?;
                 let before = read_balance(balances, &account)?;
                 let entry = LedgerEntry {
@@ -270,18 +223,14 @@ impl Store {
                     reason: LedgerReason::Refund,
                     reference: refund.id.clone(),
                     balance_after: before.saturating_add(amount),
-                    created_at: request.now,
+                    created_at: now,
                 };
-                move_money(balances, ledger, &account, &entry)?;
-                let (event_id, event) = event_of(
-                    EventKind::OrderRefunded,
-                    &order,
-                    Some(refund.clone()),
-                    request.now,
-                );
+                move_money(balances, ledger, &account, &txn_id, &entry)?;
+                let (event_id, event) =
+                    event_of(EventKind::OrderRefunded, &order, Some(refund.clone()), now);
                 record_event(events, outbox, &account, &event_id, &event)?;
-                let body = render(&refund, &order);
-                key_trees.record(&request.claim, body.clone())?;
+                let body = (request.render)(&refund, &order);
+                key_trees.record(&account, &request.claim, now, body.clone())?;
                 Ok(body)
             },
         );

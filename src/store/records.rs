@@ -1,0 +1,159 @@
+//! What the port's operations take and give back: engine-neutral requests (owned, so an
+//! engine may run them on a thread of its own) and the refusals each write can end in.
+//!
+//! Each write that answers a partner carries a `render` function that turns what the
+//! transaction decided into the 200 body: the engine stores exactly those bytes as the
+//! key's replay, so the bytes sent and the bytes replayed are the same bytes.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::account::{Account, Shortfall};
+use crate::domain::basket::{BasketRejection, RequestedLine};
+use crate::domain::event::{Delivery, Event};
+use crate::domain::fingerprint::{Fingerprint, Operation};
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{AccountId, OrderId};
+use crate::domain::ledger::LedgerReason;
+use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
+use crate::domain::time::Millis;
+
+/// The exact response of a key's first successful use, replayed byte for byte.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub content_type: String,
+    /// As one byte string: a plain `Vec<u8>` would be decoded byte by byte on every replay.
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+}
+
+/// A used key: what it was used for and what was answered, in one row, so that a lookup
+/// racing the sweeper sees all of it or none of it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub operation: Operation,
+    pub fingerprint: Fingerprint,
+    pub expires_at: Millis,
+    pub response: StoredResponse,
+}
+
+/// A first use of a key, recorded by the operation's own transaction when it succeeds.
+#[derive(Clone, Debug)]
+pub struct KeyClaim {
+    pub key: IdempotencyKey,
+    pub operation: Operation,
+    pub fingerprint: Fingerprint,
+    /// The row expires this long after the commit.
+    pub ttl: Duration,
+}
+
+pub struct NewOrder {
+    pub account: Account,
+    pub lines: Vec<RequestedLine>,
+    pub currency: String,
+    pub callback_url: Option<String>,
+    pub external_order_id: Option<String>,
+    pub claim: KeyClaim,
+    pub render: fn(&Order, &BalanceView) -> Vec<u8>,
+}
+
+/// Why no order was placed; nothing was written.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OrderRefusal {
+    Basket(BasketRejection),
+    Shortfall(Shortfall),
+    /// A concurrent first use of the same key committed first: look the key up again.
+    KeyTaken,
+}
+
+pub struct CancelRequest {
+    pub account: AccountId,
+    pub order: OrderId,
+    pub claim: Option<KeyClaim>,
+    pub render: fn(&Order) -> Vec<u8>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum CancelRefusal {
+    NotFound,
+    NotCancellable(OrderStatus),
+    KeyTaken,
+}
+
+pub struct RefundRequest {
+    pub account: AccountId,
+    pub order: OrderId,
+    /// `None`: the whole unrefunded remainder.
+    pub amount: Option<i64>,
+    pub reason: Option<String>,
+    pub claim: KeyClaim,
+    pub render: fn(&Refund, &Order) -> Vec<u8>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RefundRefusal {
+    NotFound,
+    NotRefundable(OrderStatus),
+    ExceedsRemaining { remaining: i64 },
+    KeyTaken,
+}
+
+pub struct NewCredit {
+    pub account: Account,
+    pub amount: i64,
+    pub reason: LedgerReason,
+    pub reference: String,
+    pub currency: String,
+    pub claim: Option<KeyClaim>,
+    pub render: fn(&BalanceView) -> Vec<u8>,
+}
+
+/// A credit that could not be made.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CreditRefusal {
+    /// The balance would not fit in an i64.
+    BalanceOverflow,
+    /// The key was taken by a concurrent first use: look it up again.
+    KeyTaken,
+}
+
+/// An inbound payment notification, unique by `(provider, external_id)`.
+pub struct ProviderCredit {
+    pub provider: String,
+    pub external_id: String,
+    pub account: AccountId,
+    pub amount: i64,
+}
+
+/// Whether this notification moved money or was a repeat of one that did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recorded {
+    Credited,
+    Duplicate,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProviderRefusal {
+    BalanceOverflow,
+}
+
+/// A callback that is due, with what its attempt needs.
+#[derive(Clone, Debug)]
+pub struct DueDelivery {
+    /// When this attempt fell due; with the event id it names the outbox entry.
+    pub due_at: Millis,
+    pub delivery: Delivery,
+    pub event: Event,
+    pub webhook_secret: String,
+}
+
+/// What became of one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// Delivered, or given up: the callback leaves the outbox.
+    Finished,
+    /// The next attempt is due then, under the same event id.
+    RetryAt(Millis),
+}

@@ -1,0 +1,154 @@
+//! Accounts, their API keys (stored as SHA-256 hashes only), their balances, and credits.
+
+use sled::transaction::TransactionalTree;
+use sled::Transactional;
+
+use super::idempotency::KeyTrees;
+use super::trees::Trees;
+use super::tx::{refuse, settle, tx, TxResult};
+use super::{codec, keys};
+use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::BalanceView;
+use crate::domain::time::Millis;
+use crate::store::{CreditRefusal, NewCredit, StoreError};
+
+pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxResult<i64, R> {
+    match tx(balances.get(account.bytes()))? {
+        Some(bytes) => Ok(codec::decode(&bytes)?),
+        None => Ok(0),
+    }
+}
+
+/// Writes the new balance and its ledger entry: the one way money moves.
+pub fn move_money<R>(
+    balances: &TransactionalTree,
+    ledger: &TransactionalTree,
+    account: &AccountId,
+    txn: &Id,
+    entry: &LedgerEntry,
+) -> TxResult<(), R> {
+    let account = account.bytes();
+    tx(balances.insert(&account[..], codec::encode(&entry.balance_after)?))?;
+    tx(ledger.insert(
+        keys::child_key(&account, &txn.bytes()),
+        codec::encode(entry)?,
+    ))?;
+    Ok(())
+}
+
+impl Trees {
+    pub fn create_account(&self, account: &Account) -> Result<(), StoreError> {
+        self.accounts
+            .insert(account.id.bytes(), codec::encode(account)?)?;
+        Ok(())
+    }
+
+    pub fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
+        Trees::get(&self.accounts, id.bytes())
+    }
+
+    pub fn balance(&self, id: &AccountId) -> Result<i64, StoreError> {
+        Ok(Trees::get(&self.balances, id.bytes())?.unwrap_or(0))
+    }
+
+    pub fn create_api_key(&self, hash: &[u8; 32], record: &ApiKeyRecord) -> Result<(), StoreError> {
+        let key_id = Id::parse(IdKind::ApiKey, &record.id)
+            .ok_or_else(|| StoreError::Corrupt("bad api key id".into()))?;
+        let outcome = (&self.api_keys, &self.api_key_ids).transaction(
+            |(by_hash, by_id)| -> TxResult<(), ()> {
+                tx(by_hash.insert(&hash[..], codec::encode(record)?))?;
+                tx(by_id.insert(&key_id.bytes()[..], &hash[..]))?;
+                Ok(())
+            },
+        );
+        settle(outcome)?.ok();
+        Ok(())
+    }
+
+    /// The live key and its account, or `None` for an unknown or revoked key.
+    pub fn authenticate(
+        &self,
+        hash: &[u8; 32],
+    ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
+        let Some(record) = Trees::get::<ApiKeyRecord>(&self.api_keys, hash)? else {
+            return Ok(None);
+        };
+        if record.revoked {
+            return Ok(None);
+        }
+        let account = self
+            .account(&record.account_id)?
+            .ok_or_else(|| StoreError::Corrupt("api key of a missing account".into()))?;
+        Ok(Some((record, account)))
+    }
+
+    /// The hash and record of a key by its id, if it exists.
+    pub fn api_key_by_id(&self, id: &Id) -> Result<Option<([u8; 32], ApiKeyRecord)>, StoreError> {
+        let Some(hash) = self.api_key_ids.get(id.bytes())? else {
+            return Ok(None);
+        };
+        let hash: [u8; 32] = hash
+            .as_ref()
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("api key hash is not 32 bytes".into()))?;
+        Ok(Trees::get(&self.api_keys, hash)?.map(|record| (hash, record)))
+    }
+
+    /// Marks the key revoked.
+    pub fn revoke_api_key(&self, hash: &[u8; 32]) -> Result<(), StoreError> {
+        let outcome = self.api_keys.transaction(|by_hash| -> TxResult<(), ()> {
+            let Some(bytes) = tx(by_hash.get(hash))? else {
+                return refuse(());
+            };
+            let mut record: ApiKeyRecord = codec::decode(&bytes)?;
+            record.revoked = true;
+            tx(by_hash.insert(&hash[..], codec::encode(&record)?))?;
+            Ok(())
+        });
+        settle(outcome)?.ok();
+        Ok(())
+    }
+
+    /// Adds money to an account: one ledger entry and the new balance, plus the key row
+    /// when the credit is idempotent.
+    pub fn credit(
+        &self,
+        credit: &NewCredit,
+        now: Millis,
+    ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError> {
+        let account = credit.account.id;
+        let txn = Id::new(IdKind::Transaction);
+        let (keys, expiry) = self.key_trees();
+        let outcome = (&self.balances, &self.ledger, keys, expiry).transaction(
+            |(balances, ledger, keys, expiry)| {
+                let key_trees = KeyTrees { keys, expiry };
+                key_trees.require_free(&account, credit.claim.as_ref(), CreditRefusal::KeyTaken)?;
+                let before = read_balance(balances, &account)?;
+                let Some(after) = before.checked_add(credit.amount) else {
+                    return refuse(CreditRefusal::BalanceOverflow);
+                };
+                let entry = LedgerEntry {
+                    id: txn.to_string(),
+                    amount: credit.amount,
+                    reason: credit.reason,
+                    reference: credit.reference.clone(),
+                    balance_after: after,
+                    created_at: now,
+                };
+                move_money(balances, ledger, &account, &txn, &entry)?;
+                let body = (credit.render)(&BalanceView {
+                    available: after,
+                    credit_limit: credit.account.credit_limit,
+                    currency: credit.currency.clone(),
+                });
+                if let Some(claim) = &credit.claim {
+                    key_trees.record(&account, claim, now, body.clone())?;
+                }
+                Ok(body)
+            },
+        );
+        settle(outcome)
+    }
+}

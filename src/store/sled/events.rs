@@ -1,0 +1,160 @@
+//! Events and the outbox: recorded inside the transaction of the change they describe, then
+//! read by partners (`GET /b2b/events`) and by the webhook worker, which takes due deliveries
+//! and reschedules failures under the same event id.
+
+use sled::transaction::TransactionalTree;
+
+use super::codec;
+use super::keys::child_key;
+use super::trees::Trees;
+use super::tx::{settle, tx, TxResult};
+use crate::domain::account::Account;
+use crate::domain::event::{Delivery, Event};
+use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::time::Millis;
+use crate::store::{DeliveryOutcome, DueDelivery, Page, StoreError};
+
+/// `due_at ‖ event id`: the outbox is scanned up to now.
+fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
+    child_key(&due_at.to_be_bytes(), &event_id.bytes())
+}
+
+fn event_id(id: &str) -> Result<Id, StoreError> {
+    Id::parse(IdKind::Event, id).ok_or_else(|| StoreError::Corrupt(format!("bad event id {id:?}")))
+}
+
+/// Records `event` (whose id is `id`, of `account`) and, when the order has a callbackUrl,
+/// its first delivery, due at once.
+pub fn record_event<R>(
+    events: &TransactionalTree,
+    outbox: &TransactionalTree,
+    account: &AccountId,
+    id: &Id,
+    event: &Event,
+) -> TxResult<(), R> {
+    tx(events.insert(
+        child_key(&account.bytes(), &id.bytes()),
+        codec::encode(event)?,
+    ))?;
+    if let Some(url) = &event.order.callback_url {
+        let delivery = Delivery {
+            event_id: event.id.clone(),
+            account_id: event.account_id,
+            url: url.clone(),
+            attempt: 1,
+        };
+        tx(outbox.insert(outbox_key(event.created_at, id), codec::encode(&delivery)?))?;
+    }
+    Ok(())
+}
+
+/// An outbox entry that is due.
+pub enum Due {
+    Ready(Box<DueDelivery>),
+    /// Its event or account is gone: the key to remove.
+    Orphan(Vec<u8>),
+}
+
+impl Trees {
+    /// The account's events, oldest first, strictly after the cursor event.
+    pub fn events_page(
+        &self,
+        account: &AccountId,
+        after: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<Event>, StoreError> {
+        let prefix = account.bytes();
+        let start = match after {
+            Some(id) => std::ops::Bound::Excluded(child_key(&prefix, &id.bytes())),
+            None => std::ops::Bound::Included(prefix.to_vec()),
+        };
+        let mut items: Vec<Event> = Vec::with_capacity(limit + 1);
+        for entry in self
+            .events
+            .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
+        {
+            let (key, bytes) = entry?;
+            if !key.starts_with(&prefix) || items.len() > limit {
+                break;
+            }
+            items.push(codec::decode(&bytes)?);
+        }
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|e| e.id.clone())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Up to `max` deliveries due at `now`, oldest first, with their events and secrets. An
+    /// entry whose event or account is gone cannot be sent; it comes back as an orphan for
+    /// the writer to remove.
+    pub fn due_deliveries(&self, now: Millis, max: usize) -> Result<Vec<Due>, StoreError> {
+        let mut due = Vec::new();
+        for entry in self
+            .outbox
+            .range(..(now + 1).to_be_bytes().to_vec())
+            .take(max)
+        {
+            let (key, bytes) = entry?;
+            let delivery: Delivery = codec::decode(&bytes)?;
+            let due_at = u64::from_be_bytes(key[..8].try_into().expect("8-byte due time"));
+            let id = event_id(&delivery.event_id)?;
+            let event: Option<Event> = Trees::get(
+                &self.events,
+                child_key(&delivery.account_id.bytes(), &id.bytes()),
+            )?;
+            let account: Option<Account> = self.account(&delivery.account_id)?;
+            match (event, account) {
+                (Some(event), Some(account)) => due.push(Due::Ready(Box::new(DueDelivery {
+                    due_at,
+                    delivery,
+                    event,
+                    webhook_secret: account.webhook_secret,
+                }))),
+                _ => {
+                    log::warn!(
+                        "webhook {} dropped: its event or account no longer exists",
+                        delivery.event_id
+                    );
+                    due.push(Due::Orphan(key.to_vec()));
+                }
+            }
+        }
+        Ok(due)
+    }
+
+    pub fn remove_outbox_entry(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.outbox.remove(key)?;
+        Ok(())
+    }
+
+    /// Removes the delivery from the outbox, or moves it to its next attempt.
+    pub fn settle_delivery(
+        &self,
+        due: &DueDelivery,
+        outcome: DeliveryOutcome,
+    ) -> Result<(), StoreError> {
+        let id = event_id(&due.delivery.event_id)?;
+        let current = outbox_key(due.due_at, &id);
+        let next = match outcome {
+            DeliveryOutcome::Finished => None,
+            DeliveryOutcome::RetryAt(at) => {
+                let mut next = due.delivery.clone();
+                next.attempt += 1;
+                Some((outbox_key(at, &id), codec::encode(&next)?))
+            }
+        };
+        let outcome = self.outbox.transaction(|outbox| -> TxResult<(), ()> {
+            tx(outbox.remove(current.as_slice()))?;
+            if let Some((key, value)) = &next {
+                tx(outbox.insert(key.as_slice(), value.as_slice()))?;
+            }
+            Ok(())
+        });
+        settle(outcome)?.ok();
+        Ok(())
+    }
+}

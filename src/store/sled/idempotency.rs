@@ -1,0 +1,182 @@
+//! A key's one row (what it was used for and the stored answer), its expiry index, the lookup
+//! that decides replay or conflict, and the sweeper's deletion.
+//!
+//! The row is written only inside the transaction of a successful first use, so a failed
+//! attempt leaves the key free, and until the sweeper deletes it an expired row still decides.
+//! Binding and answer live in one row so that a lookup racing the sweeper reads all of a key
+//! or nothing of it (two rows read with two gets could straddle a sweep).
+
+use serde::Deserialize;
+use sled::transaction::TransactionalTree;
+use sled::Transactional;
+
+use super::codec;
+use super::keys::{expiry_key, scoped_key};
+use super::trees::Trees;
+use super::tx::{refuse, settle, tx, TxResult};
+use crate::domain::fingerprint::{Fingerprint, Operation};
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::AccountId;
+use crate::domain::time::{expiry_after, Millis};
+use crate::store::{KeyClaim, KeyRecord, StoreError, StoredResponse};
+
+/// The key trees as seen inside an operation's transaction.
+pub struct KeyTrees<'t> {
+    pub keys: &'t TransactionalTree,
+    pub expiry: &'t TransactionalTree,
+}
+
+impl KeyTrees<'_> {
+    /// Aborts with `taken` when another use already holds the key (the caller then replays
+    /// or conflicts); a write without a key passes.
+    pub fn require_free<R>(
+        &self,
+        account: &AccountId,
+        claim: Option<&KeyClaim>,
+        taken: R,
+    ) -> TxResult<(), R> {
+        let Some(claim) = claim else { return Ok(()) };
+        match tx(self.keys.get(scoped_key(&account.bytes(), &claim.key)))? {
+            Some(_) => refuse(taken),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the key's row and its expiry entry; `body` is the exact 200 being sent.
+    pub fn record<R>(
+        &self,
+        account: &AccountId,
+        claim: &KeyClaim,
+        now: Millis,
+        body: Vec<u8>,
+    ) -> TxResult<(), R> {
+        let scoped = scoped_key(&account.bytes(), &claim.key);
+        let expires_at = expiry_after(now, claim.ttl);
+        let row = KeyRecord {
+            operation: claim.operation,
+            fingerprint: claim.fingerprint,
+            expires_at,
+            response: StoredResponse {
+                status: 200,
+                content_type: "application/json".into(),
+                body,
+            },
+        };
+        tx(self.keys.insert(scoped.as_slice(), codec::encode(&row)?))?;
+        tx(self.expiry.insert(expiry_key(expires_at, &scoped), &[][..]))?;
+        Ok(())
+    }
+}
+
+impl Trees {
+    pub fn key_trees(&self) -> (&sled::Tree, &sled::Tree) {
+        (&self.idem_keys, &self.idem_expiry)
+    }
+
+    /// The row of a key that has been used successfully, if any (expired or not).
+    pub fn replay_lookup(
+        &self,
+        account: &AccountId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        Trees::get(&self.idem_keys, scoped_key(&account.bytes(), key))
+    }
+
+    /// Whether any key row expired before `now` (so a sweep has work).
+    pub fn any_key_expired(&self, now: Millis) -> Result<bool, StoreError> {
+        Ok(self
+            .idem_expiry
+            .range(..now.to_be_bytes().to_vec())
+            .next()
+            .transpose()?
+            .is_some())
+    }
+
+    /// Deletes up to `max` keys whose rows expired before `now`, in one transaction.
+    /// Returns how many expiry entries were consumed.
+    pub fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
+        let due: Vec<sled::IVec> = self
+            .idem_expiry
+            .range(..now.to_be_bytes().to_vec())
+            .keys()
+            .take(max)
+            .collect::<Result<_, _>>()?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let outcome = (&self.idem_keys, &self.idem_expiry).transaction(
+            |(keys, expiry)| -> TxResult<(), ()> {
+                for entry in &due {
+                    let (expires_at, scoped) = entry.split_at(8);
+                    let expires_at = u64::from_be_bytes(expires_at.try_into().expect("8 bytes"));
+                    // Only the row this entry describes: a newer use of the key keeps its own.
+                    let ours = match tx(keys.get(scoped))? {
+                        Some(bytes) => codec::decode::<KeyRecord>(&bytes)?.expires_at == expires_at,
+                        None => false,
+                    };
+                    if ours {
+                        tx(keys.remove(scoped))?;
+                    }
+                    tx(expiry.remove(entry))?;
+                }
+                Ok(())
+            },
+        );
+        settle(outcome)?.ok();
+        Ok(due.len())
+    }
+}
+
+/// The earlier layout kept a key's binding and its answer in two trees; a database written
+/// by it has them merged into the one row at open, once.
+pub fn merge_split_key_rows(trees: &Trees) -> Result<(), StoreError> {
+    #[derive(Deserialize)]
+    struct OldResponse {
+        status: u16,
+        content_type: String,
+        #[serde(with = "serde_bytes")]
+        body: Vec<u8>,
+        #[allow(dead_code)]
+        expires_at: Millis,
+    }
+    #[derive(Deserialize)]
+    struct OldBinding {
+        operation: Operation,
+        fingerprint: Fingerprint,
+        expires_at: Millis,
+    }
+    let names = trees.db.tree_names();
+    let had = |name: &str| names.iter().any(|n| n.as_ref() == name.as_bytes());
+    if !had("idem_bindings") {
+        return Ok(());
+    }
+    let bindings = trees.db.open_tree("idem_bindings")?;
+    let responses = trees.db.open_tree("idem_responses")?;
+    let mut merged = 0usize;
+    for entry in bindings.iter() {
+        let (scoped, bytes) = entry?;
+        let binding: OldBinding = codec::decode(&bytes)?;
+        let Some(response) = responses.get(&scoped)? else {
+            continue;
+        };
+        let response: OldResponse = codec::decode(&response)?;
+        let row = KeyRecord {
+            operation: binding.operation,
+            fingerprint: binding.fingerprint,
+            expires_at: binding.expires_at,
+            response: StoredResponse {
+                status: response.status,
+                content_type: response.content_type,
+                body: response.body,
+            },
+        };
+        trees.idem_keys.insert(scoped, codec::encode(&row)?)?;
+        merged += 1;
+    }
+    trees.db.flush()?;
+    trees.db.drop_tree("idem_bindings")?;
+    trees.db.drop_tree("idem_responses")?;
+    trees.db.flush()?;
+    log::info!("merged {merged} idempotency key(s) into one row each");
+    Ok(())
+}

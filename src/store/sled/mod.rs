@@ -1,0 +1,422 @@
+//! The embedded engine: sled, one tree per keyspace, every write on one writer thread and
+//! made durable by a group commit, every read held back until what it saw is on disk.
+//!
+//! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
+
+mod accounts;
+mod catalog;
+mod codec;
+mod events;
+mod idempotency;
+mod keys;
+mod ledger;
+mod lifecycle;
+mod orders;
+mod providers;
+mod trees;
+mod tx;
+mod visibility;
+mod writer;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::event::Event;
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{AccountId, Id, OrderId};
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::Order;
+use crate::domain::product::Product;
+use crate::domain::time::{now_millis, Millis};
+use crate::metrics::Metrics;
+use crate::store::{
+    CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyRecord,
+    NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Recorded,
+    RefundRefusal, RefundRequest, Store, StoreError,
+};
+use events::Due;
+use trees::Trees;
+use visibility::{Stripe, Visibility};
+use writer::Writer;
+
+/// Runs before every group flush; an error fails that flush. Tests use it to slow the
+/// durability step down or to make it fail; the shipped binary has none.
+pub type FlushHook = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+pub struct Options {
+    pub path: PathBuf,
+    /// Bound on sled's page cache (its default of 1 GiB makes memory unpredictable).
+    pub cache_bytes: u64,
+    pub metrics: Arc<Metrics>,
+    pub flush_hook: Option<FlushHook>,
+}
+
+/// Opens (or creates) the database at `options.path` and starts its writer.
+pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
+    let trees = Arc::new(Trees::open(&options.path, options.cache_bytes)?);
+    let data_file = File::open(options.path.join("db"))
+        .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;
+    let visibility = Arc::new(Visibility::default());
+    let writer = Writer::start(
+        Arc::clone(&trees),
+        data_file,
+        options.metrics,
+        Arc::clone(&visibility),
+        options.flush_hook,
+    );
+    Ok(Arc::new(SledStore {
+        trees,
+        writer,
+        visibility,
+    }))
+}
+
+struct SledStore {
+    trees: Arc<Trees>,
+    writer: Writer,
+    visibility: Arc<Visibility>,
+}
+
+impl SledStore {
+    /// A read: refused once storage failed, a storage error recorded as the failure.
+    fn read<T>(&self, read: impl FnOnce(&Trees) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.visibility.failed()?;
+        let outcome = read(&self.trees);
+        if let Err(StoreError::Failed(why)) = &outcome {
+            self.visibility.fail(why);
+        }
+        outcome
+    }
+
+    /// A read of many records (a page), off the async executor.
+    async fn scan<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Trees) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.visibility.failed()?;
+        let trees = Arc::clone(&self.trees);
+        let outcome = tokio::task::spawn_blocking(move || read(&trees))
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("a read panicked: {e}")))?;
+        if let Err(StoreError::Failed(why)) = &outcome {
+            self.visibility.fail(why);
+        }
+        outcome
+    }
+
+    /// Returns what a read saw once it is durable.
+    async fn settled<T>(&self, value: T, stripe: Stripe) -> Result<T, StoreError> {
+        self.visibility.settled(stripe).await?;
+        Ok(value)
+    }
+}
+
+#[async_trait]
+impl Store for SledStore {
+    async fn authenticate(
+        &self,
+        key_hash: [u8; 32],
+    ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
+        let found = self.read(|t| t.authenticate(&key_hash))?;
+        match found {
+            Some((record, account)) => {
+                let stripe = Stripe::profile(&account.id);
+                self.settled(Some((record, account)), stripe).await
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        let account = self.read(|t| t.account(&id))?;
+        self.settled(account, Stripe::profile(&id)).await
+    }
+
+    async fn balance(&self, id: AccountId) -> Result<i64, StoreError> {
+        let balance = self.read(|t| t.balance(&id))?;
+        self.settled(balance, Stripe::account(&id)).await
+    }
+
+    async fn create_account(&self, account: Account) -> Result<(), StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::profile(&account.id));
+                b.trees.create_account(&account)
+            })
+            .await
+    }
+
+    async fn create_api_key(
+        &self,
+        key_hash: [u8; 32],
+        record: ApiKeyRecord,
+    ) -> Result<(), StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::profile(&record.account_id));
+                b.trees.create_api_key(&key_hash, &record)
+            })
+            .await
+    }
+
+    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
+        self.writer
+            .write(move |b| {
+                let Some((hash, record)) = b.trees.api_key_by_id(&key_id)? else {
+                    return Ok(false);
+                };
+                b.touches(Stripe::profile(&record.account_id));
+                b.trees.revoke_api_key(&hash)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    async fn put_product(&self, product: Product) -> Result<(), StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::Catalog);
+                b.trees.put_product(&product)
+            })
+            .await
+    }
+
+    async fn credit(
+        &self,
+        credit: NewCredit,
+    ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError> {
+        self.writer
+            .write(move |b| {
+                let account = credit.account.id;
+                b.touches(Stripe::account(&account));
+                if let Some(claim) = &credit.claim {
+                    b.touches(Stripe::key(&account, &claim.key));
+                }
+                b.trees.credit(&credit, now_millis())
+            })
+            .await
+    }
+
+    async fn product(&self, id: String) -> Result<Option<Product>, StoreError> {
+        let product = self.read(|t| t.product(&id))?;
+        self.settled(product, Stripe::Catalog).await
+    }
+
+    async fn active_products_page(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<Product>, StoreError> {
+        let page = self
+            .scan(move |t| t.active_products_page(after.as_deref(), limit))
+            .await?;
+        self.settled(page, Stripe::Catalog).await
+    }
+
+    async fn replay_lookup(
+        &self,
+        account: AccountId,
+        key: IdempotencyKey,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        match self.read(|t| t.replay_lookup(&account, &key))? {
+            Some(record) => {
+                self.settled(Some(record), Stripe::key(&account, &key))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn place_order(
+        &self,
+        order: NewOrder,
+    ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
+        self.writer
+            .write(move |b| {
+                let account = order.account.id;
+                b.touches(Stripe::account(&account));
+                b.touches(Stripe::key(&account, &order.claim.key));
+                b.trees.place_order(&order, now_millis())
+            })
+            .await
+    }
+
+    async fn cancel_order(
+        &self,
+        cancel: CancelRequest,
+    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::account(&cancel.account));
+                if let Some(claim) = &cancel.claim {
+                    b.touches(Stripe::key(&cancel.account, &claim.key));
+                }
+                b.trees.cancel_order(&cancel, now_millis())
+            })
+            .await
+    }
+
+    async fn refund_order(
+        &self,
+        refund: RefundRequest,
+    ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::account(&refund.account));
+                b.touches(Stripe::key(&refund.account, &refund.claim.key));
+                b.trees.refund_order(&refund, now_millis())
+            })
+            .await
+    }
+
+    async fn record_provider_payment(
+        &self,
+        payment: ProviderCredit,
+    ) -> Result<Result<Recorded, ProviderRefusal>, StoreError> {
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::account(&payment.account));
+                b.trees.record_provider_payment(&payment, now_millis())
+            })
+            .await
+    }
+
+    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
+        match self.read(|t| t.order(&id))? {
+            Some(order) => {
+                let stripe = Stripe::account(&order.account_id);
+                self.settled(Some(order), stripe).await
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn orders_page(
+        &self,
+        account: AccountId,
+        external_order_id: Option<String>,
+        before: Option<OrderId>,
+        limit: usize,
+    ) -> Result<Page<Order>, StoreError> {
+        let page = self
+            .scan(move |t| t.orders_page(&account, external_order_id.as_deref(), before, limit))
+            .await?;
+        self.settled(page, Stripe::account(&account)).await
+    }
+
+    async fn ledger_page(
+        &self,
+        account: AccountId,
+        before: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<LedgerEntry>, StoreError> {
+        let page = self
+            .scan(move |t| t.ledger_page(&account, before, limit))
+            .await?;
+        self.settled(page, Stripe::account(&account)).await
+    }
+
+    async fn events_page(
+        &self,
+        account: AccountId,
+        after: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<Event>, StoreError> {
+        let page = self
+            .scan(move |t| t.events_page(&account, after, limit))
+            .await?;
+        self.settled(page, Stripe::account(&account)).await
+    }
+
+    async fn complete_due_orders(
+        &self,
+        created_by: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        // Looked at first, so that an idle queue costs no write (and no flush).
+        if self.read(|t| t.due_orders(created_by, 1))?.is_empty() {
+            return Ok(0);
+        }
+        self.writer
+            .write(move |b| {
+                let due = b.trees.due_orders(created_by, max)?;
+                for order in &due {
+                    b.touches(Stripe::account(&order.account));
+                }
+                b.trees.complete_orders(&due, now_millis())
+            })
+            .await
+    }
+
+    async fn due_deliveries(
+        &self,
+        now: Millis,
+        max: usize,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        let due = self.scan(move |t| t.due_deliveries(now, max)).await?;
+        // Any outbox entry may come from a batch still being flushed.
+        let due = self.settled(due, Stripe::Everything).await?;
+        let mut ready = Vec::with_capacity(due.len());
+        let mut orphans = Vec::new();
+        for entry in due {
+            match entry {
+                Due::Ready(delivery) => ready.push(*delivery),
+                Due::Orphan(key) => orphans.push(key),
+            }
+        }
+        if !orphans.is_empty() {
+            self.writer
+                .write(move |b| {
+                    orphans
+                        .iter()
+                        .try_for_each(|key| b.trees.remove_outbox_entry(key))
+                })
+                .await?;
+        }
+        Ok(ready)
+    }
+
+    async fn settle_delivery(
+        &self,
+        due: DueDelivery,
+        outcome: DeliveryOutcome,
+    ) -> Result<(), StoreError> {
+        self.writer
+            .write(move |b| b.trees.settle_delivery(&due, outcome))
+            .await
+    }
+
+    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
+        if !self.read(|t| t.any_key_expired(now))? {
+            return Ok(0);
+        }
+        // A deleted row only frees its key: nothing a read could report, so no stripe.
+        self.writer
+            .write(move |b| b.trees.sweep_expired_keys(now, max))
+            .await
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        self.read(|t| Ok(t.is_empty()))
+    }
+
+    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        self.scan(|t| Ok(t.row_counts())).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.read(|t| t.probe())
+    }
+
+    async fn failure(&self) -> String {
+        self.visibility.failure().await
+    }
+
+    async fn stop(&self) {
+        self.writer.stop();
+    }
+}

@@ -1,0 +1,145 @@
+//! The sled database: one named tree per keyspace, opened together, and the scans that
+//! several operation groups share.
+
+use std::path::Path;
+
+use super::codec;
+use super::keys;
+use crate::store::StoreError;
+
+pub struct Trees {
+    pub db: sled::Db,
+    pub accounts: sled::Tree,
+    pub balances: sled::Tree,
+    pub api_keys: sled::Tree,
+    pub api_key_ids: sled::Tree,
+    pub products: sled::Tree,
+    pub orders: sled::Tree,
+    pub orders_by_account: sled::Tree,
+    pub orders_by_external: sled::Tree,
+    pub ledger: sled::Tree,
+    /// `account ‖ key` → the key's one row (`KeyRecord`).
+    pub idem_keys: sled::Tree,
+    /// `expires_at ‖ account ‖ key`: the sweeper scans this up to now.
+    pub idem_expiry: sled::Tree,
+    /// Orders still `processing`, in creation order: the fulfillment queue.
+    pub processing: sled::Tree,
+    pub refunds: sled::Tree,
+    pub events: sled::Tree,
+    /// Pending callbacks keyed by when they are due.
+    pub outbox: sled::Tree,
+    /// The unique `(provider, provider's id)` index of inbound payments.
+    pub provider_payments: sled::Tree,
+}
+
+impl Trees {
+    /// Opens (or creates) the database. `cache_bytes` bounds sled's page cache, whose
+    /// default of 1 GiB would make the resident size of a small server unpredictable.
+    pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes)
+            .mode(sled::Mode::HighThroughput)
+            .open()?;
+        let tree = |name: &str| db.open_tree(name);
+        let trees = Trees {
+            accounts: tree("accounts")?,
+            balances: tree("balances")?,
+            api_keys: tree("api_keys")?,
+            api_key_ids: tree("api_key_ids")?,
+            products: tree("products")?,
+            orders: tree("orders")?,
+            orders_by_account: tree("orders_by_account")?,
+            orders_by_external: tree("orders_by_external")?,
+            ledger: tree("ledger")?,
+            idem_keys: tree("idem_keys")?,
+            idem_expiry: tree("idem_expiry")?,
+            processing: tree("processing")?,
+            refunds: tree("refunds")?,
+            events: tree("events")?,
+            outbox: tree("outbox")?,
+            provider_payments: tree("provider_payments")?,
+            db,
+        };
+        super::idempotency::merge_split_key_rows(&trees)?;
+        Ok(trees)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.accounts.is_empty() && self.products.is_empty()
+    }
+
+    /// Rows per keyspace: what grows with orders (orders, ledger, events) and what the
+    /// sweeper keeps bounded (the idempotency rows).
+    pub fn row_counts(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("accounts", &self.accounts),
+            ("api_keys", &self.api_keys),
+            ("products", &self.products),
+            ("orders", &self.orders),
+            ("orders_by_external", &self.orders_by_external),
+            ("processing", &self.processing),
+            ("ledger", &self.ledger),
+            ("refunds", &self.refunds),
+            ("events", &self.events),
+            ("outbox", &self.outbox),
+            ("idem_keys", &self.idem_keys),
+            ("idem_expiry", &self.idem_expiry),
+            ("provider_payments", &self.provider_payments),
+        ]
+        .into_iter()
+        .map(|(name, tree)| (name, tree.len() as u64))
+        .collect()
+    }
+
+    /// A cheap read that proves the storage answers.
+    pub fn probe(&self) -> Result<(), StoreError> {
+        self.accounts.first()?;
+        Ok(())
+    }
+
+    /// A record by key, decoded.
+    pub fn get<T: serde::de::DeserializeOwned>(
+        tree: &sled::Tree,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<T>, StoreError> {
+        match tree.get(key)? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Keys under `prefix`, newest (largest) first, strictly before `before` when given; one
+/// more than `limit` when there is a next page.
+pub fn newest_first(
+    tree: &sled::Tree,
+    prefix: &[u8],
+    before: Option<&[u8; 16]>,
+    limit: usize,
+) -> Result<Vec<sled::IVec>, StoreError> {
+    let iter = match before {
+        Some(cursor) => tree.range(prefix.to_vec()..keys::child_key(prefix, cursor)),
+        None => tree.scan_prefix(prefix),
+    };
+    let mut out = Vec::with_capacity(limit + 1);
+    for item in iter.rev() {
+        let (key, _) = item?;
+        if !key.starts_with(prefix) {
+            break;
+        }
+        out.push(key);
+        if out.len() > limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// The trailing 16-byte id of an index key.
+pub fn trailing_id(key: &[u8]) -> Result<[u8; 16], StoreError> {
+    key.len()
+        .checked_sub(16)
+        .and_then(|start| key[start..].try_into().ok())
+        .ok_or_else(|| StoreError::Corrupt("index key shorter than an id".into()))
+}

@@ -1,0 +1,275 @@
+//! The write path: one writer thread runs every transaction, one commit thread makes them
+//! durable in groups, and a write resolves only after both.
+//!
+//! - The writer takes every job queued at that moment as one numbered batch, marks the
+//!   stripes each job touches (see `visibility`), runs the jobs one after another and hands
+//!   the batch to the commit thread. sled takes one process-wide lock per transaction anyway,
+//!   so one thread loses no parallelism and saves the lock hand-offs.
+//! - The commit thread takes every batch the writer has finished, calls sled's `flush()` once
+//!   and `fdatasync`s its data file once, publishes the newest batch number on disk, then
+//!   answers them all; meanwhile the writer already runs the next batch.
+//! - A failed flush, or any storage error in a transaction, is recorded as the store's
+//!   failure: the batches after it are answered with that error without being run.
+//!
+//! A job's answer travels in its own completion, so a request that went away does not free
+//! anything early: its key and its account stay "in flight" until the flush says otherwise.
+//!
+//! `Db::flush_async` is not used: it hangs under concurrency in sled 0.34.7 (sled#1412).
+//! The extra `sync_data` exists because sled's own flush uses `sync_file_range`, which leaves
+//! the disk's write cache and file metadata to a background sync every 500 ms.
+
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::trees::Trees;
+use super::visibility::{Stripe, Visibility};
+use super::FlushHook;
+use crate::metrics::Metrics;
+use crate::store::StoreError;
+
+/// What a job sees while it runs: the trees, and the batch it belongs to.
+pub struct Batch<'a> {
+    pub trees: &'a Trees,
+    number: u64,
+    visibility: &'a Visibility,
+}
+
+impl Batch<'_> {
+    /// Declares that the job is about to change data in `stripe`: call before writing.
+    pub fn touches(&self, stripe: Stripe) {
+        self.visibility.mark(stripe, self.number);
+    }
+}
+
+/// What to do once the job's batch is on disk (or could not be made so).
+type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+type Work = Box<dyn FnOnce(&Batch) -> Completion + Send>;
+
+enum Job {
+    Write(Work),
+    Stop,
+}
+
+enum Finished {
+    Batch { number: u64, done: Vec<Completion> },
+    Stop,
+}
+
+pub struct Writer {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    visibility: Arc<Visibility>,
+}
+
+impl Writer {
+    pub fn start(
+        trees: Arc<Trees>,
+        data_file: File,
+        metrics: Arc<Metrics>,
+        visibility: Arc<Visibility>,
+        hook: Option<FlushHook>,
+    ) -> Self {
+        let (jobs, inbox) = mpsc::channel();
+        let (batches, finished) = mpsc::channel();
+        let writer = {
+            let (trees, visibility) = (Arc::clone(&trees), Arc::clone(&visibility));
+            std::thread::Builder::new()
+                .name("orderly-writer".into())
+                .spawn(move || run_writer(&trees, &visibility, inbox, batches))
+                .expect("spawning the writer thread")
+        };
+        let committer = {
+            let visibility = Arc::clone(&visibility);
+            std::thread::Builder::new()
+                .name("orderly-commit".into())
+                .spawn(move || {
+                    let flush = Flush {
+                        trees,
+                        data_file,
+                        hook,
+                    };
+                    run_commits(&flush, finished, &metrics, &visibility)
+                })
+                .expect("spawning the commit thread")
+        };
+        Writer {
+            jobs: Mutex::new(Some(jobs)),
+            threads: Mutex::new(vec![writer, committer]),
+            visibility,
+        }
+    }
+
+    /// Runs `work` on the writer thread and resolves with its result once its batch is on
+    /// disk. A refused transaction wrote nothing; its answer waits for the same flush, which
+    /// costs it a little latency and keeps this path single.
+    pub async fn write<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Batch) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.visibility.failed()?;
+        let (reply, answer) = oneshot::channel::<Result<T, StoreError>>();
+        let visibility = Arc::clone(&self.visibility);
+        let job: Work = Box::new(move |batch: &Batch| -> Completion {
+            let outcome = match catch_unwind(AssertUnwindSafe(|| work(batch))) {
+                Ok(outcome) => outcome,
+                Err(_) => Err(StoreError::Corrupt("a write panicked".into())),
+            };
+            if let Err(StoreError::Failed(why)) = &outcome {
+                visibility.fail(why);
+            }
+            Box::new(move |flushed: Result<(), StoreError>| {
+                let _ = reply.send(flushed.and(outcome));
+            })
+        });
+        let sent = match self.jobs.lock() {
+            Ok(jobs) => jobs
+                .as_ref()
+                .is_some_and(|j| j.send(Job::Write(job)).is_ok()),
+            Err(_) => false,
+        };
+        if !sent {
+            return Err(StoreError::Failed("the writer has stopped".into()));
+        }
+        match answer.await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.visibility.failed()?;
+                Err(StoreError::Failed("the writer dropped the write".into()))
+            }
+        }
+    }
+
+    /// Finishes what is queued, flushes one last time and joins both threads.
+    pub fn stop(&self) {
+        if let Some(jobs) = self.jobs.lock().ok().and_then(|mut j| j.take()) {
+            let _ = jobs.send(Job::Stop);
+        }
+        if let Ok(mut threads) = self.threads.lock() {
+            for thread in threads.drain(..) {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn run_writer(
+    trees: &Trees,
+    visibility: &Visibility,
+    inbox: mpsc::Receiver<Job>,
+    batches: mpsc::Sender<Finished>,
+) {
+    let mut number = 0u64;
+    let mut stopping = false;
+    while !stopping {
+        let first = match inbox.recv() {
+            Ok(Job::Write(work)) => work,
+            Ok(Job::Stop) | Err(_) => break,
+        };
+        number += 1;
+        visibility.start_batch(number);
+        let batch = Batch {
+            trees,
+            number,
+            visibility,
+        };
+        let mut done = Vec::new();
+        let mut run = |work: Work| {
+            // After a failure nothing more is applied: memory must not drift further from
+            // what the disk holds. Dropping the job answers its caller with the failure.
+            if visibility.failed().is_ok() {
+                done.push(work(&batch));
+            }
+        };
+        run(first);
+        while let Ok(job) = inbox.try_recv() {
+            match job {
+                Job::Write(work) => run(work),
+                Job::Stop => {
+                    stopping = true;
+                    break;
+                }
+            }
+        }
+        if batches.send(Finished::Batch { number, done }).is_err() {
+            return;
+        }
+    }
+    let _ = batches.send(Finished::Stop);
+}
+
+struct Flush {
+    trees: Arc<Trees>,
+    data_file: File,
+    hook: Option<FlushHook>,
+}
+
+impl Flush {
+    fn run(&self) -> Result<(), String> {
+        if let Some(hook) = &self.hook {
+            hook()?;
+        }
+        self.trees.db.flush().map_err(|e| e.to_string())?;
+        self.data_file.sync_data().map_err(|e| e.to_string())
+    }
+}
+
+fn run_commits(
+    flush: &Flush,
+    inbox: mpsc::Receiver<Finished>,
+    metrics: &Metrics,
+    visibility: &Visibility,
+) {
+    let mut stopping = false;
+    while !stopping {
+        let mut waiting: Vec<Completion> = Vec::new();
+        let mut newest = 0;
+        let mut take = |finished: Finished| match finished {
+            Finished::Batch { number, done } => {
+                newest = number;
+                waiting.extend(done);
+                false
+            }
+            Finished::Stop => true,
+        };
+        match inbox.recv() {
+            Ok(finished) => stopping = take(finished),
+            Err(_) => stopping = true,
+        }
+        // Everything finished by now rides on this one flush.
+        while let Ok(finished) = inbox.try_recv() {
+            stopping |= take(finished);
+        }
+        if waiting.is_empty() {
+            continue;
+        }
+        let outcome = match visibility.failed() {
+            Err(e) => Err(e),
+            Ok(()) => {
+                let started = Instant::now();
+                let flushed = flush.run();
+                metrics
+                    .commit_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                metrics.commit_batch_size.observe(waiting.len() as f64);
+                flushed.map_err(|why| {
+                    let why = format!("flush failed: {why}");
+                    visibility.fail(&why);
+                    StoreError::Failed(why)
+                })
+            }
+        };
+        if outcome.is_ok() {
+            visibility.published(newest);
+        }
+        for done in waiting {
+            done(outcome.clone());
+        }
+    }
+    log::info!("commit thread stopped after a final flush");
+}

@@ -1,0 +1,13 @@
+//! Forgets rate-limit buckets that are full again, every minute, so the limiter's memory
+//! tracks recent clients only.
+
+use std::time::Duration;
+
+/// How often idle rate-limit buckets are forgotten.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+use crate::edge::rate_limit::RateLimits;
+
+pub async fn prune_idle_buckets(limits: &RateLimits) {
+    limits.prune();
+}

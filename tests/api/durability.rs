@@ -1,0 +1,378 @@
+//! SPEC section 20, first two rules, on the embedded engine with its durability step under the
+//! test's control: the application runs in this process with a flush hook that can stall
+//! the group commit or make it fail, so "before the flush" is a state the test holds.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use orderly::config::{Cli, Command};
+use orderly::startup::{Application, RunError};
+use orderly::store::sled as embedded;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::{basket, ADMIN_TOKEN};
+use crate::receiver::Receiver;
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    failing: bool,
+    waiting: usize,
+}
+
+/// The flush hook: open (flushes pass), closed (the commit thread waits in it), or failing
+/// (the flush fails, as a full disk would make it).
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn hook(self: &Arc<Self>) -> embedded::FlushHook {
+        let gate = Arc::clone(self);
+        Box::new(move || gate.pass())
+    }
+
+    fn pass(&self) -> Result<(), String> {
+        let mut state = self.state.lock().unwrap();
+        state.waiting += 1;
+        self.changed.notify_all();
+        while state.closed && !state.failing {
+            state = self.changed.wait(state).unwrap();
+        }
+        state.waiting -= 1;
+        if state.failing {
+            return Err("injected: no space left on device".into());
+        }
+        Ok(())
+    }
+
+    fn set(&self, closed: bool, failing: bool) {
+        let mut state = self.state.lock().unwrap();
+        state.closed = closed;
+        state.failing = failing;
+        self.changed.notify_all();
+    }
+
+    fn close(&self) {
+        self.set(true, false);
+    }
+
+    fn open(&self) {
+        self.set(false, false);
+    }
+
+    fn fail(&self) {
+        self.set(false, true);
+    }
+
+    /// Waits (bounded) until a flush is held in the gate.
+    async fn until_a_flush_waits(&self) {
+        for _ in 0..1000 {
+            if self.state.lock().unwrap().waiting > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no flush reached the gate within 10 s");
+    }
+}
+
+/// orderly in this process, on a fresh database, with the gate as its flush hook.
+struct InProcess {
+    address: String,
+    client: Client,
+    gate: Arc<Gate>,
+    ended: std::sync::mpsc::Receiver<Result<(), RunError>>,
+    _dir: tempfile::TempDir,
+}
+
+impl InProcess {
+    fn start(extra: &[&str]) -> InProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("db").display().to_string();
+        let mut argv = vec![
+            "orderly",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data_dir,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--rate-limit",
+            "1000000",
+            "--fulfillment-delay",
+            "1h",
+        ];
+        argv.extend_from_slice(extra);
+        let Command::Serve(settings) = Cli::parse_from(argv).command else {
+            unreachable!("serve was parsed")
+        };
+        let gate = Arc::new(Gate::default());
+        let hook = gate.hook();
+        let (bound, address) = std::sync::mpsc::channel();
+        let (end, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let app = Application::build_with_flush_hook(*settings, Some(hook))
+                    .await
+                    .expect("the application starts");
+                bound.send(app.address()).unwrap();
+                let _ = end.send(app.run_until_stopped().await);
+            })
+        });
+        let address = address
+            .recv_timeout(Duration::from_secs(30))
+            .expect("orderly bound its port");
+        InProcess {
+            address: format!("http://{address}"),
+            client: Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            gate,
+            ended,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    async fn admin(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let resp = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("X-Idempotency-Key", uuid::Uuid::new_v4().to_string())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        resp.json().await.unwrap()
+    }
+
+    /// A funded wholesale account and its key; the product `prd_uc` exists.
+    async fn partner(&self) -> String {
+        self.admin(
+            reqwest::Method::PUT,
+            "/admin/products/prd_uc",
+            json!({"name": "UC", "price": 999, "deliveryFields": ["username"]}),
+        )
+        .await;
+        let account = self
+            .admin(
+                reqwest::Method::POST,
+                "/admin/accounts",
+                json!({"name": "Acme", "wholesale": true, "region": "EU"}),
+            )
+            .await;
+        let id = account["account"]["id"].as_str().unwrap().to_string();
+        self.admin(
+            reqwest::Method::POST,
+            &format!("/admin/accounts/{id}/credits"),
+            json!({"amount": 100_000}),
+        )
+        .await;
+        let key = self
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/accounts/{id}/api-keys"),
+                json!({}),
+            )
+            .await;
+        key["apiKey"]["key"].as_str().unwrap().to_string()
+    }
+
+    fn order(
+        &self,
+        client: &Client,
+        api_key: &str,
+        key: &str,
+        body: &Value,
+    ) -> reqwest::RequestBuilder {
+        client
+            .post(self.url("/b2b/orders"))
+            .header("X-Api-Key", api_key)
+            .header("X-Idempotency-Key", key)
+            .json(body)
+    }
+
+    fn get(&self, api_key: &str, path: &str) -> reqwest::RequestBuilder {
+        self.client.get(self.url(path)).header("X-Api-Key", api_key)
+    }
+
+    /// How the application ended, waiting at most `within`.
+    fn ended_within(&self, within: Duration) -> Option<Result<(), RunError>> {
+        self.ended.recv_timeout(within).ok()
+    }
+}
+
+/// A request that must still be waiting after `for_at_least`: the negative half of "answers
+/// only after the flush", bounded.
+async fn still_pending<T>(task: &mut tokio::task::JoinHandle<T>, for_at_least: Duration) {
+    assert!(
+        tokio::time::timeout(for_at_least, task).await.is_err(),
+        "answered while its write was not yet durable"
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_a_dropped_first_use_waits_for_the_flush_and_gets_no_200_when_it_fails() {
+    let app = InProcess::start(&[]);
+    let api_key = app.partner().await;
+    let body = basket("prd_uc", 1, "p");
+    app.gate.close();
+
+    // The first use: its client gives up while the flush is stalled and closes the connection.
+    let impatient = Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let dropped = app.order(&impatient, &api_key, "k-1", &body).send().await;
+    assert!(dropped.is_err(), "the first use cannot have been answered");
+    app.gate.until_a_flush_waits().await;
+
+    // The immediate retry finds the in-memory row but must not report it yet.
+    let retry = app.order(&app.client, &api_key, "k-1", &body);
+    let mut retry = tokio::spawn(async move { retry.send().await });
+    still_pending(&mut retry, Duration::from_millis(500)).await;
+
+    app.gate.fail();
+    // A closed connection (Err) is also no 200.
+    if let Ok(resp) = retry.await.unwrap() {
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    match app.ended_within(Duration::from_secs(5)) {
+        Some(Err(RunError::StorageFailed(why))) => assert!(why.contains("no space"), "{why}"),
+        other => panic!("the application must stop on the failed flush, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_retry_of_a_first_use_in_flight_answers_once_the_flush_is_done() {
+    let app = InProcess::start(&[]);
+    let api_key = app.partner().await;
+    let body = basket("prd_uc", 1, "p");
+    app.gate.close();
+    let first = app.order(&app.client, &api_key, "k-2", &body);
+    let first = tokio::spawn(async move { first.send().await });
+    app.gate.until_a_flush_waits().await;
+    let retry = app.order(&app.client, &api_key, "k-2", &body);
+    let mut retry = tokio::spawn(async move { retry.send().await });
+    still_pending(&mut retry, Duration::from_millis(300)).await;
+
+    app.gate.open();
+    let first = first.await.unwrap().unwrap();
+    let retry = retry.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(retry.headers().get("Idempotency-Replayed").unwrap(), "true");
+    assert_eq!(first.bytes().await.unwrap(), retry.bytes().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_key_whose_first_use_stays_unflushed_past_the_wait_is_the_in_progress_409() {
+    let app = InProcess::start(&[]);
+    let api_key = app.partner().await;
+    let body = basket("prd_uc", 1, "p");
+    app.gate.close();
+    let first = app.order(&app.client, &api_key, "k-3", &body);
+    let first = tokio::spawn(async move { first.send().await });
+    app.gate.until_a_flush_waits().await;
+
+    let retry = app
+        .order(&app.client, &api_key, "k-3", &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(
+        retry,
+        json!({"success": false, "error": "Duplicate request in progress, retry later"})
+    );
+    app.gate.open();
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn with_the_flush_stalled_on_one_account_another_account_reads_at_once() {
+    let app = InProcess::start(&[]);
+    let key_a = app.partner().await;
+    let key_b = app.partner().await;
+    app.gate.close();
+    let order = app.order(&app.client, &key_a, "k-4", &basket("prd_uc", 1, "p"));
+    let order = tokio::spawn(async move { order.send().await });
+    app.gate.until_a_flush_waits().await;
+
+    let b = tokio::time::timeout(
+        Duration::from_secs(2),
+        app.get(&key_b, "/b2b/balance").send(),
+    )
+    .await
+    .expect("account B's read must not wait for account A's flush")
+    .unwrap();
+    assert_eq!(b.status(), StatusCode::OK);
+    // Account A's own balance would show the unflushed debit: it waits.
+    let a = app.get(&key_a, "/b2b/balance");
+    let mut a = tokio::spawn(async move { a.send().await });
+    still_pending(&mut a, Duration::from_millis(300)).await;
+
+    app.gate.open();
+    assert_eq!(order.await.unwrap().unwrap().status(), StatusCode::OK);
+    let a: Value = a.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(a["balance"]["available"], 100_000 - 999);
+}
+
+#[tokio::test]
+async fn an_event_is_neither_listed_nor_delivered_before_its_batch_is_on_disk() {
+    let receiver = Receiver::start(vec![]);
+    let app = InProcess::start(&["--allow-private-callbacks"]);
+    let api_key = app.partner().await;
+    let mut body = basket("prd_uc", 1, "p");
+    body["callbackUrl"] = json!(receiver.url());
+    let placed: Value = app
+        .order(&app.client, &api_key, "k-5", &body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let order_id = placed["order"]["id"].as_str().unwrap().to_string();
+
+    app.gate.close();
+    let cancel = app
+        .client
+        .post(app.url(&format!("/b2b/orders/{order_id}/cancel")))
+        .header("X-Api-Key", &api_key);
+    let cancel = tokio::spawn(async move { cancel.send().await });
+    app.gate.until_a_flush_waits().await;
+
+    let events = app.get(&api_key, "/b2b/events");
+    let mut events = tokio::spawn(async move { events.send().await });
+    still_pending(&mut events, Duration::from_millis(300)).await;
+    assert!(
+        receiver
+            .wait_for(1, Duration::from_millis(700))
+            .await
+            .is_empty(),
+        "a webhook was sent for an event that a crash could still undo"
+    );
+
+    app.gate.open();
+    assert_eq!(cancel.await.unwrap().unwrap().status(), StatusCode::OK);
+    let listed: Value = events.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(listed["events"][0]["type"], "order.cancelled");
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "delivered once durable");
+    let sent: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(sent["type"], "order.cancelled");
+}
