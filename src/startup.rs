@@ -152,7 +152,7 @@ impl Application {
             Either::Right((why, server)) => {
                 // No drain and no final flush: every answer from now on would be a guess.
                 // Workers are left to the process exit, one may be inside a 10 s delivery.
-                let _ = tokio::time::timeout(Duration::from_secs(2), handle.stop(false)).await;
+                let _ = tokio::time::timeout(Duration::from_millis(500), handle.stop(false)).await;
                 drop(server);
                 Err(RunError::StorageFailed(why))
             }

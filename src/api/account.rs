@@ -11,7 +11,7 @@ use crate::domain::order::BalanceView;
 use crate::error::ApiError;
 use crate::views::{to_json, BalanceJson, BalanceOne, LedgerEntryJson, TransactionList};
 
-#[utoipa::path(get, path = "/b2b/balance", tag = "account", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
+#[utoipa::path(get, path = "/b2b/balance", tag = "account", summary = "Read the balance", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
 pub async fn balance(
     partner: Partner<BalanceRead>,
     store: StoreData,
@@ -29,7 +29,7 @@ pub async fn balance(
 }
 
 #[utoipa::path(
-    get, path = "/b2b/transactions", tag = "account",
+    get, path = "/b2b/transactions", tag = "account", summary = "List ledger entries, newest first",
     params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
     responses((status = 200, description = "The ledger, newest first; it sums to the balance", body = TransactionList)),
     security(("api_key" = []))

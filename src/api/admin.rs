@@ -74,7 +74,7 @@ pub struct NewAccountBody {
     region: Option<String>,
 }
 
-#[utoipa::path(post, path = "/admin/accounts", tag = "admin", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
+#[utoipa::path(post, path = "/admin/accounts", tag = "admin", summary = "Create an account", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
 pub async fn create_account(
     _admin: Admin,
     req: HttpRequest,
@@ -117,7 +117,7 @@ pub async fn create_account(
     account_response(&**store, &account).await
 }
 
-#[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
+#[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", summary = "Read an account", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
 pub async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
@@ -133,7 +133,7 @@ pub struct NewApiKeyBody {
     scopes: Option<Vec<String>>,
 }
 
-#[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
+#[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", summary = "Create an API key", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
 pub async fn create_api_key(
     _admin: Admin,
     path: web::Path<String>,
@@ -188,7 +188,7 @@ pub async fn create_api_key(
     })))
 }
 
-#[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
+#[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", summary = "Revoke an API key", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
 pub async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
@@ -211,7 +211,7 @@ pub struct CreditBody {
 }
 
 #[utoipa::path(
-    post, path = "/admin/accounts/{id}/credits", tag = "admin",
+    post, path = "/admin/accounts/{id}/credits", tag = "admin", summary = "Credit an account (idempotent)",
     params(("id" = String, Path, description = "acc_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
     request_body = CreditBody,
     responses(
@@ -304,7 +304,7 @@ fn default_active() -> bool {
     true
 }
 
-#[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
+#[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", summary = "Create or replace a product", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
 pub async fn put_product(
     _admin: Admin,
     path: web::Path<String>,

@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::views::{to_json, ProductJson, ProductList};
 
 #[utoipa::path(
-    get, path = "/b2b/products", tag = "account",
+    get, path = "/b2b/products", tag = "account", summary = "List the active catalog",
     params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
     responses((status = 200, description = "Active products in id order", body = ProductList)),
     security(("api_key" = []))

@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::views::{to_json, EventJson, EventList};
 
 #[utoipa::path(
-    get, path = "/b2b/events", tag = "account",
+    get, path = "/b2b/events", tag = "account", summary = "List webhook events, oldest first",
     params(("after" = Option<String>, Query, description = "Only events after this one (evt_…), exclusive"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)")),
     responses((status = 200, description = "Every event of the account, oldest first", body = EventList)),
     security(("api_key" = []))

@@ -108,7 +108,7 @@ impl CreateOrderBody {
 }
 
 #[utoipa::path(
-    post, path = "/b2b/orders", tag = "orders",
+    post, path = "/b2b/orders", tag = "orders", summary = "Place an order (idempotent)",
     request_body = CreateOrderBody,
     params(("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
     responses(
@@ -119,8 +119,8 @@ impl CreateOrderBody {
     ),
     security(("api_key" = []))
 )]
-/// The checks run in the order the contract fixes: key (auth), body (422), idempotency key
-/// (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
+// The checks run in the order the contract fixes: key (auth), body (422), idempotency key
+// (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
 pub async fn create_order(
     partner: Partner<OrdersWrite>,
     req: HttpRequest,
@@ -197,7 +197,7 @@ pub(super) fn order_not_found(id: &str) -> ApiError {
 }
 
 #[utoipa::path(
-    get, path = "/b2b/orders/{id}", tag = "orders",
+    get, path = "/b2b/orders/{id}", tag = "orders", summary = "Read one order",
     params(("id" = String, Path, description = "ord_…")),
     responses((status = 200, description = "The order now", body = OrderOne), (status = 404, description = "order_not_found", body = ErrorEnvelope)),
     security(("api_key" = []))
@@ -225,7 +225,7 @@ pub(super) async fn own_order(
 }
 
 #[utoipa::path(
-    get, path = "/b2b/orders", tag = "orders",
+    get, path = "/b2b/orders", tag = "orders", summary = "List orders, newest first",
     params(("externalOrderId" = Option<String>, Query, description = "Only orders with this externalOrderId"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
     responses((status = 200, description = "The account's orders, newest first", body = OrderList)),
     security(("api_key" = []))

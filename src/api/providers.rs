@@ -58,7 +58,7 @@ pub fn signature_valid(secret: &[u8], body: &[u8], header: Option<&str>) -> bool
 }
 
 #[utoipa::path(
-    post, path = "/webhooks/providers/{provider}", tag = "providers",
+    post, path = "/webhooks/providers/{provider}", tag = "providers", summary = "Receive a payment-provider notification",
     params(("provider" = String, Path, description = "A provider configured with --provider-secret"), ("X-Signature" = String, Header, description = "sha256=<hex HMAC-SHA256(secret, raw body)>")),
     request_body = Notification,
     responses(

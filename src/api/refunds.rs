@@ -38,7 +38,7 @@ fn claim(
 pub struct CancelBody {}
 
 #[utoipa::path(
-    post, path = "/b2b/orders/{id}/cancel", tag = "orders",
+    post, path = "/b2b/orders/{id}/cancel", tag = "orders", summary = "Cancel a processing order",
     params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = Option<String>, Header, description = "Optional: with a key, a repeat replays the first answer"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
     request_body(content = Option<CancelBody>, description = "Empty, or {}"),
     responses(
@@ -113,7 +113,7 @@ pub struct RefundBody {
 }
 
 #[utoipa::path(
-    post, path = "/b2b/orders/{id}/refunds", tag = "orders",
+    post, path = "/b2b/orders/{id}/refunds", tag = "orders", summary = "Refund a completed order (idempotent)",
     params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
     request_body = RefundBody,
     responses(
