@@ -21,47 +21,20 @@ make_work
 
 disk=$WORK/disk
 mkdir -p "$disk"
-limit=()
 # DISK_FULL_MODE=ulimit forces the fallback (to test it where mounting works).
 if [ "${DISK_FULL_MODE:-tmpfs}" = tmpfs ] \
   && mount -t tmpfs -o size=${SMALL_KIB}k orderly-disk-full "$disk" 2>/dev/null; then
   mode=tmpfs
-  cleanup_mount() { umount "$disk" 2>/dev/null || true; }
+  UNMOUNT=$disk
+  log "disk: a ${SMALL_KIB} KiB tmpfs"
 else
-  # ulimit -f counts 1 KiB blocks; an ignored SIGXFSZ turns the limit into EFBIG.
+  # ulimit -f counts 1 KiB blocks; with SIGXFSZ ignored, writes past it fail with EFBIG.
   mode=ulimit
-  limit=(bash -c "trap '' XFSZ; ulimit -f $SMALL_KIB; exec \"\$0\" \"\$@\"")
-  cleanup_mount() { :; }
+  ORDERLY_WRAP=(bash -c "trap '' XFSZ; ulimit -f $SMALL_KIB; exec \"\$0\" \"\$@\"")
+  log "disk: a ${SMALL_KIB} KiB file-size limit"
 fi
-trap 'rc=$?; cleanup_mount; exit $rc' EXIT
-log "disk: $mode, ${SMALL_KIB} KiB"
 
-data=$disk/db
-ORDERLY_REAL=$ORDERLY
-if [ "$mode" = ulimit ]; then
-  ORDERLY=("${limit[@]}" "$ORDERLY_REAL")
-else
-  ORDERLY=("$ORDERLY_REAL")
-fi
-# start_server runs "$ORDERLY"; give it the wrapped command.
-start_wrapped() {
-  local data=$1 logp=$2
-  shift 2
-  "${ORDERLY[@]}" serve --listen 127.0.0.1:0 --data-dir "$data" --admin-token "$ADMIN_TOKEN" \
-    --rate-limit 100000000 --fulfillment-delay 1h "$@" >"$logp.out" 2>"$logp.err" &
-  SERVER_PID=$!
-  SERVER_PIDS+=("$SERVER_PID")
-  BASE_URL=
-  for _ in $(seq 1 150); do
-    BASE_URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$logp.out" 2>/dev/null | head -1 || true)
-    [ -n "$BASE_URL" ] && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$logp.err" >&2; die "server exited at start"; }
-    sleep 0.1
-  done
-  die "server did not report its address within 15 s"
-}
-
-start_wrapped "$data" "$WORK/server-1" --cache-mb 16
+start_server "$disk/db" "$WORK/server-1" --cache-mb 16 --fulfillment-delay 1h
 "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 1 --balance "$CREDIT" \
   --out "$WORK/accounts.tsv"
 api_key=$(cut -f2 "$WORK/accounts.tsv")
@@ -92,8 +65,8 @@ log "stopped with status 1, ${stopped_after} s after the first refusal; log: $(g
 if [ "$mode" = tmpfs ]; then
   mount -o remount,size=256m "$disk"
 fi
-ORDERLY=("$ORDERLY_REAL")
-start_wrapped "$data" "$WORK/server-2"
+ORDERLY_WRAP=()
+start_server "$disk/db" "$WORK/server-2" --fulfillment-delay 1h
 verdict=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$WORK" \
   --credit "$CREDIT") || { KEEP_WORK=1; die "after the restart: $verdict"; }
 stop_server "$SERVER_PID"

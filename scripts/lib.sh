@@ -9,6 +9,7 @@ ADMIN_TOKEN=${ADMIN_TOKEN:-load-test-admin-token}
 # shellcheck disable=SC2034  # used by the scripts that source this file
 CLIENT=(python3 "$SCRIPTS_DIR/orderly_client.py")
 SERVER_PIDS=()   # every server started (cleanup kills the live ones)
+ORDERLY_WRAP=()  # a command the server is started under (disk-full.sh: a file-size limit)
 BG_PIDS=()       # other background jobs (wrk, load clients)
 
 log() { echo "[$(date +%T)] $*" >&2; }
@@ -51,6 +52,8 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   wait 2>/dev/null || true
+  # A filesystem mounted inside the scratch directory (disk-full.sh) goes before it does.
+  [ -z "${UNMOUNT:-}" ] || umount "$UNMOUNT" 2>/dev/null || true
   if [ "$rc" -ne 0 ] || [ "$KEEP_WORK" = 1 ]; then
     log "scratch directory kept: $WORK"
   else
@@ -63,7 +66,7 @@ cleanup() {
 start_server() {
   local data=$1 logp=$2
   shift 2
-  "$ORDERLY" serve --listen 127.0.0.1:0 --data-dir "$data" --admin-token "$ADMIN_TOKEN" \
+  "${ORDERLY_WRAP[@]}" "$ORDERLY" serve --listen 127.0.0.1:0 --data-dir "$data" --admin-token "$ADMIN_TOKEN" \
     --rate-limit 100000000 "$@" >"$logp.out" 2>"$logp.err" &
   SERVER_PID=$!
   SERVER_PIDS+=("$SERVER_PID")

@@ -41,6 +41,36 @@ fn read_own_order<R>(
     Ok(read_order(orders, id)?.filter(|o| o.account_id == *account))
 }
 
+/// Money going back to the account: a cancel's whole total or a refund's part of it.
+struct Returned {
+    amount: i64,
+    reason: LedgerReason,
+    reference: String,
+}
+
+impl Returned {
+    fn credit<R>(
+        self,
+        balances: &sled::transaction::TransactionalTree,
+        ledger: &sled::transaction::TransactionalTree,
+        account: &AccountId,
+        txn: &Id,
+        now: Millis,
+    ) -> TxResult<(), R> {
+        let before = read_balance(balances, account)?;
+        let entry = LedgerEntry {
+            id: txn.to_string(),
+            amount: self.amount,
+            reason: self.reason,
+            reference: self.reference,
+            // The debit this undoes fitted, so adding it back fits too.
+            balance_after: before.saturating_add(self.amount),
+            created_at: now,
+        };
+        move_money(balances, ledger, account, txn, &entry)
+    }
+}
+
 fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> (Id, Event) {
     let id = Id::new(IdKind::Event);
     let event = Event {
@@ -146,17 +176,12 @@ impl Trees {
                 order.updated_at = now;
                 tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
                 tx(processing.remove(&request.order.bytes()[..]))?;
-                let before = read_balance(balances, &account)?;
-                let entry = LedgerEntry {
-                    id: txn_id.to_string(),
+                let returned = Returned {
                     amount: order.total,
                     reason: LedgerReason::Cancel,
                     reference: order.id.to_string(),
-                    // The debit this undoes fitted, so adding it back fits too.
-                    balance_after: before.saturating_add(order.total),
-                    created_at: now,
                 };
-                move_money(balances, ledger, &account, &txn_id, &entry)?;
+                returned.credit(balances, ledger, &account, &txn_id, now)?;
                 let (event_id, event) = event_of(EventKind::OrderCancelled, &order, None, now);
                 record_event(events, outbox, &account, &event_id, &event)?;
                 let body = (request.render)(&order);
@@ -216,16 +241,12 @@ impl Trees {
                 };
                 tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
                 tx(refunds.insert(&refund_id.bytes()[..], codec::encode(&refund)?))?;
-                let before = read_balance(balances, &account)?;
-                let entry = LedgerEntry {
-                    id: txn_id.to_string(),
+                let returned = Returned {
                     amount,
                     reason: LedgerReason::Refund,
                     reference: refund.id.clone(),
-                    balance_after: before.saturating_add(amount),
-                    created_at: now,
                 };
-                move_money(balances, ledger, &account, &txn_id, &entry)?;
+                returned.credit(balances, ledger, &account, &txn_id, now)?;
                 let (event_id, event) =
                     event_of(EventKind::OrderRefunded, &order, Some(refund.clone()), now);
                 record_event(events, outbox, &account, &event_id, &event)?;
