@@ -96,6 +96,10 @@ pub struct Settings {
     )]
     pub webhook_retry_schedule: Vec<Duration>,
 
+    /// Most deliveries in flight at once to one origin (scheme, host, port).
+    #[arg(long, env = "ORDERLY_WEBHOOK_ORIGIN_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub webhook_origin_concurrency: u32,
+
     /// Development only: accept loopback/private callback hosts.
     #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
     pub allow_private_callbacks: bool,

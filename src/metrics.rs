@@ -11,10 +11,17 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
+    /// The route pattern (`/b2b/orders/{id}`), or `unmatched`.
     pub route: String,
-    pub method: String,
+    /// A standard method, or `other`.
+    pub method: &'static str,
     /// `2xx`, `4xx`, ...: classes keep the series count small.
-    pub status: String,
+    pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +41,7 @@ pub struct Metrics {
     pub webhook_attempts: Counter,
     pub webhook_failures: Counter,
     pub sweeper_deleted: Counter,
+    pub worker_panics: Family<WorkerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -99,7 +107,14 @@ impl Default for Metrics {
             "Expired idempotency keys deleted by the sweeper",
             sweeper_deleted.clone(),
         );
+        let worker_panics = Family::<WorkerLabels, Counter>::default();
+        registry.register(
+            "worker_panics",
+            "Panics caught in a background worker (its work is retried on the next pass)",
+            worker_panics.clone(),
+        );
         Metrics {
+            worker_panics,
             registry,
             requests,
             replays,

@@ -119,6 +119,9 @@ impl Application {
         })
         .listen(listener)?
         .shutdown_timeout(30)
+        // SIGINT and SIGTERM are handled below, both gracefully; actix alone would treat
+        // SIGINT (Ctrl-C) as a forced stop that drops requests in flight.
+        .disable_signals()
         .run();
         Ok(Application {
             server,
@@ -137,6 +140,14 @@ impl Application {
     pub async fn run_until_stopped(self) -> Result<(), RunError> {
         log::info!("orderly listening on http://{}", self.address);
         let handle = self.server.handle();
+        let graceful = handle.clone();
+        actix_web::rt::spawn(async move {
+            match stop_requested().await {
+                Ok(signal) => log::info!("{signal}: stopping gracefully"),
+                Err(e) => log::error!("cannot listen for stop signals ({e}); stopping"),
+            }
+            graceful.stop(true).await;
+        });
         let store = Arc::clone(&self.store);
         let failure = Box::pin(async move { store.failure().await });
         match select(self.server, failure).await {
@@ -160,6 +171,19 @@ impl Application {
     }
 }
 
+/// Resolves on the first SIGINT or SIGTERM, naming it.
+async fn stop_requested() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let interrupted = std::pin::pin!(interrupt.recv());
+    let terminated = std::pin::pin!(terminate.recv());
+    Ok(match select(interrupted, terminated).await {
+        Either::Left(_) => "SIGINT",
+        Either::Right(_) => "SIGTERM",
+    })
+}
+
 fn start_workers(
     store: &Arc<dyn Store>,
     metrics: &Arc<Metrics>,
@@ -167,12 +191,18 @@ fn start_workers(
     limits: &web::Data<RateLimits>,
 ) -> Result<Vec<Periodic>, StartupError> {
     let (s, m) = (Arc::clone(store), Arc::clone(metrics));
-    let sweeper = Periodic::spawn("sweeper", settings.sweep_interval, move || {
-        let (s, m) = (Arc::clone(&s), Arc::clone(&m));
-        async move { sweeper::sweep_expired_keys(&*s, &m).await }
-    })?;
+    let sweeper = Periodic::spawn(
+        "sweeper",
+        settings.sweep_interval,
+        Arc::clone(metrics),
+        move || {
+            let (s, m) = (Arc::clone(&s), Arc::clone(&m));
+            async move { sweeper::sweep_expired_keys(&*s, &m).await }
+        },
+    )?;
     let l = limits.clone();
-    let pruner = Periodic::spawn("rate-limit-pruner", pruner::PRUNE_EVERY, move || {
+    let m = Arc::clone(metrics);
+    let pruner = Periodic::spawn("rate-limit-pruner", pruner::PRUNE_EVERY, m, move || {
         let l = l.clone();
         async move { pruner::prune_idle_buckets(&l).await }
     })?;
@@ -181,6 +211,7 @@ fn start_workers(
     let fulfillment = Periodic::spawn(
         "fulfillment",
         fulfillment::poll_interval(delay),
+        Arc::clone(metrics),
         move || {
             let s = Arc::clone(&s);
             async move { fulfillment::complete_due_orders(&*s, delay).await }
@@ -192,10 +223,12 @@ fn start_workers(
             Arc::clone(metrics),
             api::callback_policy(settings),
             settings.webhook_retry_schedule.clone(),
+            settings.webhook_origin_concurrency as usize,
         )
         .map_err(|e| StartupError::Webhooks(e.to_string()))?,
     );
-    let webhooks = Periodic::spawn("webhooks", webhooks::POLL_INTERVAL, move || {
+    let m = Arc::clone(metrics);
+    let webhooks = Periodic::spawn("webhooks", webhooks::POLL_INTERVAL, m, move || {
         let sender = Arc::clone(&sender);
         async move { sender.deliver_due().await }
     })?;

@@ -167,15 +167,20 @@ pub async fn json_body<T: DeserializeOwned>(
     parse_json(&bytes)
 }
 
-/// For routes whose body may be left out (cancel): an empty body reads as `{}`, and a body
-/// that is there must be JSON whatever its Content-Type says, since there is nothing in it to
-/// misread.
-pub async fn optional_json_body<T: DeserializeOwned>(payload: web::Payload) -> Result<T, ApiError> {
+/// For routes whose body may be left out (cancel, a refund of the whole remainder): an empty
+/// body without a Content-Type reads as `{}`; a body that is there is JSON as on every other
+/// write, refused (422) unless its Content-Type says so.
+pub async fn optional_json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
     let bytes = read_body(payload).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    let empty = bytes.iter().all(u8::is_ascii_whitespace);
+    if empty && !req.headers().contains_key("Content-Type") {
         return parse_json(b"{}");
     }
-    parse_json(&bytes)
+    require_json_content_type(req)?;
+    parse_json(if empty { b"{}" } else { &bytes })
 }
 
 fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {

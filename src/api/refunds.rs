@@ -58,9 +58,10 @@ pub async fn cancel_order(
     settings: web::Data<Settings>,
     metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    let _: CancelBody = optional_json_body(payload).await?;
-    let order = own_order(&**store, partner.account.id, &path).await?.id;
+    let _: CancelBody = optional_json_body(&req, payload).await?;
+    // The key's 400 before the order's 404 (SPEC 20), as on every keyed route.
     let key = optional_idempotency_key(&req)?;
+    let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_cancel(&path);
     let cancel = || {
         let request = CancelRequest {
@@ -133,7 +134,7 @@ pub async fn refund_order(
     settings: web::Data<Settings>,
     metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: RefundBody = optional_json_body(payload).await?;
+    let body: RefundBody = optional_json_body(&req, payload).await?;
     let mut v = Violations::default();
     v.check(
         body.amount.is_none_or(|a| a >= 1),
@@ -150,8 +151,8 @@ pub async fn refund_order(
         "string_length",
     );
     v.into_result()?;
-    let order = own_order(&**store, partner.account.id, &path).await?.id;
     let key = required_idempotency_key(&req)?;
+    let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
     let write = KeyedWrite {
         account: partner.account.id,

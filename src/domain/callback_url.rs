@@ -94,26 +94,68 @@ pub fn non_global_range(ip: Ipv4Addr) -> Option<&'static str> {
     })
 }
 
+/// IPv6 ranges that carry an IPv4 address in their last 32 bits: judged by that address.
+const EMBEDS_V4: &[(u128, u32, &str)] = &[
+    (0, 96, "IPv4-compatible"),
+    (0x0064_ff9b << 96, 96, "NAT64"),
+    (0x0064_ff9b_0001 << 80, 48, "local-use NAT64"),
+];
+
+/// IPv6 ranges a callback may never reach (beyond loopback, unspecified and multicast).
+const NON_GLOBAL_V6: &[(u128, u32, &str)] = &[
+    (0x2002 << 112, 16, "6to4"),
+    (0x2001 << 112, 32, "Teredo"),
+    (0xfc00 << 112, 7, "unique-local"),
+    (0xfe80 << 112, 10, "link-local"),
+    (0xfec0 << 112, 10, "site-local"),
+    (0x2001_0db8 << 96, 32, "documentation"),
+    (0x0100 << 112, 64, "discard"),
+];
+
+fn in_v6_net(bits: u128, net: u128, prefix: u32) -> bool {
+    bits >> (128 - prefix) == net >> (128 - prefix)
+}
+
 /// Whether a resolved address may be called back: a globally routable IPv4 address, or an
-/// IPv6 address outside the loopback, unspecified, unique-local, link-local, multicast and
-/// documentation ranges (IPv4-mapped and NAT64 forms are judged as the IPv4 inside them).
+/// IPv6 address outside every internal range (SPEC 20). IPv4-mapped, IPv4-compatible and
+/// NAT64 forms are judged by the IPv4 address inside them; 6to4 and Teredo, which tunnel to
+/// addresses that cannot be judged from here, are refused outright.
 pub fn is_public_ip(ip: IpAddr) -> bool {
     match ip.to_canonical() {
         IpAddr::V4(v4) => non_global_range(v4).is_none(),
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            let in_net = |net: u128, prefix: u32| bits >> (128 - prefix) == net >> (128 - prefix);
-            if in_net(0x0064_ff9b_0000_0000_0000_0000_0000_0000, 96) {
+            if v6.is_loopback() || v6.is_unspecified() || v6.is_multicast() {
+                return false;
+            }
+            if EMBEDS_V4
+                .iter()
+                .any(|(net, prefix, _)| in_v6_net(bits, *net, *prefix))
+            {
                 return non_global_range(Ipv4Addr::from(bits as u32)).is_none();
             }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || in_net(0xfc00 << 112, 7)
-                || in_net(0xfe80 << 112, 10)
-                || in_net(0x2001_0db8 << 96, 32)
-                || in_net(0x0100 << 112, 64))
+            !NON_GLOBAL_V6
+                .iter()
+                .any(|(net, prefix, _)| in_v6_net(bits, *net, *prefix))
         }
+    }
+}
+
+/// The origin of a URL (`https://host:port`): what one receiver is, for sharing out
+/// deliveries. A URL that does not parse is its own origin.
+pub fn origin_of(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(parsed) => parsed.origin().ascii_serialization(),
+        Err(_) => url.to_string(),
+    }
+}
+
+/// A URL fit for a log line: scheme, host, port and path; never the query (partners put
+/// tokens there), the fragment or a user name.
+pub fn redacted(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(parsed) => format!("{}{}", parsed.origin().ascii_serialization(), parsed.path()),
+        Err(_) => "<unparseable url>".into(),
     }
 }
 
@@ -284,6 +326,52 @@ mod tests {
             };
             let raw = format!("https://{host}/hook");
             prop_assert!(judge(&raw).is_err(), "{} was accepted", raw);
+        }
+    }
+
+    #[test]
+    fn resolved_ipv6_addresses_that_reach_internal_networks_are_refused() {
+        let cases: &[(&str, bool)] = &[
+            ("2606:4700:4700::1111", true),
+            ("::ffff:8.8.8.8", true),
+            ("::ffff:10.0.0.1", false),
+            ("::8.8.8.8", true),
+            ("::10.0.0.1", false),
+            ("::127.0.0.1", false),
+            ("64:ff9b::8.8.8.8", true),
+            ("64:ff9b::192.168.1.1", false),
+            ("64:ff9b:1::8.8.8.8", true),
+            ("64:ff9b:1::a9fe:a9fe", false),
+            ("2002:c0a8:101::1", false),
+            ("2001::1", false),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", false),
+            ("fec0::1", false),
+            ("fc00::1", false),
+            ("fd12:3456::1", false),
+            ("fe80::1", false),
+            ("ff02::1", false),
+            ("2001:db8::1", false),
+            ("100::1", false),
+            ("100:0:0:1::1", true),
+            ("::1", false),
+            ("::", false),
+        ];
+        for (text, public) in cases {
+            let ip: IpAddr = text.parse().unwrap();
+            assert_eq!(is_public_ip(ip), *public, "{text}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn an_embedded_ipv4_is_judged_as_the_ipv4(a: u8, b: u8, c: u8, d: u8) {
+            let v4 = Ipv4Addr::new(a, b, c, d);
+            let expected = non_global_range(v4).is_none();
+            let tail = u128::from(u32::from(v4));
+            for prefix in [0u128, 0x0064_ff9b << 96, 0x0064_ff9b_0001 << 80, 0xffff << 32] {
+                let v6 = std::net::Ipv6Addr::from(prefix | tail);
+                prop_assert_eq!(is_public_ip(IpAddr::V6(v6)), expected, "{}", v6);
+            }
         }
     }
 }

@@ -21,14 +21,18 @@ impl IdempotencyKey {
         x_idempotency_key: &[&[u8]],
         idempotency_key: &[&[u8]],
     ) -> Result<Self, KeyError> {
-        let sent: Vec<&[u8]> = x_idempotency_key
+        let literal = x_idempotency_key
             .iter()
-            .chain(idempotency_key)
-            .map(|v| v.trim_ascii())
+            .map(|v| Ok(v.trim_ascii().to_vec()));
+        let structured = idempotency_key.iter().map(|v| sf_string(v.trim_ascii()));
+        let sent: Vec<Vec<u8>> = literal
+            .chain(structured)
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
             .filter(|v| !v.is_empty())
             .collect();
-        let first = *sent.first().ok_or(KeyError::Missing)?;
-        if sent.iter().any(|v| *v != first) {
+        let first = sent.first().ok_or(KeyError::Missing)?;
+        if sent.iter().any(|v| v != first) {
             return Err(KeyError::Invalid(
                 "X-Idempotency-Key and Idempotency-Key carry different values",
             ));
@@ -57,6 +61,38 @@ impl IdempotencyKey {
     }
 }
 
+/// The IETF header's value: an RFC 8941 sf-string (`"abc"`, with `\"` and `\\` escapes and any
+/// parameters after it ignored) is the text inside the quotes; a value that starts with a
+/// quote but does not parse is invalid; a bare value is taken as it is.
+fn sf_string(value: &[u8]) -> Result<Vec<u8>, KeyError> {
+    let malformed = KeyError::Invalid("Idempotency-Key is not a valid structured-field string");
+    let Some(rest) = value.strip_prefix(b"\"") else {
+        return Ok(value.to_vec());
+    };
+    let mut out = Vec::with_capacity(rest.len());
+    let mut bytes = rest.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(escaped),
+                _ => return Err(malformed),
+            },
+            b'"' => {
+                // Only parameters (`;name=value`) may follow the string.
+                let tail = bytes.as_slice().trim_ascii_start();
+                return if tail.is_empty() || tail.starts_with(b";") {
+                    Ok(out)
+                } else {
+                    Err(malformed)
+                };
+            }
+            0x20..=0x7e => out.push(b),
+            _ => return Err(malformed),
+        }
+    }
+    Err(malformed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +118,47 @@ mod tests {
     fn the_ietf_header_is_accepted_alone() {
         let key = IdempotencyKey::from_headers(&[], &[b"abc-1"]).unwrap();
         assert_eq!(key.as_str(), "abc-1");
+    }
+
+    #[test]
+    fn a_quoted_ietf_key_is_the_text_inside_the_quotes() {
+        let key = IdempotencyKey::from_headers(&[], &[br#""abc-1""#]).unwrap();
+        assert_eq!(key.as_str(), "abc-1");
+        let with_params = IdempotencyKey::from_headers(&[], &[br#""abc-1";v=2"#]).unwrap();
+        assert_eq!(with_params.as_str(), "abc-1");
+        let escaped = IdempotencyKey::from_headers(&[], &[br#""a\"b\\c""#]).unwrap();
+        assert_eq!(escaped.as_str(), r#"a"b\c"#);
+    }
+
+    #[test]
+    fn a_quoted_ietf_key_and_the_literal_header_are_compared_after_parsing() {
+        assert!(IdempotencyKey::from_headers(&[b"abc"], &[br#""abc""#]).is_ok());
+        assert!(matches!(
+            IdempotencyKey::from_headers(&[br#""abc""#], &[br#""abc""#]),
+            Err(KeyError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_malformed_quoted_ietf_key_is_invalid() {
+        for raw in [&br#""abc"#[..], br#""ab"c"#, br#""a\x""#, b"\"a\tb\""] {
+            assert!(
+                matches!(
+                    IdempotencyKey::from_headers(&[], &[raw]),
+                    Err(KeyError::Invalid(_))
+                ),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn a_quoted_key_with_a_space_is_refused_like_any_key_with_a_space() {
+        assert!(matches!(
+            IdempotencyKey::from_headers(&[], &[br#""a b""#]),
+            Err(KeyError::Invalid(_))
+        ));
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Decides, for each due callback in order, whether this pass takes it.
+pub type DeliveryFilter = Box<dyn FnMut(&crate::domain::event::Delivery) -> bool + Send>;
+
 /// One page of a list, and the cursor of the next one (`None` on the last page).
 pub struct Page<T> {
     pub items: Vec<T>,
@@ -139,10 +142,15 @@ pub trait Store: Send + Sync + 'static {
         created_by: Millis,
         max: usize,
     ) -> Result<usize, StoreError>;
-    /// Up to `max` callbacks due at `now`, oldest first, each with its event and the
-    /// account's signing secret; only deliveries whose event is durable.
-    async fn due_deliveries(&self, now: Millis, max: usize)
-        -> Result<Vec<DueDelivery>, StoreError>;
+    /// Up to `max` callbacks due at `now`, oldest first, that `take` accepts (it sees each
+    /// due one in order), each with its event and the account's signing secret; only
+    /// deliveries whose event is durable.
+    async fn due_deliveries(
+        &self,
+        now: Millis,
+        max: usize,
+        take: DeliveryFilter,
+    ) -> Result<Vec<DueDelivery>, StoreError>;
     /// Removes a delivered or abandoned callback, or moves it to its next attempt.
     async fn settle_delivery(
         &self,

@@ -1,6 +1,10 @@
 //! Background work, each worker on a thread of its own with a small runtime: it waits for its
 //! interval or for the stop signal, whichever comes first (so shutdown never waits out a long
 //! sleep), then runs one pass. Workers reach storage through the port only.
+//!
+//! A worker outlives its mistakes: a panic in a pass is caught, logged and counted in
+//! `orderly_worker_panics_total{worker}`, and the next pass runs as usual (the work it was
+//! doing is still in storage, so it is retried).
 
 pub mod fulfillment;
 pub mod pruner;
@@ -8,31 +12,65 @@ pub mod sweeper;
 pub mod webhooks;
 
 use std::future::Future;
-use std::sync::mpsc;
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use futures_util::future::{select, Either};
+use futures_util::FutureExt;
+use tokio::sync::oneshot;
+
+use crate::metrics::{Metrics, WorkerLabels};
+
 pub struct Periodic {
-    stop: mpsc::Sender<()>,
+    stop: oneshot::Sender<()>,
     thread: JoinHandle<()>,
 }
 
+/// Runs `work`, catching a panic in it: logged and counted for `worker`, then forgotten.
+pub async fn survive<Fut: Future<Output = ()>>(worker: &'static str, metrics: &Metrics, work: Fut) {
+    if AssertUnwindSafe(work).catch_unwind().await.is_err() {
+        log::error!("worker {worker} panicked; its work is retried on the next pass");
+        metrics
+            .worker_panics
+            .get_or_create(&WorkerLabels { worker })
+            .inc();
+    }
+}
+
 impl Periodic {
-    pub fn spawn<F, Fut>(name: &str, every: Duration, mut tick: F) -> std::io::Result<Self>
+    pub fn spawn<F, Fut>(
+        name: &'static str,
+        every: Duration,
+        metrics: Arc<Metrics>,
+        mut tick: F,
+    ) -> std::io::Result<Self>
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()>,
     {
-        let (stop, stopped) = mpsc::channel::<()>();
+        let (stop, mut stopped) = oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let thread = std::thread::Builder::new()
             .name(format!("orderly-{name}"))
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    runtime.block_on(tick());
-                }
+                runtime.block_on(async move {
+                    loop {
+                        let wait = pin!(tokio::time::sleep(every));
+                        if let Either::Right(_) = select(wait, &mut stopped).await {
+                            break;
+                        }
+                        // A panic while making the pass's future counts like one inside it.
+                        match std::panic::catch_unwind(AssertUnwindSafe(&mut tick)) {
+                            Ok(pass) => survive(name, &metrics, pass).await,
+                            Err(_) => survive(name, &metrics, async { panic!("{name}") }).await,
+                        }
+                    }
+                })
             })?;
         Ok(Periodic { stop, thread })
     }
@@ -40,5 +78,46 @@ impl Periodic {
     pub fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_panicking_pass_is_counted_and_the_next_pass_runs() {
+        let metrics = Arc::new(Metrics::default());
+        let passes = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&passes);
+        let worker = Periodic::spawn(
+            "test",
+            Duration::from_millis(5),
+            Arc::clone(&metrics),
+            move || {
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        panic!("the first pass fails");
+                    }
+                }
+            },
+        )
+        .unwrap();
+        for _ in 0..400 {
+            if passes.load(Ordering::SeqCst) >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        worker.stop();
+        assert!(
+            passes.load(Ordering::SeqCst) >= 3,
+            "passes after the panic ran"
+        );
+        assert!(metrics
+            .render()
+            .contains("orderly_worker_panics_total{worker=\"test\"} 1"));
     }
 }

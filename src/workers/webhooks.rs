@@ -2,29 +2,36 @@
 //! Standard Webhooks headers, and on failure reschedules it on `--webhook-retry-schedule`
 //! under the same event id (at-least-once; receivers deduplicate on `webhook-id`).
 //!
+//! One slow receiver delays only itself: each pass starts the due deliveries it may without
+//! waiting for earlier ones (no barrier between passes), at most
+//! `--webhook-origin-concurrency` at once per origin (scheme, host, port) and one at a time
+//! per event; the outbox scan skips what is in flight or would exceed an origin's share.
+//!
 //! Server-side request forgery is closed at connect time, not only when the URL was stored:
 //! an IP literal is judged from the parsed URL (a resolver never sees it), and a name is
 //! resolved by `CheckedResolver`, which hands reqwest only the addresses it has checked, so
 //! nothing is looked up twice between check and connect. No redirects, no proxies.
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use sha2::Sha256;
 
-use crate::domain::callback_url::{is_public_ip, AddressPolicy, CallbackUrl};
+use super::survive;
+use crate::domain::callback_url::{is_public_ip, origin_of, redacted, AddressPolicy, CallbackUrl};
+use crate::domain::event::Delivery;
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
 use crate::store::{DeliveryOutcome, DueDelivery, Store};
 use crate::views::event_body;
 
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Deliveries attempted together per pass.
+/// Deliveries started per pass at most.
 const BATCH: usize = 64;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -66,12 +73,54 @@ enum Attempt {
     GiveUp(String),
 }
 
+/// Deliveries in flight: by event, and how many per origin.
+#[derive(Default)]
+struct InFlight {
+    events: HashSet<String>,
+    origins: HashMap<String, usize>,
+}
+
+/// A delivery's place in flight; dropping it (even while a panic unwinds) frees it.
+struct Slot {
+    in_flight: Arc<Mutex<InFlight>>,
+    event: String,
+    origin: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        in_flight.events.remove(&self.event);
+        if let Some(n) = in_flight.origins.get_mut(&self.origin) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.origins.remove(&self.origin);
+            }
+        }
+    }
+}
+
 pub struct WebhookSender {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     client: reqwest::Client,
     policy: AddressPolicy,
     schedule: Vec<Duration>,
+    per_origin: usize,
+    in_flight: Arc<Mutex<InFlight>>,
+}
+
+/// How long to wait before the next attempt after failed attempt `attempt` (1 = the first),
+/// or `None` when the schedule is spent. A receiver's `Retry-After` wins when it asks for
+/// longer, up to the schedule's longest step (so no receiver can park an event for ever).
+pub fn next_wait(
+    schedule: &[Duration],
+    attempt: u32,
+    retry_after: Option<Duration>,
+) -> Option<Duration> {
+    let delay = *schedule.get((attempt as usize).checked_sub(1)?)?;
+    let longest = schedule.iter().copied().max().unwrap_or(delay);
+    Some(retry_after.map_or(delay, |asked| asked.max(delay).min(longest)))
 }
 
 /// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>` where the key is the base64
@@ -100,6 +149,7 @@ impl WebhookSender {
         metrics: Arc<Metrics>,
         policy: AddressPolicy,
         schedule: Vec<Duration>,
+        per_origin: usize,
     ) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -114,19 +164,61 @@ impl WebhookSender {
             client,
             policy,
             schedule,
+            per_origin: per_origin.max(1),
+            in_flight: Arc::default(),
         })
     }
 
-    /// Attempts every delivery due now (up to a batch), concurrently.
-    pub async fn deliver_due(&self) {
-        let due = match self.store.due_deliveries(now_millis(), BATCH).await {
+    /// Starts every delivery due now that may start (up to a batch) and returns without
+    /// waiting for them: each runs on this worker's runtime until it is settled.
+    pub async fn deliver_due(self: &Arc<Self>) {
+        let take = {
+            let (in_flight, per_origin) = (Arc::clone(&self.in_flight), self.per_origin);
+            let mut taken: HashMap<String, usize> = HashMap::new();
+            Box::new(move |d: &Delivery| {
+                let in_flight = in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                let origin = origin_of(&d.url);
+                let busy = in_flight.origins.get(&origin).copied().unwrap_or(0);
+                let share = taken.entry(origin).or_insert(0);
+                if in_flight.events.contains(&d.event_id) || busy + *share >= per_origin {
+                    return false;
+                }
+                *share += 1;
+                true
+            })
+        };
+        let due = match self.store.due_deliveries(now_millis(), BATCH, take).await {
             Ok(due) => due,
             Err(e) => {
                 log::error!("webhooks: reading the outbox: {e}");
                 return;
             }
         };
-        join_all(due.into_iter().map(|d| self.deliver(d))).await;
+        for due in due {
+            let Some(slot) = self.reserve(&due.delivery) else {
+                continue;
+            };
+            let sender = Arc::clone(self);
+            tokio::spawn(async move {
+                let _slot = slot;
+                survive("webhooks", &sender.metrics, sender.deliver(due)).await;
+            });
+        }
+    }
+
+    fn reserve(&self, delivery: &Delivery) -> Option<Slot> {
+        let origin = origin_of(&delivery.url);
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let busy = in_flight.origins.get(&origin).copied().unwrap_or(0);
+        if busy >= self.per_origin || !in_flight.events.insert(delivery.event_id.clone()) {
+            return None;
+        }
+        *in_flight.origins.entry(origin.clone()).or_insert(0) += 1;
+        Some(Slot {
+            in_flight: Arc::clone(&self.in_flight),
+            event: delivery.event_id.clone(),
+            origin,
+        })
     }
 
     async fn deliver(&self, due: DueDelivery) {
@@ -149,16 +241,16 @@ impl WebhookSender {
                 DeliveryOutcome::Finished
             }
             Attempt::Retry { retry_after } => {
-                match self.schedule.get(delivery.attempt as usize - 1) {
-                    Some(delay) => {
-                        let wait = retry_after.map_or(*delay, |asked| asked.max(*delay));
+                match next_wait(&self.schedule, delivery.attempt, retry_after) {
+                    Some(wait) => {
                         log::info!(
                             "webhook {} attempt {} failed; next in {}",
                             delivery.event_id,
                             delivery.attempt,
                             humantime::format_duration(wait)
                         );
-                        DeliveryOutcome::RetryAt(now_millis() + wait.as_millis() as u64)
+                        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                        DeliveryOutcome::RetryAt(now_millis().saturating_add(wait_ms))
                     }
                     None => {
                         log::warn!(
@@ -203,13 +295,24 @@ impl WebhookSender {
         match sent {
             Ok(response) if response.status().is_success() => Attempt::Delivered,
             Ok(response) => {
-                log::info!("webhook {} answered {}", event.id, response.status());
+                log::info!(
+                    "webhook {} to {} answered {}",
+                    event.id,
+                    redacted(&delivery.url),
+                    response.status()
+                );
                 Attempt::Retry {
                     retry_after: retry_after(&response),
                 }
             }
             Err(e) => {
-                log::info!("webhook {} failed: {e}", event.id);
+                // Never the whole URL: partners put tokens in its query string.
+                log::info!(
+                    "webhook {} to {} failed: {}",
+                    event.id,
+                    redacted(&delivery.url),
+                    e.without_url()
+                );
                 Attempt::Retry { retry_after: None }
             }
         }
@@ -229,6 +332,18 @@ mod tests {
         let expected =
             base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
         assert_eq!(sig, format!("v1,{expected}"));
+    }
+
+    #[test]
+    fn a_longer_retry_after_wins_up_to_the_longest_step() {
+        let schedule = [Duration::from_secs(1), Duration::from_secs(60)];
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(next_wait(&schedule, 1, None), secs(1));
+        assert_eq!(next_wait(&schedule, 1, secs(30)), secs(30));
+        assert_eq!(next_wait(&schedule, 1, secs(u64::MAX)), secs(60));
+        assert_eq!(next_wait(&schedule, 2, secs(0)), secs(60));
+        assert_eq!(next_wait(&schedule, 3, secs(5)), None);
+        assert_eq!(next_wait(&schedule, 0, None), None);
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct TestApp {
     pub data_dir: PathBuf,
     /// Every line the server printed on stdout so far.
     printed: Arc<Mutex<Vec<String>>>,
+    /// Every line the server logged on stderr so far (also passed through to the test's).
+    logged: Arc<Mutex<Vec<String>>>,
     _data_root: Option<tempfile::TempDir>,
     child: Child,
 }
@@ -37,20 +39,28 @@ pub async fn spawn_app_with(extra: &[&str]) -> TestApp {
     app
 }
 
+/// The server logging at `info` (so that tests can read what it logs).
+pub async fn spawn_app_logging(extra: &[&str]) -> TestApp {
+    let root = tempfile::tempdir().expect("temp dir");
+    let mut app = launch(&root.path().join("db"), extra, true, "info");
+    app._data_root = Some(root);
+    app
+}
+
 /// The server without `--admin-token`: its admin API does not exist.
 pub async fn spawn_app_without_admin() -> TestApp {
     let root = tempfile::tempdir().expect("temp dir");
-    let mut app = launch(&root.path().join("db"), &[], false);
+    let mut app = launch(&root.path().join("db"), &[], false, "warn");
     app._data_root = Some(root);
     app
 }
 
 /// Starts the binary on `data_dir` (an existing database is reused, as after a crash).
 pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
-    launch(data_dir, extra, true)
+    launch(data_dir, extra, true, "warn")
 }
 
-fn launch(data_dir: &Path, extra: &[&str], with_admin: bool) -> TestApp {
+fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) -> TestApp {
     let mut args: Vec<String> = vec![
         "serve".into(),
         "--listen".into(),
@@ -75,12 +85,21 @@ fn launch(data_dir: &Path, extra: &[&str], with_admin: bool) -> TestApp {
     // Tests run in the package root, where `--demo` finds data/demo.json.
     let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))
         .args(&args)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", log_level)
         .env_remove("ORDERLY_ADMIN_TOKEN")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("starting orderly");
+    let logged = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().expect("stderr");
+    let log_lines = Arc::clone(&logged);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            log_lines.lock().unwrap().push(line);
+        }
+    });
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     let printed = Arc::new(Mutex::new(Vec::new()));
@@ -104,6 +123,7 @@ fn launch(data_dir: &Path, extra: &[&str], with_admin: bool) -> TestApp {
             .unwrap(),
         data_dir: data_dir.to_path_buf(),
         printed,
+        logged,
         _data_root: None,
         child,
     }
@@ -146,13 +166,22 @@ impl TestApp {
             .expect("GET call")
     }
 
-    /// SIGTERM, then the exit status (bounded wait).
-    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the server has logged on stderr so far.
+    pub fn logged(&self) -> Vec<String> {
+        self.logged.lock().unwrap().clone()
+    }
+
+    /// `kill -<name>`, then the exit status (bounded wait).
+    pub fn signal(&mut self, name: &str, within: Duration) -> Option<std::process::ExitStatus> {
         let pid = self.child.id().to_string();
         Command::new("kill")
-            .args(["-TERM", &pid])
+            .args([&format!("-{name}"), &pid])
             .status()
-            .expect("kill -TERM");
+            .expect("kill");
         let deadline = std::time::Instant::now() + within;
         while std::time::Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("wait") {

@@ -230,12 +230,23 @@ async fn a_refund_without_a_body_refunds_the_whole_remainder() {
 }
 
 #[tokio::test]
-async fn an_unknown_order_is_404_before_the_missing_key_400() {
+async fn a_refund_without_its_key_is_400_before_an_unknown_order_is_404() {
     let app = spawn_app_with(&[]).await;
     let p = app.partner_with_balance(10_000).await;
     let path = "/b2b/orders/ord_0193a0c0000070008000000000000abc/refunds";
     let resp = post(&app, &p.api_key, path, None, Some(json!({"amount": 1}))).await;
-    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "X-Idempotency-Key header is required");
+    let with_key = post(
+        &app,
+        &p.api_key,
+        path,
+        Some("k"),
+        Some(json!({"amount": 1})),
+    )
+    .await;
+    assert_eq!(with_key.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
@@ -325,7 +336,7 @@ async fn wait_until_event_count(app: &TestApp, api_key: &str, n: usize) {
 }
 
 #[tokio::test]
-async fn cancel_accepts_an_empty_body_or_braces_and_refuses_a_non_json_body() {
+async fn cancel_accepts_an_empty_body_or_json_braces_and_refuses_a_body_not_marked_json() {
     let app = spawn_app_with(&[]).await;
     let p = app.partner_with_balance(10_000).await;
     let send = |id: String, body: &'static str, content_type: Option<&'static str>| {
@@ -349,10 +360,18 @@ async fn cancel_accepts_an_empty_body_or_braces_and_refuses_a_non_json_body() {
             .status(),
         StatusCode::OK
     );
+    // A body is JSON only when it says so, as on every other write.
     let c = place(&app, &p.api_key, "c").await;
     assert_eq!(
         send(c.clone(), "{}", None).await.unwrap().status(),
-        StatusCode::OK
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        send(c.clone(), "{}", Some("text/plain"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNPROCESSABLE_ENTITY
     );
     let d = place(&app, &p.api_key, "d").await;
     assert_eq!(

@@ -11,6 +11,7 @@ mod demo;
 mod durability;
 mod edge;
 mod expiry;
+mod hardening;
 mod lifecycle;
 mod operations;
 mod order_of_checks;

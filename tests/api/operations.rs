@@ -121,6 +121,7 @@ fn every_flag_is_documented_by_serve_help() {
         "--sweep-interval",
         "--fulfillment-delay",
         "--webhook-retry-schedule",
+        "--webhook-origin-concurrency",
         "--allow-private-callbacks",
         "--provider-secret",
     ] {
@@ -131,6 +132,15 @@ fn every_flag_is_documented_by_serve_help() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_during_a_burst_keeps_every_acknowledged_order_and_exits_0() {
+    a_stop_signal_during_a_burst_keeps_every_acknowledged_order_and_exits_0("TERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigint_during_a_burst_keeps_every_acknowledged_order_and_exits_0() {
+    a_stop_signal_during_a_burst_keeps_every_acknowledged_order_and_exits_0("INT").await;
+}
+
+async fn a_stop_signal_during_a_burst_keeps_every_acknowledged_order_and_exits_0(signal: &str) {
     let mut app = spawn_app_with(&[]).await;
     let p = app.partner_with_balance(1_000_000).await;
     let body = basket("prd_uc", 1, "p");
@@ -148,12 +158,12 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_order_and_exits_0() {
     let burst = join_all(keys.iter().map(send));
     let (responses, status) = tokio::join!(burst, async {
         tokio::time::sleep(Duration::from_millis(30)).await;
-        app.terminate(Duration::from_secs(30))
+        app.signal(signal, Duration::from_secs(30))
     });
     assert_eq!(
         status.and_then(|s| s.code()),
         Some(0),
-        "exit status 0 after SIGTERM"
+        "exit status 0 after SIG{signal}"
     );
 
     let mut acknowledged: HashMap<String, String> = HashMap::new();
@@ -219,4 +229,58 @@ fn allowing_private_callbacks_logs_a_warning_at_start() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(warned, "no warning about --allow-private-callbacks");
+}
+
+#[tokio::test]
+async fn sigint_lets_a_request_in_flight_finish() {
+    let mut app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = serde_json::to_vec(&basket("prd_uc", 1, "p")).unwrap();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let (first, rest) = (first.to_vec(), rest.to_vec());
+    // The body arrives in two halves; the second only after the signal, so the request is
+    // in the server's hands, half read, when SIGINT comes.
+    let (sending, started) = tokio::sync::oneshot::channel::<()>();
+    let (signalled, go_on) = tokio::sync::oneshot::channel::<()>();
+    let halves = futures::stream::unfold(
+        (Some(first), Some(rest), Some(sending), Some(go_on)),
+        |(first, rest, sending, go_on)| async move {
+            if let Some(first) = first {
+                let _ = sending.map(|s| s.send(()));
+                return Some((Ok::<_, std::io::Error>(first), (None, rest, None, go_on)));
+            }
+            let rest = rest?;
+            if let Some(go_on) = go_on {
+                let _ = go_on.await;
+            }
+            Some((Ok(rest), (None, None, None, None)))
+        },
+    );
+    let request = app
+        .client
+        .post(app.url("/b2b/orders"))
+        .header("X-Api-Key", &p.api_key)
+        .header("X-Idempotency-Key", "in-flight")
+        .header("Content-Type", "application/json")
+        .header("Content-Length", body.len())
+        .body(reqwest::Body::wrap_stream(halves))
+        .send();
+    let request = tokio::spawn(request);
+    started.await.unwrap();
+    // The first half is on the wire; give the accept loop a moment to take the connection.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = app.pid();
+    std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signalled.send(()).unwrap();
+    let answered = request
+        .await
+        .unwrap()
+        .expect("the request in flight was answered");
+    assert_eq!(answered.status(), StatusCode::OK);
+    let status = app.signal("INT", Duration::from_secs(30));
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
 }

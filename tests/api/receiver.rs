@@ -121,3 +121,33 @@ impl Receiver {
         }
     }
 }
+
+/// A receiver that accepts connections and never answers: the slow partner.
+pub struct Tarpit {
+    pub port: u16,
+    held: Arc<Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Tarpit {
+    pub fn start() -> Tarpit {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("tarpit bind");
+        let port = listener.local_addr().unwrap().port();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&held);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                keep.lock().unwrap().push(stream);
+            }
+        });
+        Tarpit { port, held }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hooks/orders", self.port)
+    }
+
+    /// Connections accepted so far (none is ever answered).
+    pub fn connections(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+}

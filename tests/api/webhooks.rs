@@ -184,7 +184,7 @@ async fn a_longer_retry_after_on_a_503_is_honoured() {
         "100ms",
         "--allow-private-callbacks",
         "--webhook-retry-schedule",
-        "100ms,100ms",
+        "100ms,3s",
     ])
     .await;
     let p = app.partner_with_balance(10_000).await;
@@ -193,7 +193,7 @@ async fn a_longer_retry_after_on_a_503_is_honoured() {
     let got = receiver.wait_for(2, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 2);
     let waited = got[1].at.duration_since(got[0].at);
-    // The schedule says 100 ms; the receiver asked for 2 s, which wins.
+    // The schedule says 100 ms; the receiver asked for 2 s, which wins (the cap is 3 s).
     assert!(
         waited >= Duration::from_millis(1_900),
         "retried after {waited:?}"

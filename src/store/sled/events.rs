@@ -12,7 +12,7 @@ use crate::domain::account::Account;
 use crate::domain::event::{Delivery, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::time::Millis;
-use crate::store::{DeliveryOutcome, DueDelivery, Page, StoreError};
+use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
 
 /// `due_at ‖ event id`: the outbox is scanned up to now.
 fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
@@ -91,15 +91,25 @@ impl Trees {
     /// Up to `max` deliveries due at `now`, oldest first, with their events and secrets. An
     /// entry whose event or account is gone cannot be sent; it comes back as an orphan for
     /// the writer to remove.
-    pub fn due_deliveries(&self, now: Millis, max: usize) -> Result<Vec<Due>, StoreError> {
+    pub fn due_deliveries(
+        &self,
+        now: Millis,
+        max: usize,
+        mut take: DeliveryFilter,
+    ) -> Result<Vec<Due>, StoreError> {
         let mut due = Vec::new();
         for entry in self
             .outbox
-            .range(..(now + 1).to_be_bytes().to_vec())
-            .take(max)
+            .range(..now.saturating_add(1).to_be_bytes().to_vec())
         {
+            if due.len() >= max {
+                break;
+            }
             let (key, bytes) = entry?;
             let delivery: Delivery = codec::decode(&bytes)?;
+            if !take(&delivery) {
+                continue;
+            }
             let due_at = u64::from_be_bytes(key[..8].try_into().expect("8-byte due time"));
             let id = event_id(&delivery.event_id)?;
             let event: Option<Event> = Trees::get(

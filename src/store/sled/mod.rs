@@ -34,8 +34,8 @@ use crate::domain::product::Product;
 use crate::domain::time::{now_millis, Millis};
 use crate::metrics::Metrics;
 use crate::store::{
-    CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyRecord,
-    NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Recorded,
+    CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
+    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Recorded,
     RefundRefusal, RefundRequest, Store, StoreError,
 };
 use events::Due;
@@ -356,8 +356,9 @@ impl Store for SledStore {
         &self,
         now: Millis,
         max: usize,
+        take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        let due = self.scan(move |t| t.due_deliveries(now, max)).await?;
+        let due = self.scan(move |t| t.due_deliveries(now, max, take)).await?;
         // Any outbox entry may come from a batch still being flushed.
         let due = self.settled(due, Stripe::Everything).await?;
         let mut ready = Vec::with_capacity(due.len());
@@ -418,5 +419,65 @@ impl Store for SledStore {
 
     async fn stop(&self) {
         self.writer.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::product::Product;
+
+    fn product() -> Product {
+        Product {
+            id: "prd_t".into(),
+            name: "t".into(),
+            price: 1,
+            regions: vec![],
+            delivery_fields: vec![],
+            active: true,
+            updated_at: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_flush_the_probe_fails_and_no_write_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fail = Arc::clone(&failing);
+        let store = open(Options {
+            path: dir.path().join("db"),
+            cache_bytes: 1 << 20,
+            metrics: Arc::default(),
+            flush_hook: Some(Box::new(move || {
+                if fail.load(std::sync::atomic::Ordering::SeqCst) {
+                    Err("injected: the disk refused".into())
+                } else {
+                    Ok(())
+                }
+            })),
+        })
+        .unwrap();
+        store.put_product(product()).await.unwrap();
+        store.probe().await.unwrap();
+
+        failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(matches!(
+            store.put_product(product()).await,
+            Err(StoreError::Failed(_))
+        ));
+        assert!(
+            store.probe().await.is_err(),
+            "/readyz must say 503 from now on"
+        );
+        failing.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            store.put_product(product()).await.is_err(),
+            "no write after the failure"
+        );
+        assert!(
+            store.product("prd_t".into()).await.is_err(),
+            "no read either"
+        );
+        assert!(store.failure().await.contains("the disk refused"));
     }
 }

@@ -13,8 +13,8 @@
 //! The first storage failure is recorded here: from then on every wait, every read and every
 //! write ends in `StoreError::Failed`, so nothing is reported that the disk may not have.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -60,10 +60,11 @@ impl Stripe {
     }
 }
 
+/// A keyed hash with a key drawn per process: a caller cannot pick idempotency keys that land
+/// on someone else's stripe to make their reads wait.
 fn slot(value: &impl Hash) -> usize {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    (hasher.finish() as usize) % STRIPES
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    (KEYS.get_or_init(RandomState::new).hash_one(value) as usize) % STRIPES
 }
 
 pub struct Visibility {
@@ -178,6 +179,15 @@ impl Visibility {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripes_are_hashed_with_a_key_of_this_process() {
+        // Two keys (two processes) place the same values differently, so no caller can
+        // work out from the outside which keys share a stripe.
+        let (a, b) = (RandomState::new(), RandomState::new());
+        let differs = (0..64u32).any(|v| a.hash_one(v) % 4096 != b.hash_one(v) % 4096);
+        assert!(differs);
+    }
 
     #[tokio::test]
     async fn a_read_of_an_untouched_stripe_does_not_wait() {
