@@ -1,13 +1,16 @@
 //! orderly: a single-binary B2B order server where a retry is always safe.
 
 pub mod api;
+pub mod backup;
 pub mod config;
 pub mod demo;
 pub mod domain;
 pub mod edge;
 pub mod error;
 pub mod metrics;
+pub mod restore;
 pub mod startup;
 pub mod store;
+pub mod tls;
 pub mod views;
 pub mod workers;

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use orderly::config::{Cli, Command};
-use orderly::startup::{Application, RunError};
+use orderly::startup::{Application, RunError, StartupError};
 use orderly::store::sled as embedded;
 
 fn main() -> std::process::ExitCode {
@@ -13,11 +13,12 @@ fn main() -> std::process::ExitCode {
     let settings = match cli.command {
         Command::Serve(settings) => *settings,
         Command::Stats(args) => return print_stats(&args.data_dir),
+        Command::Restore(args) => return restore(&args),
     };
     let outcome = actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
         // Tests and scripts read the bound address (port 0 picks a free one) from here.
-        println!("orderly listening on http://{}", app.address());
+        println!("orderly listening on {}", app.url());
         app.run_until_stopped().await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     });
@@ -31,6 +32,30 @@ fn main() -> std::process::ExitCode {
             {
                 std::process::exit(1);
             }
+            // Configuration that cannot be used is a usage error, like a bad flag.
+            if e.downcast_ref::<StartupError>()
+                .is_some_and(|e| matches!(e, StartupError::Tls(_)))
+            {
+                return std::process::ExitCode::from(2);
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `orderly restore`: one JSON object of counts per kind on stdout, exit 0; or one line on
+/// stderr and exit 1, with nothing written.
+fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
+    match actix_web::rt::System::new().block_on(orderly::restore::run(args)) {
+        Ok(counts) => {
+            println!(
+                "{}",
+                serde_json::to_string(&counts).expect("counts serialize")
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("orderly: restore refused: {e}");
             std::process::ExitCode::FAILURE
         }
     }

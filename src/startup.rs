@@ -22,6 +22,7 @@ use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
 use crate::store::sled as embedded;
 use crate::store::{Store, StoreError};
+use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
 use crate::workers::{fulfillment, pruner, sweeper, Periodic};
 
@@ -37,6 +38,9 @@ pub enum StartupError {
     Io(#[from] std::io::Error),
     #[error("cannot build the webhook client: {0}")]
     Webhooks(String),
+    /// The certificate or key cannot be used: a configuration error, like a bad flag.
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// How the server ended, when it did not end well.
@@ -52,6 +56,7 @@ pub enum RunError {
 pub struct Application {
     server: Server,
     address: SocketAddr,
+    https: bool,
     store: Arc<dyn Store>,
     workers: Vec<Periodic>,
 }
@@ -67,6 +72,11 @@ impl Application {
         mut settings: Settings,
         flush_hook: Option<embedded::FlushHook>,
     ) -> Result<Self, StartupError> {
+        // A certificate that cannot be used stops the start before anything is touched.
+        let tls = match (&settings.tls_cert, &settings.tls_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(ReloadingCert::open(cert, key)?)),
+            _ => None,
+        };
         let metrics = Arc::new(Metrics::default());
         let store = embedded::open(embedded::Options {
             path: settings.data_dir.clone(),
@@ -116,16 +126,25 @@ impl Application {
                 .wrap(from_fn(check_origin))
                 .wrap(from_fn(count_requests))
                 .wrap(request_log())
-        })
-        .listen(listener)?
-        .shutdown_timeout(30)
-        // SIGINT and SIGTERM are handled below, both gracefully; actix alone would treat
-        // SIGINT (Ctrl-C) as a forced stop that drops requests in flight.
-        .disable_signals()
-        .run();
+        });
+        let server = match &tls {
+            Some(cert) => server.listen_rustls_0_23(listener, cert.server_config()?)?,
+            None => server.listen(listener)?,
+        };
+        let server = server
+            .shutdown_timeout(30)
+            // SIGINT and SIGTERM are handled below, both gracefully; actix alone would treat
+            // SIGINT (Ctrl-C) as a forced stop that drops requests in flight.
+            .disable_signals()
+            .run();
+        let https = tls.is_some();
+        if let Some(cert) = tls {
+            reload_on_sighup(cert)?;
+        }
         Ok(Application {
             server,
             address,
+            https,
             store,
             workers,
         })
@@ -135,10 +154,16 @@ impl Application {
         self.address
     }
 
+    /// `http://ADDR`, or `https://ADDR` with `--tls-cert`.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
+    }
+
     /// Serves until SIGINT or SIGTERM, then drains in-flight requests and flushes; or until
     /// storage fails, then stops at once and reports it.
     pub async fn run_until_stopped(self) -> Result<(), RunError> {
-        log::info!("orderly listening on http://{}", self.address);
+        log::info!("orderly listening on {}", self.url());
         let handle = self.server.handle();
         let graceful = handle.clone();
         actix_web::rt::spawn(async move {
@@ -169,6 +194,22 @@ impl Application {
             }
         }
     }
+}
+
+/// Re-reads the certificate and key on every SIGHUP: new connections get the new pair; a
+/// pair that does not load is logged and the old one stays.
+fn reload_on_sighup(cert: Arc<ReloadingCert>) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup())?;
+    actix_web::rt::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match cert.reload() {
+                Ok(()) => log::info!("SIGHUP: certificate reloaded for new connections"),
+                Err(e) => log::error!("SIGHUP: {e}; the certificate in force stays"),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Resolves on the first SIGINT or SIGTERM, naming it.

@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod backup;
 pub mod catalog;
 pub mod events;
 pub mod extract;
@@ -139,6 +140,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/api-keys/{key_id}")
             .route(web::delete().to(admin::revoke_api_key))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/backup")
+            .route(web::get().to(backup::backup))
             .default_service(not_allowed()),
     )
     .service(

@@ -35,6 +35,7 @@ use crate::views::{EventDataJson, OrderItemJson};
         super::admin::revoke_api_key,
         super::admin::credit_account,
         super::admin::put_product,
+        super::backup::backup,
         super::ops::healthz,
         super::ops::readyz,
         super::ops::metrics,

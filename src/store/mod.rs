@@ -24,8 +24,8 @@ use crate::domain::time::Millis;
 
 pub use records::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyClaim, KeyRecord,
-    NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderRefusal, Recorded, RefundRefusal,
-    RefundRequest, StoredResponse,
+    NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord, ProviderRefusal,
+    Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, StoredResponse,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -38,6 +38,10 @@ pub enum StoreError {
     /// A record that does not decode, or an index that points nowhere.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// The operation cannot be done on the store as it is (a restore into a store that holds
+    /// data, or one whose result does not verify).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Decides, for each due callback in order, whether this pass takes it.
@@ -159,6 +163,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
     /// Deletes up to `max` key rows whose expiry passed before `now`. Returns how many.
     async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError>;
+
+    // --- backups
+    /// Everything stored, as of one instant: no write is half in it. Writes wait for the
+    /// cut to be taken, not for the snapshot to be read.
+    async fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    /// Writes a whole snapshot into this store, which must be empty, then verifies what it
+    /// wrote (counts per kind, every ledger against its balance).
+    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError>;
 
     // --- operations
     /// No accounts and no products: the only state in which `--demo` seeds.

@@ -9,18 +9,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::account::{Account, Shortfall};
+use crate::domain::account::{Account, ApiKeyRecord, Shortfall};
 use crate::domain::basket::{BasketRejection, RequestedLine};
 use crate::domain::event::{Delivery, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, OrderId};
-use crate::domain::ledger::LedgerReason;
+use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
+use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
 /// The exact response of a key's first successful use, replayed byte for byte.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
@@ -31,7 +32,7 @@ pub struct StoredResponse {
 
 /// A used key: what it was used for and what was answered, in one row, so that a lookup
 /// racing the sweeper sees all of it or none of it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub operation: Operation,
     pub fingerprint: Fingerprint,
@@ -156,4 +157,71 @@ pub enum DeliveryOutcome {
     Finished,
     /// The next attempt is due then, under the same event id.
     RetryAt(Millis),
+}
+
+/// One record of a snapshot: everything orderly stores, engine-neutral (indexes are not
+/// records; an engine rebuilds them from these).
+#[derive(Clone, Debug)]
+pub enum Record {
+    Account {
+        account: Account,
+        balance: i64,
+    },
+    ApiKey {
+        hash: [u8; 32],
+        record: ApiKeyRecord,
+    },
+    Product(Product),
+    Order(Order),
+    Ledger {
+        account: AccountId,
+        entry: LedgerEntry,
+    },
+    Refund(Refund),
+    Event(Event),
+    Delivery {
+        due_at: Millis,
+        delivery: Delivery,
+    },
+    ProviderPayment(ProviderPaymentRecord),
+    IdempotencyKey {
+        account: AccountId,
+        key: String,
+        record: KeyRecord,
+    },
+}
+
+/// An inbound payment as recorded: unique by `(provider, external_id)`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProviderPaymentRecord {
+    pub provider: String,
+    pub external_id: String,
+    pub txn_id: String,
+    pub account: AccountId,
+    pub amount: i64,
+    pub received_at: Millis,
+}
+
+/// A consistent snapshot, read record by record (off the async executor).
+pub type Snapshot = Box<dyn Iterator<Item = Result<Record, crate::store::StoreError>> + Send>;
+
+/// Records restored per kind, as `orderly restore` prints them.
+pub type RestoreCounts = std::collections::BTreeMap<&'static str, u64>;
+
+impl Record {
+    /// The kind's name in the backup format and in counts.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Account { .. } => "account",
+            Record::ApiKey { .. } => "apiKey",
+            Record::Product(_) => "product",
+            Record::Order(_) => "order",
+            Record::Ledger { .. } => "ledger",
+            Record::Refund(_) => "refund",
+            Record::Event(_) => "event",
+            Record::Delivery { .. } => "delivery",
+            Record::ProviderPayment(_) => "providerPayment",
+            Record::IdempotencyKey { .. } => "idempotencyKey",
+        }
+    }
 }

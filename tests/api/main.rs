@@ -4,6 +4,7 @@ mod helpers;
 mod receiver;
 
 mod admin;
+mod backup;
 mod business_rules;
 mod concurrency;
 mod crash;
@@ -19,4 +20,5 @@ mod payment;
 mod providers;
 mod reads;
 mod replay;
+mod tls;
 mod webhooks;

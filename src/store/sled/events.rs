@@ -15,11 +15,11 @@ use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
 
 /// `due_at ‖ event id`: the outbox is scanned up to now.
-fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
+pub fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
     child_key(&due_at.to_be_bytes(), &event_id.bytes())
 }
 
-fn event_id(id: &str) -> Result<Id, StoreError> {
+pub fn event_id(id: &str) -> Result<Id, StoreError> {
     Id::parse(IdKind::Event, id).ok_or_else(|| StoreError::Corrupt(format!("bad event id {id:?}")))
 }
 

@@ -4,6 +4,7 @@
 //! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
 
 mod accounts;
+mod backup;
 mod catalog;
 mod codec;
 mod events;
@@ -35,8 +36,8 @@ use crate::domain::time::{now_millis, Millis};
 use crate::metrics::Metrics;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
-    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Recorded,
-    RefundRefusal, RefundRequest, Store, StoreError,
+    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
+    Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
 };
 use events::Due;
 use trees::Trees;
@@ -398,6 +399,29 @@ impl Store for SledStore {
         // A deleted row only frees its key: nothing a read could report, so no stripe.
         self.writer
             .write(move |b| b.trees.sweep_expired_keys(now, max))
+            .await
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        // The cut is one writer job: writes queue behind the copy, not behind the reading.
+        let cut = self.writer.write(|b| b.trees.raw_cut()).await?;
+        Ok(cut.into_records())
+    }
+
+    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
+        let mut counts = RestoreCounts::new();
+        for record in &records {
+            *counts.entry(record.kind()).or_insert(0) += 1;
+        }
+        self.writer
+            .write(move |b| {
+                if !b.trees.holds_nothing() {
+                    return Err(StoreError::Refused("the target already holds data".into()));
+                }
+                b.trees.write_records(&records)?;
+                b.trees.verify_restore(&counts)?;
+                Ok(counts)
+            })
             .await
     }
 

@@ -15,15 +15,15 @@ use crate::domain::time::Millis;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
 #[derive(Serialize, Deserialize)]
-struct ProviderPayment {
-    txn_id: String,
-    account_id: AccountId,
-    amount: i64,
-    received_at: Millis,
+pub struct ProviderPayment {
+    pub txn_id: String,
+    pub account_id: AccountId,
+    pub amount: i64,
+    pub received_at: Millis,
 }
 
 /// `len(provider) ‖ provider ‖ provider's id`: no two pairs share a key.
-fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
+pub fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(2 + provider.len() + external_id.len());
     key.extend_from_slice(&(provider.len() as u16).to_be_bytes());
     key.extend_from_slice(provider.as_bytes());

@@ -1,0 +1,60 @@
+//! `GET /admin/backup`: a consistent snapshot of everything, streamed in the backup format of
+//! `crate::backup` while the server goes on serving. Writes wait for the cut (one writer job
+//! on sled), not for the stream; a stream that fails midway ends without its end record, so
+//! the partial file is refused by `orderly restore`.
+
+use actix_web::web::Bytes;
+use actix_web::HttpResponse;
+use tokio::sync::mpsc;
+
+use super::extract::Admin;
+use super::StoreData;
+use crate::backup::Writer;
+use crate::domain::time::now_millis;
+use crate::error::ApiError;
+
+/// Bytes sent per chunk of the stream.
+const CHUNK: usize = 64 * 1024;
+
+#[utoipa::path(
+    get, path = "/admin/backup", tag = "admin", summary = "Stream a consistent backup",
+    responses((status = 200, description = "The backup: JSON lines, a header first and an end record with counts and SHA-256 last", content_type = "application/octet-stream", body = String)),
+    security(("admin_token" = []))
+)]
+pub async fn backup(_admin: Admin, store: StoreData) -> Result<HttpResponse, ApiError> {
+    let snapshot = store.snapshot().await?;
+    let (chunks, received) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    // Encoding is CPU work over records already cut: off the executor, at the reader's pace.
+    tokio::task::spawn_blocking(move || {
+        let (mut writer, mut chunk) = Writer::start(now_millis());
+        for record in snapshot {
+            match record {
+                Ok(record) => chunk.extend(writer.record(record)),
+                Err(e) => {
+                    log::error!("backup stopped: {e}");
+                    let _ = chunks.blocking_send(Err(std::io::Error::other("backup failed")));
+                    return;
+                }
+            }
+            if chunk.len() >= CHUNK
+                && chunks
+                    .blocking_send(Ok(std::mem::take(&mut chunk).into()))
+                    .is_err()
+            {
+                return; // the client went away
+            }
+        }
+        chunk.extend(writer.finish());
+        let _ = chunks.blocking_send(Ok(chunk.into()));
+    });
+    let stream = futures_util::stream::unfold(received, |mut received| async move {
+        received.recv().await.map(|chunk| (chunk, received))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .insert_header((
+            "Content-Disposition",
+            "attachment; filename=\"orderly.backup\"",
+        ))
+        .streaming(stream))
+}
