@@ -9,6 +9,8 @@
                 keys it sent and the keys that got a 200 with their order id
   crash-verify  after the restart: acknowledged keys replay to their order, no orphan or duplicate
                 orders, ledger == balance; writes the number of lost acknowledged orders
+  backup-pause  N orders, then a backup taken while one client keeps ordering: how long the
+                backup took and how long the orders placed meanwhile waited
   fill-disk     new orders until the first answer that is not a 200 (the disk is full), then the
                 same request again under that key; writes the files crash-verify reads
 """
@@ -351,6 +353,53 @@ def cmd_fill_disk(a):
     sys.exit(1 if again == 200 else 0)
 
 
+def cmd_backup_pause(a):
+    keys = [f"{a.prefix}-{i}" for i in range(a.orders)]
+    statuses = pmap(lambda k: order(a.base, a.api_key, k, retry=True)[0], keys, threads=16)
+    if any(s != 200 for s in statuses):
+        raise SystemExit("loading the orders failed")
+
+    def timed(prefix, stop):
+        out, n = [], 0
+        c = Client(a.base)
+        while not stop.is_set() and n < 100000:
+            t = time.time()
+            s, _, _ = c.call("POST", "/b2b/orders", ORDER_BODY,
+                             {"X-Api-Key": a.api_key, "X-Idempotency-Key": f"{prefix}-{n}"})
+            out.append((t, time.time() - t, s))
+            n += 1
+        return out
+
+    base_stop = threading.Event()
+    threading.Timer(3, base_stop.set).start()
+    baseline = timed(f"{a.prefix}-base", base_stop)
+    stop, during = threading.Event(), []
+    worker = threading.Thread(target=lambda: during.extend(timed(f"{a.prefix}-during", stop)))
+    worker.start()
+    time.sleep(0.5)
+    started = time.time()
+    c = Client(a.base, timeout=600)
+    conn = http.client.HTTPConnection(c.host, c.port, timeout=600)
+    conn.request("GET", "/admin/backup", headers={"Authorization": f"Bearer {a.token}"})
+    resp = conn.getresponse()
+    first_byte = time.time()
+    size = len(resp.read())
+    ended = time.time()
+    time.sleep(0.5)
+    stop.set()
+    worker.join()
+    overlapping = [lat for t, lat, s in during if t + lat >= started and t <= first_byte]
+    ms = lambda x: f"{x * 1000:.1f}"
+    lats = sorted(lat for _, lat, _ in baseline)
+    print(json.dumps({
+        "orders": a.orders, "backupStatus": resp.status, "backupBytes": size,
+        "untilFirstByteMs": float(ms(first_byte - started)), "backupMs": float(ms(ended - started)),
+        "baselineP50Ms": float(ms(lats[len(lats) // 2])), "baselineMaxMs": float(ms(lats[-1])),
+        "ordersDuringCut": len(overlapping),
+        "longestWaitDuringCutMs": float(ms(max(overlapping, default=0))),
+        "non200During": sum(1 for _, _, s in during if s != 200)}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -373,6 +422,8 @@ def main():
         ("--replay-ratio", {"type": float, "default": 0.2}))
     add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--credit", {"type": int, "default": 10**12}))
+    add("backup-pause", cmd_backup_pause, ("--api-key", {"required": True}), ("--token", {"required": True}),
+        ("--orders", {"type": int, "default": 100000}), ("--prefix", {"required": True}))
     add("fill-disk", cmd_fill_disk, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 4}),
         ("--max-per-thread", {"type": int, "default": 1000000}))
