@@ -3,7 +3,7 @@
 //! - The first line is the header: `{"kind":"header","format":"orderly-backup","version":1,
 //!   "createdAt":"…"}`.
 //! - Then one line per record, `{"kind":"account"|"apiKey"|"product"|"order"|"ledger"|
-//!   "refund"|"event"|"delivery"|"providerPayment"|"idempotencyKey", …}`.
+//!   "refund"|"event"|"delivery"|"providerPayment"|"idempotencyKey"|"deliveryLog", …}`.
 //! - The last line is `{"kind":"end","counts":{kind: n, …},"sha256":"<hex>"}`: the counts of
 //!   each kind and the SHA-256 of every byte before this line. A file without it, or whose
 //!   digest or counts differ, is refused whole: a truncated or damaged backup never restores.
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::domain::account::{Account, ApiKeyRecord};
-use crate::domain::event::{Delivery, Event};
+use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerEntry;
@@ -83,6 +83,10 @@ enum Line {
         /// The stored answer, base64: replayed byte for byte after a restore.
         body: String,
     },
+    DeliveryLog {
+        event_id: String,
+        log: DeliveryLog,
+    },
     End {
         counts: BTreeMap<String, u64>,
         sha256: String,
@@ -147,6 +151,7 @@ fn line_of(record: Record) -> Line {
             content_type: record.response.content_type,
             body: b64.encode(&record.response.body),
         },
+        Record::DeliveryLog { event_id, log } => Line::DeliveryLog { event_id, log },
     }
 }
 
@@ -192,6 +197,7 @@ fn record_of(line: Line) -> Result<Record, BackupError> {
                 },
             },
         },
+        Line::DeliveryLog { event_id, log } => Record::DeliveryLog { event_id, log },
         Line::Header { .. } | Line::End { .. } => {
             return Err(damaged("a header or end record in the middle"))
         }

@@ -106,6 +106,10 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen)
             .map_err(|e| StartupError::Bind(settings.listen.clone(), e))?;
         let address = listener.local_addr()?;
+        if settings.demo {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            println!("demo: console: {scheme}://{address}/console");
+        }
 
         let store_data: web::Data<dyn Store> = web::Data::from(Arc::clone(&store));
         let metrics_data = web::Data::from(Arc::clone(&metrics));

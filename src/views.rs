@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 use crate::domain::account::Account;
-use crate::domain::event::Event;
+use crate::domain::event::{DeliveryEnd, DeliveryLog, Event};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{BalanceView, Order, Refund};
 use crate::domain::product::Product;
@@ -158,6 +158,91 @@ impl<'a> AccountJson<'a> {
     }
 }
 
+/// An account in the operator's list: the object of `GET /admin/accounts/{id}` without its
+/// webhook secret.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountSummaryJson<'a> {
+    id: String,
+    name: &'a str,
+    wholesale: bool,
+    balance: i64,
+    credit_limit: i64,
+    region: Option<&'a str>,
+    created_at: String,
+}
+
+impl<'a> AccountSummaryJson<'a> {
+    pub fn new(account: &'a Account, balance: i64) -> Self {
+        AccountSummaryJson {
+            id: account.id.to_string(),
+            name: &account.name,
+            wholesale: account.wholesale,
+            balance,
+            credit_limit: account.credit_limit,
+            region: account.region.as_deref(),
+            created_at: rfc3339(account.created_at),
+        }
+    }
+}
+
+/// One attempt of a callback, as the console shows it.
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryAttemptJson<'a> {
+    attempt: u32,
+    at: String,
+    /// The receiver's HTTP status, or null when it did not answer.
+    status: Option<u16>,
+    /// Why there was no answer (or why delivery was given up), else null.
+    error: Option<&'a str>,
+}
+
+/// An event as the operator sees it: the partner's event and its callback's state.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdminEventJson<'a> {
+    #[serde(flatten)]
+    event: EventJson<'a>,
+    /// `none` (no callbackUrl), `pending`, `delivered`, `retrying` or `given_up`.
+    delivery: &'static str,
+    next_attempt_at: Option<String>,
+    deliveries: Vec<DeliveryAttemptJson<'a>>,
+}
+
+impl<'a> AdminEventJson<'a> {
+    pub fn new(event: &'a Event, log: Option<&'a DeliveryLog>) -> Self {
+        let has_callback = event.order.callback_url.is_some();
+        let (delivery, next) = match log {
+            _ if !has_callback => ("none", None),
+            // The first attempt is due when the event is made.
+            None => ("pending", Some(event.created_at)),
+            Some(log) => match log.ended {
+                Some(DeliveryEnd::Delivered) => ("delivered", None),
+                Some(DeliveryEnd::GivenUp) => ("given_up", None),
+                None => ("retrying", log.next_attempt_at),
+            },
+        };
+        AdminEventJson {
+            event: event.into(),
+            delivery,
+            next_attempt_at: next.map(rfc3339),
+            deliveries: log
+                .map(|l| {
+                    l.attempts
+                        .iter()
+                        .map(|a| DeliveryAttemptJson {
+                            attempt: a.attempt,
+                            at: rfc3339(a.at),
+                            status: a.status,
+                            error: a.error.as_deref(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefundJson<'a> {
@@ -275,6 +360,14 @@ response!(
 response!(
     /// The account's events, oldest first.
     EventList<'a> { events: Vec<EventJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// Every account, oldest first (the operator's list).
+    AccountList<'a> { accounts: Vec<AccountSummaryJson<'a>>, next_cursor: Option<&'a str> }
+);
+response!(
+    /// An account's events with their callbacks' state, oldest first.
+    AdminEventList<'a> { events: Vec<AdminEventJson<'a>>, next_cursor: Option<&'a str> }
 );
 response!(
     /// `/healthz` and `/readyz`.

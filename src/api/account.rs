@@ -6,9 +6,10 @@ use super::extract::{BalanceRead, Partner};
 use super::lists::ListQuery;
 use super::{json_response, StoreData};
 use crate::config::Settings;
-use crate::domain::ids::IdKind;
+use crate::domain::ids::{AccountId, IdKind};
 use crate::domain::order::BalanceView;
 use crate::error::ApiError;
+use crate::store::Store;
 use crate::views::{to_json, BalanceJson, BalanceOne, LedgerEntryJson, TransactionList};
 
 #[utoipa::path(get, path = "/b2b/balance", tag = "account", summary = "Read the balance", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
@@ -39,11 +40,18 @@ pub async fn transactions(
     req: HttpRequest,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let query = ListQuery::parse(&req)?;
+    transactions_of(&**store, partner.account.id, &req).await
+}
+
+/// An account's ledger as `GET /b2b/transactions` lists it (the admin twin lists the same).
+pub(super) async fn transactions_of(
+    store: &dyn Store,
+    account: AccountId,
+    req: &HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = ListQuery::parse(req)?;
     let before = query.id_cursor(IdKind::Transaction)?;
-    let page = store
-        .ledger_page(partner.account.id, before, query.limit)
-        .await?;
+    let page = store.ledger_page(account, before, query.limit).await?;
     Ok(json_response(to_json(&TransactionList {
         success: true,
         transactions: page.items.iter().map(LedgerEntryJson::from).collect(),

@@ -33,6 +33,11 @@ fn account_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("account_not_found: no account {id:?}"))
 }
 
+/// The id of an account that exists; any other id is `account_not_found`.
+pub(super) async fn account_id(store: &dyn Store, id: &str) -> Result<AccountId, ApiError> {
+    Ok(load_account(store, id).await?.id)
+}
+
 async fn load_account(store: &dyn Store, id: &str) -> Result<Account, ApiError> {
     let Some(account_id) = AccountId::parse(id) else {
         return Err(account_not_found(id));

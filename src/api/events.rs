@@ -6,8 +6,10 @@ use actix_web::{HttpRequest, HttpResponse};
 use super::extract::{OrdersRead, Partner};
 use super::lists::{query_error, ListQuery};
 use super::{json_response, StoreData};
-use crate::domain::ids::{Id, IdKind};
+use crate::domain::event::Event;
+use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::error::ApiError;
+use crate::store::{Page, Store};
 use crate::views::{to_json, EventJson, EventList};
 
 #[utoipa::path(
@@ -21,7 +23,21 @@ pub async fn list_events(
     req: HttpRequest,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let query = ListQuery::parse(&req)?;
+    let page = events_of(&**store, partner.account.id, &req).await?;
+    Ok(json_response(to_json(&EventList {
+        success: true,
+        events: page.items.iter().map(EventJson::from).collect(),
+        next_cursor: page.next_cursor.as_deref(),
+    })))
+}
+
+/// A page of an account's events as `GET /b2b/events` selects it (`after`, `limit`).
+pub(super) async fn events_of(
+    store: &dyn Store,
+    account: AccountId,
+    req: &HttpRequest,
+) -> Result<Page<Event>, ApiError> {
+    let query = ListQuery::parse(req)?;
     let after = match query.get("after").filter(|a| !a.is_empty()) {
         Some(text) => Some(
             Id::parse(IdKind::Event, text)
@@ -29,12 +45,5 @@ pub async fn list_events(
         ),
         None => query.id_cursor(IdKind::Event)?,
     };
-    let page = store
-        .events_page(partner.account.id, after, query.limit)
-        .await?;
-    Ok(json_response(to_json(&EventList {
-        success: true,
-        events: page.items.iter().map(EventJson::from).collect(),
-        next_cursor: page.next_cursor.as_deref(),
-    })))
+    Ok(store.events_page(account, after, query.limit).await?)
 }

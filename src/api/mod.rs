@@ -2,8 +2,10 @@
 
 pub mod account;
 pub mod admin;
+pub mod admin_reads;
 pub mod backup;
 pub mod catalog;
+pub mod console;
 pub mod events;
 pub mod extract;
 pub mod idempotent;
@@ -120,11 +122,27 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/accounts")
             .route(web::post().to(admin::create_account))
+            .route(web::get().to(admin_reads::list_accounts))
             .default_service(not_allowed()),
     )
     .service(
         web::resource("/admin/accounts/{id}")
             .route(web::get().to(admin::get_account))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/orders")
+            .route(web::get().to(admin_reads::account_orders))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/transactions")
+            .route(web::get().to(admin_reads::account_transactions))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/events")
+            .route(web::get().to(admin_reads::account_events))
             .default_service(not_allowed()),
     )
     .service(
@@ -152,6 +170,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::put().to(admin::put_product))
             .default_service(not_allowed()),
     )
+    .service(web::resource("/console").route(web::get().to(console::page)))
+    .service(web::resource("/console/app.js").route(web::get().to(console::script)))
+    .service(web::resource("/console/app.css").route(web::get().to(console::style)))
+    .service(web::resource("/console/favicon.svg").route(web::get().to(console::icon)))
     .service(
         web::resource("/openapi.json")
             .route(web::get().to(openapi::openapi_json))

@@ -235,7 +235,16 @@ pub async fn list_orders(
     req: HttpRequest,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let query = ListQuery::parse(&req)?;
+    orders_of(&**store, partner.account.id, &req).await
+}
+
+/// An account's orders as `GET /b2b/orders` lists them (the admin twin lists the same).
+pub(super) async fn orders_of(
+    store: &dyn Store,
+    account: AccountId,
+    req: &HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = ListQuery::parse(req)?;
     let before = query.typed_cursor(OrderId::parse)?;
     let external = query.get("externalOrderId").map(str::to_string);
     if external
@@ -248,7 +257,7 @@ pub async fn list_orders(
         ));
     }
     let page = store
-        .orders_page(partner.account.id, external, before, query.limit)
+        .orders_page(account, external, before, query.limit)
         .await?;
     Ok(json_response(to_json(&OrderList {
         success: true,

@@ -43,3 +43,29 @@ pub struct Delivery {
     pub url: String,
     pub attempt: u32,
 }
+
+/// One attempt to deliver an event's callback, as the console shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeliveryAttempt {
+    pub attempt: u32,
+    pub at: Millis,
+    /// The receiver's HTTP status, when it answered.
+    pub status: Option<u16>,
+    /// Why the attempt failed without an answer (never the URL's query string).
+    pub error: Option<String>,
+}
+
+/// How an event's callback ended, once it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryEnd {
+    Delivered,
+    GivenUp,
+}
+
+/// The history of an event's callback: every attempt, and what comes next.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DeliveryLog {
+    pub attempts: Vec<DeliveryAttempt>,
+    pub next_attempt_at: Option<Millis>,
+    pub ended: Option<DeliveryEnd>,
+}

@@ -1,6 +1,8 @@
 //! The CSRF guard: a write (POST, PUT, PATCH, DELETE) carrying an `Origin` that is not on
 //! `--allowed-origins` is refused before the rate limiter, so it spends no budget and carries
-//! no rate-limit headers. Requests without `Origin` (server-to-server calls) pass.
+//! no rate-limit headers. Requests without `Origin` (server-to-server calls) pass, and so does
+//! the server's own origin (`http://` or `https://` and the request's `Host`): the console's
+//! writes come from there.
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -23,15 +25,27 @@ pub fn origin_allowed(origin: &[u8], allowed: &[String]) -> bool {
     origin != b"null" && allowed.iter().any(|a| a.as_bytes() == origin)
 }
 
+/// `http://<Host>` or `https://<Host>`: a page this server served.
+pub fn is_own_origin(origin: &[u8], host: Option<&[u8]>) -> bool {
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
+        return false;
+    };
+    [&b"http://"[..], b"https://"]
+        .iter()
+        .any(|scheme| origin.strip_prefix(*scheme) == Some(host))
+}
+
 pub async fn check_origin(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     if is_write(req.method()) {
         if let Some(origin) = req.headers().get("Origin") {
-            let allowed = req
-                .app_data::<web::Data<Settings>>()
-                .is_some_and(|s| origin_allowed(origin.as_bytes(), &s.allowed_origins));
+            let host = req.headers().get("Host").map(|h| h.as_bytes());
+            let allowed = is_own_origin(origin.as_bytes(), host)
+                || req
+                    .app_data::<web::Data<Settings>>()
+                    .is_some_and(|s| origin_allowed(origin.as_bytes(), &s.allowed_origins));
             if !allowed {
                 return Ok(req.into_response(ApiError::OriginNotAllowed.error_response()));
             }
@@ -51,5 +65,17 @@ mod tests {
         assert!(!origin_allowed(b"https://shop.example/", &allowed));
         assert!(!origin_allowed(b"https://evil.example", &allowed));
         assert!(!origin_allowed(b"null", &["null".to_string()]));
+    }
+
+    #[test]
+    fn the_servers_own_origin_passes_and_nothing_like_it() {
+        let host = Some(&b"127.0.0.1:8080"[..]);
+        assert!(is_own_origin(b"http://127.0.0.1:8080", host));
+        assert!(is_own_origin(b"https://127.0.0.1:8080", host));
+        assert!(!is_own_origin(b"http://127.0.0.1:8081", host));
+        assert!(!is_own_origin(b"http://127.0.0.1:8080.evil", host));
+        assert!(!is_own_origin(b"ftp://127.0.0.1:8080", host));
+        assert!(!is_own_origin(b"http://", Some(b"")));
+        assert!(!is_own_origin(b"null", host));
     }
 }

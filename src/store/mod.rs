@@ -14,7 +14,7 @@ pub mod sled;
 use async_trait::async_trait;
 
 use crate::domain::account::{Account, ApiKeyRecord};
-use crate::domain::event::Event;
+use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
@@ -130,6 +130,18 @@ pub trait Store: Send + Sync + 'static {
         before: Option<Id>,
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError>;
+    /// The delivery logs of these events of the account (`None`: no attempt yet).
+    async fn delivery_logs(
+        &self,
+        account: AccountId,
+        event_ids: Vec<String>,
+    ) -> Result<Vec<Option<DeliveryLog>>, StoreError>;
+    /// Every account with its balance, oldest first, strictly after `after`.
+    async fn accounts_page(
+        &self,
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<(Account, i64)>, StoreError>;
     /// The account's events, oldest first, strictly after `after`.
     async fn events_page(
         &self,
@@ -155,11 +167,13 @@ pub trait Store: Send + Sync + 'static {
         max: usize,
         take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError>;
-    /// Removes a delivered or abandoned callback, or moves it to its next attempt.
+    /// Removes a delivered or abandoned callback, or moves it to its next attempt, and adds
+    /// the attempt to the event's delivery log.
     async fn settle_delivery(
         &self,
         due: DueDelivery,
         outcome: DeliveryOutcome,
+        attempt: DeliveryAttempt,
     ) -> Result<(), StoreError>;
     /// Deletes up to `max` key rows whose expiry passed before `now`. Returns how many.
     async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError>;

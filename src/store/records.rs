@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::account::{Account, ApiKeyRecord, Shortfall};
 use crate::domain::basket::{BasketRejection, RequestedLine};
-use crate::domain::event::{Delivery, Event};
+use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, OrderId};
@@ -189,6 +189,10 @@ pub enum Record {
         key: String,
         record: KeyRecord,
     },
+    DeliveryLog {
+        event_id: String,
+        log: DeliveryLog,
+    },
 }
 
 /// An inbound payment as recorded: unique by `(provider, external_id)`.
@@ -222,6 +226,7 @@ impl Record {
             Record::Delivery { .. } => "delivery",
             Record::ProviderPayment(_) => "providerPayment",
             Record::IdempotencyKey { .. } => "idempotencyKey",
+            Record::DeliveryLog { .. } => "deliveryLog",
         }
     }
 }

@@ -24,7 +24,7 @@ use sha2::Sha256;
 
 use super::survive;
 use crate::domain::callback_url::{is_public_ip, origin_of, redacted, AddressPolicy, CallbackUrl};
-use crate::domain::event::Delivery;
+use crate::domain::event::{Delivery, DeliveryAttempt};
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
 use crate::store::{DeliveryOutcome, DueDelivery, Store};
@@ -64,10 +64,15 @@ impl Resolve for CheckedResolver {
 
 /// What one attempt came to.
 enum Attempt {
-    Delivered,
+    Delivered {
+        status: u16,
+    },
     /// Try again later; a receiver's `Retry-After` may ask for longer than the schedule.
     Retry {
         retry_after: Option<Duration>,
+        /// The receiver's status when it answered, else why there was no answer.
+        status: Option<u16>,
+        error: Option<String>,
     },
     /// Retrying cannot help (the URL is no longer acceptable, or the event is gone).
     GiveUp(String),
@@ -108,6 +113,18 @@ pub struct WebhookSender {
     schedule: Vec<Duration>,
     per_origin: usize,
     in_flight: Arc<Mutex<InFlight>>,
+}
+
+/// What a failed connection or timeout was, for the console: short, and never the URL.
+fn transport_error(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs());
+    }
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 /// How long to wait before the next attempt after failed attempt `attempt` (1 = the first),
@@ -224,11 +241,22 @@ impl WebhookSender {
     async fn deliver(&self, due: DueDelivery) {
         let attempt = self.attempt(&due).await;
         let delivery = &due.delivery;
-        if !matches!(attempt, Attempt::Delivered) {
+        if !matches!(attempt, Attempt::Delivered { .. }) {
             self.metrics.webhook_failures.inc();
         }
+        let (status, error) = match &attempt {
+            Attempt::Delivered { status } => (Some(*status), None),
+            Attempt::Retry { status, error, .. } => (*status, error.clone()),
+            Attempt::GiveUp(why) => (None, Some(why.clone())),
+        };
+        let record = DeliveryAttempt {
+            attempt: delivery.attempt,
+            at: now_millis(),
+            status,
+            error,
+        };
         let settled = match attempt {
-            Attempt::Delivered => {
+            Attempt::Delivered { .. } => {
                 log::info!(
                     "webhook {} delivered (attempt {})",
                     delivery.event_id,
@@ -240,7 +268,7 @@ impl WebhookSender {
                 log::warn!("webhook {} abandoned: {why}", delivery.event_id);
                 DeliveryOutcome::Finished
             }
-            Attempt::Retry { retry_after } => {
+            Attempt::Retry { retry_after, .. } => {
                 match next_wait(&self.schedule, delivery.attempt, retry_after) {
                     Some(wait) => {
                         log::info!(
@@ -263,7 +291,7 @@ impl WebhookSender {
                 }
             }
         };
-        if let Err(e) = self.store.settle_delivery(due, settled).await {
+        if let Err(e) = self.store.settle_delivery(due, settled, record).await {
             log::error!("webhooks: updating the outbox: {e}");
         }
     }
@@ -293,7 +321,9 @@ impl WebhookSender {
             .send()
             .await;
         match sent {
-            Ok(response) if response.status().is_success() => Attempt::Delivered,
+            Ok(response) if response.status().is_success() => Attempt::Delivered {
+                status: response.status().as_u16(),
+            },
             Ok(response) => {
                 log::info!(
                     "webhook {} to {} answered {}",
@@ -303,17 +333,23 @@ impl WebhookSender {
                 );
                 Attempt::Retry {
                     retry_after: retry_after(&response),
+                    status: Some(response.status().as_u16()),
+                    error: None,
                 }
             }
             Err(e) => {
                 // Never the whole URL: partners put tokens in its query string.
+                let e = e.without_url();
                 log::info!(
-                    "webhook {} to {} failed: {}",
+                    "webhook {} to {} failed: {e}",
                     event.id,
-                    redacted(&delivery.url),
-                    e.without_url()
+                    redacted(&delivery.url)
                 );
-                Attempt::Retry { retry_after: None }
+                Attempt::Retry {
+                    retry_after: None,
+                    status: None,
+                    error: Some(transport_error(&e)),
+                }
             }
         }
     }

@@ -22,6 +22,10 @@ async fn demo_seeds_an_empty_database_once_and_prints_what_it_runs_with() {
         printed.contains(&format!("demo: admin token: {ADMIN_TOKEN}")),
         "{printed}"
     );
+    assert!(
+        printed.contains(&format!("demo: console: {}/console", app.address)),
+        "{printed}"
+    );
     assert_eq!(app.balance(WHOLESALE_KEY).await, 50_000);
 
     // A change, then a restart with --demo: nothing is seeded over it.

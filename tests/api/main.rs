@@ -7,6 +7,7 @@ mod admin;
 mod backup;
 mod business_rules;
 mod concurrency;
+mod console;
 mod crash;
 mod demo;
 mod durability;

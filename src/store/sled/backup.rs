@@ -12,7 +12,7 @@ use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
 use super::trees::Trees;
 use crate::domain::account::{Account, ApiKeyRecord};
-use crate::domain::event::{Delivery, Event};
+use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
@@ -35,6 +35,7 @@ pub struct RawCut {
     outbox: Rows,
     provider_payments: Rows,
     idem_keys: Rows,
+    delivery_logs: Rows,
 }
 
 fn rows(tree: &sled::Tree) -> Result<Rows, StoreError> {
@@ -73,6 +74,7 @@ impl Trees {
             outbox: rows(&self.outbox)?,
             provider_payments: rows(&self.provider_payments)?,
             idem_keys: rows(&self.idem_keys)?,
+            delivery_logs: rows(&self.delivery_logs)?,
         })
     }
 
@@ -162,6 +164,10 @@ impl Trees {
                     self.idem_expiry
                         .insert(expiry_key(record.expires_at, &scoped), &[][..])?;
                 }
+                Record::DeliveryLog { event_id: id, log } => {
+                    self.delivery_logs
+                        .insert(&event_id(id)?.bytes()[..], codec::encode(log)?)?;
+                }
             }
         }
         Ok(())
@@ -186,7 +192,7 @@ impl Trees {
     /// What was written matches what was meant: the count of each kind, and every account's
     /// ledger sums to its balance.
     pub fn verify_restore(&self, expected: &RestoreCounts) -> Result<(), StoreError> {
-        let found: [(&str, usize); 10] = [
+        let found: [(&str, usize); 11] = [
             ("account", self.accounts.len()),
             ("apiKey", self.api_keys.len()),
             ("product", self.products.len()),
@@ -197,6 +203,7 @@ impl Trees {
             ("delivery", self.outbox.len()),
             ("providerPayment", self.provider_payments.len()),
             ("idempotencyKey", self.idem_keys.len()),
+            ("deliveryLog", self.delivery_logs.len()),
         ];
         for (kind, rows) in found {
             let meant = expected.get(kind).copied().unwrap_or(0);
@@ -280,6 +287,13 @@ impl RawCut {
                 record,
             })
         });
+        let logs = decoded(self.delivery_logs, |key, log: DeliveryLog| {
+            let id = Id::from_bytes(IdKind::Event, key).ok_or_else(|| corrupt("a delivery log"))?;
+            Ok(Record::DeliveryLog {
+                event_id: id.to_string(),
+                log,
+            })
+        });
         Box::new(
             accounts
                 .chain(api_keys)
@@ -290,7 +304,8 @@ impl RawCut {
                 .chain(events)
                 .chain(outbox)
                 .chain(payments)
-                .chain(keys),
+                .chain(keys)
+                .chain(logs),
         )
     }
 }

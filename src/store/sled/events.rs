@@ -3,13 +3,14 @@
 //! and reschedules failures under the same event id.
 
 use sled::transaction::TransactionalTree;
+use sled::Transactional;
 
 use super::codec;
 use super::keys::child_key;
 use super::trees::Trees;
 use super::tx::{settle, tx, TxResult};
 use crate::domain::account::Account;
-use crate::domain::event::{Delivery, Event};
+use crate::domain::event::{Delivery, DeliveryAttempt, DeliveryEnd, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
@@ -46,6 +47,48 @@ pub fn record_event<R>(
         tx(outbox.insert(outbox_key(event.created_at, id), codec::encode(&delivery)?))?;
     }
     Ok(())
+}
+
+impl Trees {
+    pub fn delivery_logs(
+        &self,
+        event_ids: &[String],
+    ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
+        event_ids
+            .iter()
+            .map(|id| Trees::get(&self.delivery_logs, event_id(id)?.bytes()))
+            .collect()
+    }
+
+    /// Accounts with their balances, oldest first (ids are time-ordered), after the cursor.
+    pub fn accounts_page(
+        &self,
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<(Account, i64)>, StoreError> {
+        let start = match after {
+            Some(id) => std::ops::Bound::Excluded(id.bytes().to_vec()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut items = Vec::with_capacity(limit + 1);
+        for row in self
+            .accounts
+            .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
+            .take(limit + 1)
+        {
+            let (_, bytes) = row?;
+            let account: Account = codec::decode(&bytes)?;
+            let balance = self.balance(&account.id)?;
+            items.push((account, balance));
+        }
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|(a, _)| a.id.to_string())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
 }
 
 /// An outbox entry that is due.
@@ -146,8 +189,24 @@ impl Trees {
         &self,
         due: &DueDelivery,
         outcome: DeliveryOutcome,
+        attempt: &DeliveryAttempt,
     ) -> Result<(), StoreError> {
         let id = event_id(&due.delivery.event_id)?;
+        let mut log: DeliveryLog = Trees::get(&self.delivery_logs, id.bytes())?.unwrap_or_default();
+        log.attempts.push(attempt.clone());
+        match outcome {
+            DeliveryOutcome::Finished => {
+                log.next_attempt_at = None;
+                let delivered = attempt.status.is_some_and(|s| (200..300).contains(&s));
+                log.ended = Some(if delivered {
+                    DeliveryEnd::Delivered
+                } else {
+                    DeliveryEnd::GivenUp
+                });
+            }
+            DeliveryOutcome::RetryAt(at) => log.next_attempt_at = Some(at),
+        }
+        let log = codec::encode(&log)?;
         let current = outbox_key(due.due_at, &id);
         let next = match outcome {
             DeliveryOutcome::Finished => None,
@@ -157,13 +216,15 @@ impl Trees {
                 Some((outbox_key(at, &id), codec::encode(&next)?))
             }
         };
-        let outcome = self.outbox.transaction(|outbox| -> TxResult<(), ()> {
-            tx(outbox.remove(current.as_slice()))?;
-            if let Some((key, value)) = &next {
-                tx(outbox.insert(key.as_slice(), value.as_slice()))?;
-            }
-            Ok(())
-        });
+        let outcome =
+            (&self.outbox, &self.delivery_logs).transaction(|(outbox, logs)| -> TxResult<(), ()> {
+                tx(outbox.remove(current.as_slice()))?;
+                if let Some((key, value)) = &next {
+                    tx(outbox.insert(key.as_slice(), value.as_slice()))?;
+                }
+                tx(logs.insert(&id.bytes()[..], log.as_slice()))?;
+                Ok(())
+            });
         settle(outcome)?.ok();
         Ok(())
     }

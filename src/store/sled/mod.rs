@@ -26,7 +26,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::account::{Account, ApiKeyRecord};
-use crate::domain::event::Event;
+use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
@@ -386,10 +386,34 @@ impl Store for SledStore {
         &self,
         due: DueDelivery,
         outcome: DeliveryOutcome,
+        attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
         self.writer
-            .write(move |b| b.trees.settle_delivery(&due, outcome))
+            .write(move |b| {
+                // The log is shown by the console with the account's events.
+                b.touches(Stripe::account(&due.delivery.account_id));
+                b.trees.settle_delivery(&due, outcome, &attempt)
+            })
             .await
+    }
+
+    async fn delivery_logs(
+        &self,
+        account: AccountId,
+        event_ids: Vec<String>,
+    ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
+        let logs = self.read(|t| t.delivery_logs(&event_ids))?;
+        self.settled(logs, Stripe::account(&account)).await
+    }
+
+    async fn accounts_page(
+        &self,
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<(Account, i64)>, StoreError> {
+        let page = self.scan(move |t| t.accounts_page(after, limit)).await?;
+        // A page of many accounts: wait for every batch started, not one stripe.
+        self.settled(page, Stripe::Everything).await
     }
 
     async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {

@@ -30,6 +30,8 @@ pub struct Trees {
     pub outbox: sled::Tree,
     /// The unique `(provider, provider's id)` index of inbound payments.
     pub provider_payments: sled::Tree,
+    /// `event id` → the callback's attempts and what comes next.
+    pub delivery_logs: sled::Tree,
 }
 
 impl Trees {
@@ -59,6 +61,7 @@ impl Trees {
             events: tree("events")?,
             outbox: tree("outbox")?,
             provider_payments: tree("provider_payments")?,
+            delivery_logs: tree("delivery_logs")?,
             db,
         };
         super::idempotency::merge_split_key_rows(&trees)?;
@@ -86,6 +89,7 @@ impl Trees {
             ("idem_keys", &self.idem_keys),
             ("idem_expiry", &self.idem_expiry),
             ("provider_payments", &self.provider_payments),
+            ("delivery_logs", &self.delivery_logs),
         ]
         .into_iter()
         .map(|(name, tree)| (name, tree.len() as u64))
