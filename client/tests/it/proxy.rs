@@ -145,6 +145,9 @@ impl Proxy {
     }
 }
 
+/// The status and headers the server answered, and the bytes to pass back to the client.
+type Forwarded = (u16, Vec<(String, String)>, Vec<u8>);
+
 struct Request {
     head: String,
     method: String,
@@ -240,11 +243,7 @@ impl Shared {
 
     /// Sends the request upstream on a connection of its own and reads the whole answer,
     /// rewritten to close the client's connection after it.
-    fn forward(
-        &self,
-        request: &Request,
-        extra: Option<(&str, &str)>,
-    ) -> Option<(u16, Vec<(String, String)>, Vec<u8>)> {
+    fn forward(&self, request: &Request, extra: Option<(&str, &str)>) -> Option<Forwarded> {
         let mut upstream = TcpStream::connect(&self.upstream).ok()?;
         let _ = upstream.set_read_timeout(Some(Duration::from_secs(30)));
         let mut out = request.head.clone();
