@@ -34,8 +34,9 @@ pub enum Verdict {
     NeedsFunds {
         error: String,
     },
-    /// `pending`: nothing of the request reached the business rules (401/403, a redirect), so
-    /// sending the same bytes again later is still meaningful and stays allowed.
+    /// `pending`: nothing of the request reached the business rules (401/403, a redirect, a
+    /// 404/405 from a wrong base URL), so sending the same bytes again later is still
+    /// meaningful and stays allowed.
     Rejected {
         error: String,
         pending: bool,
@@ -102,7 +103,10 @@ pub fn judge_order_answer(answer: &Answer) -> Verdict {
         },
         // 408 is a timeout by name: like the timeouts it is retried, not a refusal.
         408 | 500..=599 => retry(Wait::Backoff, error),
-        401 | 403 | 300..=399 => Verdict::Rejected {
+        // Answers orderly's order route gives before the business rules (401, 403) or never
+        // gives at all (a redirect, 404, 405: a wrong base URL): nothing was decided about
+        // this request, so it stays pending for a resume once the setup is fixed.
+        401 | 403 | 404 | 405 | 300..=399 => Verdict::Rejected {
             error,
             pending: true,
         },
@@ -380,6 +384,15 @@ mod tests {
                 pending: true
             }
         );
+    }
+
+    #[test]
+    fn a_wrong_base_url_is_rejected_but_stays_pending() {
+        let a = answer(404, json!({"error": "not found"}));
+        assert!(matches!(
+            judge_order_answer(&a),
+            Verdict::Rejected { pending: true, .. }
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! timestamp outside the tolerance answers 401 and runs nothing.
 
 use std::io::{Read, Write};
+use std::net::ToSocketAddrs;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -39,8 +40,14 @@ pub(crate) fn run(
     webhooks::sign(secret, "probe", 0, b"")
         .map_err(|e| Failure::Usage(format!("--secret: {e}")))?;
     let inbox = Inbox::open(inbox).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let address: std::net::SocketAddr = listen
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Failure::Usage(format!("--listen {listen}: not an address")))?;
+    // Binding can fail for reasons of the moment (the port is taken): not bad usage.
     let server =
-        Server::http(listen).map_err(|e| Failure::Usage(format!("--listen {listen}: {e}")))?;
+        Server::http(address).map_err(|e| Failure::Runtime(format!("--listen {listen}: {e}")))?;
     let address = server
         .server_addr()
         .to_ip()

@@ -223,3 +223,37 @@ fn orderlys_own_callback_passes_the_receiver_and_runs_the_command_once() {
     assert_eq!(event["data"]["order"]["id"], placed.line()["orderId"]);
     assert_eq!(event["data"]["order"]["externalOrderId"], "hooked-1");
 }
+
+fn receive_status(dir: &Path, listen: &str, secret: &str) -> Option<i32> {
+    command()
+        .args(["receive", "--listen", listen, "--secret", secret, "--inbox"])
+        .arg(dir.join("inbox"))
+        .args(["--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .code()
+}
+
+#[test]
+fn a_receiver_with_a_bad_address_or_secret_is_bad_usage() {
+    let dir = tempfile::tempdir().unwrap();
+
+    assert_eq!(
+        receive_status(dir.path(), "not an address", SECRET),
+        Some(2)
+    );
+    assert_eq!(
+        receive_status(dir.path(), "127.0.0.1:0", "whsec_***"),
+        Some(2)
+    );
+}
+
+#[test]
+fn a_second_receiver_on_an_owned_inbox_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let _owner = Receiver::start(dir.path(), SECRET, RECORD);
+
+    assert_eq!(receive_status(dir.path(), "127.0.0.1:0", SECRET), Some(1));
+}
