@@ -1,0 +1,19 @@
+//! orderly-client: the partner's side of orderly's promise that a retry is always safe.
+//!
+//! An intent (one business order) is journaled with its idempotency key and its exact request
+//! bytes, fsynced, before the first attempt; every retry sends those bytes under that key,
+//! after the policy of SPEC section 19 says how long to wait; `resume` picks up what a
+//! restart left pending, and past the key's 24-hour lifetime an intent is only looked up,
+//! never re-sent. `webhooks` verifies and deduplicates the callbacks coming back.
+
+pub mod basket;
+pub mod client;
+pub mod journal;
+pub mod outcome;
+pub mod policy;
+pub mod webhooks;
+
+pub use basket::{Basket, IntentId, Item};
+pub use client::{Client, Config, Error};
+pub use journal::{Journal, JournalError};
+pub use outcome::{Outcome, OutcomeKind};

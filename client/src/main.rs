@@ -1,0 +1,8 @@
+//! The `orderly-client` binary: `place`, `resume`, `status` and `receive`.
+
+mod cli;
+mod receive;
+
+fn main() -> std::process::ExitCode {
+    cli::run()
+}

@@ -1,0 +1,192 @@
+//! `orderly-client receive`: verify, claim, run CMD with the event on its standard input,
+//! answer 200 once CMD exits 0 (the event done) and 500 when it fails (the claim released,
+//! so the sender's redelivery runs it again). A copy arriving while CMD runs waits for that
+//! run's result; an event already done answers 200 and runs nothing; a bad signature or a
+//! timestamp outside the tolerance answers 401 and runs nothing.
+
+use std::io::{Read, Write};
+use std::net::ToSocketAddrs;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use orderly_client::webhooks::{self, Claim, Inbox};
+use serde_json::Value;
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use crate::cli::Failure;
+
+/// orderly sends events of a few KiB; anything much larger is not one of its callbacks.
+const MAX_BODY: u64 = 1 << 20;
+/// Requests handled at once; past this the sender is told to come back (503).
+const MAX_IN_FLIGHT: usize = 256;
+
+struct Receiver {
+    secret: String,
+    command: Vec<String>,
+    inbox: Inbox,
+    in_flight: AtomicUsize,
+}
+
+pub(crate) fn run(
+    listen: &str,
+    secret: &str,
+    inbox: &Path,
+    command: Vec<String>,
+) -> Result<(), Failure> {
+    webhooks::sign(secret, "probe", 0, b"")
+        .map_err(|e| Failure::Usage(format!("--secret: {e}")))?;
+    let inbox = Inbox::open(inbox).map_err(|e| Failure::Runtime(e.to_string()))?;
+    let address: std::net::SocketAddr = listen
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Failure::Usage(format!("--listen {listen}: not an address")))?;
+    // Binding can fail for reasons of the moment (the port is taken): not bad usage.
+    let server =
+        Server::http(address).map_err(|e| Failure::Runtime(format!("--listen {listen}: {e}")))?;
+    let address = server
+        .server_addr()
+        .to_ip()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| listen.to_string());
+    println!("orderly-client receiving on http://{address}");
+    let _ = std::io::stdout().flush();
+    let receiver = Arc::new(Receiver {
+        secret: secret.to_string(),
+        command,
+        inbox,
+        in_flight: AtomicUsize::new(0),
+    });
+    for request in server.incoming_requests() {
+        if receiver.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
+            receiver.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let busy = json(503, r#"{"success":false,"error":"busy"}"#)
+                .with_header(Header::from_bytes("Retry-After", "1").expect("a valid header"));
+            let _ = request.respond(busy);
+            continue;
+        }
+        let receiver = Arc::clone(&receiver);
+        thread::spawn(move || {
+            receiver.handle(request);
+            receiver.in_flight.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    Ok(())
+}
+
+impl Receiver {
+    fn handle(&self, mut request: Request) {
+        let (status, body) = self.answer(&mut request);
+        let _ = request.respond(json(status, body));
+    }
+
+    fn answer(&self, request: &mut Request) -> (u16, &'static str) {
+        if *request.method() != Method::Post {
+            return (405, r#"{"success":false,"error":"POST only"}"#);
+        }
+        let headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .map(|h| {
+                (
+                    h.field.as_str().as_str().to_string(),
+                    h.value.as_str().to_string(),
+                )
+            })
+            .collect();
+        let mut body = Vec::new();
+        if request
+            .as_reader()
+            .take(MAX_BODY + 1)
+            .read_to_end(&mut body)
+            .is_err()
+        {
+            return (400, r#"{"success":false,"error":"unreadable body"}"#);
+        }
+        if body.len() as u64 > MAX_BODY {
+            return (413, r#"{"success":false,"error":"body too large"}"#);
+        }
+        if let Err(e) = webhooks::verify(&self.secret, &headers, &body) {
+            eprintln!("orderly-client: refused a delivery: {e}");
+            return (401, r#"{"success":false,"error":"invalid signature"}"#);
+        }
+        let event: Option<Value> = serde_json::from_slice(&body).ok();
+        let field = |name: &str| {
+            event
+                .as_ref()
+                .and_then(|e| e.get(name))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        // The signed body's event id; orderly sends the same value as webhook-id.
+        let Some(id) = field("id")
+            .or_else(|| webhooks::Headers::header(&headers, "webhook-id").map(str::to_string))
+        else {
+            return (400, r#"{"success":false,"error":"no event id"}"#);
+        };
+        match self.inbox.claim(&id) {
+            Claim::AlreadyDone => (200, r#"{"success":true,"duplicate":true}"#),
+            Claim::RunFailed => (500, r#"{"success":false,"error":"handler failed"}"#),
+            Claim::Claimed(ticket) => {
+                let kind = field("type").unwrap_or_default();
+                match self.run_command(&id, &kind, &body) {
+                    Ok(()) => match ticket.done() {
+                        Ok(()) => (200, r#"{"success":true,"duplicate":false}"#),
+                        Err(e) => {
+                            eprintln!("orderly-client: event {id}: {e}");
+                            (500, r#"{"success":false,"error":"handler failed"}"#)
+                        }
+                    },
+                    Err(why) => {
+                        eprintln!("orderly-client: event {id}: {why}; released for the redelivery");
+                        drop(ticket);
+                        (500, r#"{"success":false,"error":"handler failed"}"#)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs CMD with the event on stdin; its own output goes to our stderr, keeping our
+    /// stdout to the one line that says where we listen.
+    fn run_command(&self, id: &str, kind: &str, body: &[u8]) -> Result<(), String> {
+        let stderr = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| e.to_string())?;
+        let mut child = Command::new(&self.command[0])
+            .args(&self.command[1..])
+            .env("ORDERLY_EVENT_ID", id)
+            .env("ORDERLY_EVENT_TYPE", kind)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(stderr))
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.command[0]))?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let body = body.to_vec();
+        // A command that does not read its input must not block us: write from a thread and
+        // ignore a broken pipe.
+        let writer = thread::spawn(move || {
+            let _ = stdin.write_all(&body);
+        });
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let _ = writer.join();
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the command failed ({status})"))
+        }
+    }
+}
+
+fn json(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(
+            Header::from_bytes("Content-Type", "application/json").expect("a valid header"),
+        )
+}
