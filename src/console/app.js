@@ -138,16 +138,16 @@ function renderAccount(account, orders, ledger, events) {
     sum === account.balance ? el("span", { class: "match" }, "✓ matches") : el("span", { class: "mismatch" }, "✕ differs"));
 
   $("orders").tBodies[0].replaceChildren(...orders.slice(0, 50).map((o) => el("tr", {},
-    el("td", { class: "mono" }, o.id),
+    el("td", { class: "mono", title: o.id }, o.id),
     el("td", {}, badge(o.status)),
     el("td", { class: "num" }, formatMoney(o.total)),
     el("td", {}, o.externalOrderId || "—"),
     el("td", {}, when(o.createdAt)))));
 
   $("ledger").tBodies[0].replaceChildren(...ledger.slice(0, 50).map((e) => el("tr", {},
-    el("td", { class: "mono" }, e.id),
+    el("td", { class: "mono", title: e.id }, e.id),
     el("td", {}, e.reason),
-    el("td", { class: "mono" }, e.reference),
+    el("td", { class: "mono", title: e.reference }, e.reference),
     el("td", { class: `num${e.amount < 0 ? " neg" : ""}` }, formatMoney(e.amount)),
     el("td", { class: "num" }, formatMoney(e.balanceAfter)),
     el("td", {}, when(e.createdAt)))));
@@ -157,9 +157,9 @@ function renderAccount(account, orders, ledger, events) {
     const last = ev.deliveries[ev.deliveries.length - 1];
     const result = !last ? "—" : last.status !== null ? `HTTP ${last.status}` : (last.error || "no answer");
     return el("tr", { "data-event": ev.id },
-      el("td", { class: "mono" }, ev.id),
+      el("td", { class: "mono", title: ev.id }, ev.id),
       el("td", {}, ev.type),
-      el("td", { class: "mono" }, ev.data.order.id),
+      el("td", { class: "mono", title: ev.data.order.id }, ev.data.order.id),
       el("td", {}, badge(ev.delivery)),
       el("td", { class: "num attempts" }, String(ev.deliveries.length)),
       el("td", { class: "last-result" }, result),
