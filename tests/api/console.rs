@@ -27,15 +27,7 @@ async fn the_console_is_served_under_a_self_only_policy_while_an_admin_token_is_
             .unwrap()
             .starts_with(kind));
     }
-    let html = app
-        .client
-        .get(app.url("/console"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = app.text("/console").await;
     assert!(
         !html.contains("<script>") && !html.contains("style=\""),
         "nothing inline"

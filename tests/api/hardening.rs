@@ -13,15 +13,7 @@ use crate::receiver::{Receiver, Tarpit};
 
 /// The number of `orderly_http_requests_total` series `/metrics` shows now.
 async fn request_series(app: &TestApp) -> usize {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.text("/metrics").await;
     text.lines()
         .filter(|l| l.starts_with("orderly_http_requests_total{"))
         .count()
@@ -204,15 +196,7 @@ async fn a_huge_retry_after_is_capped_at_the_longest_step_and_the_worker_lives()
     assert_eq!(got.len(), 2, "retried within the schedule's longest step");
     let waited = got[1].at.duration_since(got[0].at);
     assert!(waited >= Duration::from_millis(450), "waited {waited:?}");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.text("/metrics").await;
     assert!(
         !metrics.contains("orderly_worker_panics_total{"),
         "{metrics}"

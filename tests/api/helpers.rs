@@ -156,6 +156,12 @@ impl TestApp {
         self.printed.lock().unwrap().clone()
     }
 
+    /// The body of `GET path`, sent with no credentials, as text.
+    pub async fn text(&self, path: &str) -> String {
+        let resp = self.client.get(self.url(path)).send().await.expect("GET");
+        resp.text().await.expect("a text body")
+    }
+
     /// `GET path` as the partner holding `api_key`, whatever the answer.
     pub async fn get(&self, api_key: &str, path: &str) -> Response {
         self.client
