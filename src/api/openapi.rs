@@ -216,7 +216,12 @@ impl Modify for SharedResponses {
                             .into(),
                     );
                 }
-                if is_write || path.starts_with("/b2b/") {
+                let takes_query = operation.parameters.as_ref().is_some_and(|ps| {
+                    ps.iter().any(|p| {
+                        matches!(p.parameter_in, utoipa::openapi::path::ParameterIn::Query)
+                    })
+                });
+                if is_write || path.starts_with("/b2b/") || takes_query {
                     add_missing(
                         operation,
                         "422",
@@ -309,6 +314,12 @@ mod tests {
                     .keys()
                     .any(|k| k.starts_with('4'));
                 assert!(has_4xx, "{method} {path}: a 4xx response");
+                let takes_query = op["parameters"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+                if takes_query {
+                    assert!(op["responses"].get("422").is_some(), "{method} {path}: 422");
+                }
             }
         }
     }
