@@ -162,6 +162,7 @@ def main():
         driver.find_element(By.ID, "token").send_keys("not-the-token\n")
         refused = wait(driver, "error", lambda d: "refused" in d.find_element(By.ID, "sign-in-error").text)
         check("a wrong token shows a clear message", refused, driver.find_element(By.ID, "sign-in-error").text)
+        check("nothing of the accounts shows before signing in", not driver.find_element(By.ID, "app").is_displayed())
         shot(driver, "sign-in-refused", (1280, 800))
 
         driver.find_element(By.ID, "token").send_keys(token + "\n")
