@@ -4,12 +4,13 @@
 #                                     print the maintenance URL on stdout
 #   scripts/pg-cluster.sh stop DIR    stop it (fast) and remove DIR
 #   scripts/pg-cluster.sh restart DIR stop and start on the same port and data
+#   scripts/pg-cluster.sh down DIR    stop, keeping the data;  up DIR: start it again
 # Installs Debian's postgresql when no server binaries are found. fsync and
 # synchronous_commit stay on: a 200 from orderly means committed on disk.
 set -euo pipefail
 
-cmd=${1:?usage: pg-cluster.sh start|stop|restart DIR}
-dir=${2:?usage: pg-cluster.sh start|stop|restart DIR}
+cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
+dir=${2:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
 
 bin_dir() {
   for d in /usr/lib/postgresql/*/bin; do
@@ -63,8 +64,14 @@ CONF
   restart)
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -m fast -w -t 60 restart >&2
     ;;
+  down) # stop, keeping the data and the port
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >&2
+    ;;
+  up) # start again after down
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
+    ;;
   *)
-    echo "usage: pg-cluster.sh start|stop|restart DIR" >&2
+    echo "usage: pg-cluster.sh start|stop|restart|down|up DIR" >&2
     exit 2
     ;;
 esac

@@ -64,7 +64,11 @@ pub fn database_url(name: &str) -> String {
 
 /// Runs SQL on the maintenance database (off the test's runtime: on a thread of its own).
 pub fn maintenance_sql(sql: String) -> Result<(), String> {
-    let url = test_database_url().expect("on PostgreSQL");
+    sql_on(test_database_url().expect("on PostgreSQL"), sql)
+}
+
+/// Runs SQL on the database at `url`, on a thread of its own.
+pub fn sql_on(url: String, sql: String) -> Result<(), String> {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -193,7 +197,9 @@ fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) ->
     let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
     // On PostgreSQL: the data directory's database, created on its first start.
     let mut database = None;
-    if on_postgres() {
+    if extra.contains(&"--database-url") {
+        // The test chose its own database.
+    } else if on_postgres() {
         let known = databases().lock().unwrap().get(data_dir).cloned();
         let url = match known {
             Some(name) => database_url(&name),
