@@ -39,7 +39,12 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub from: PathBuf,
     /// The sled data directory to create; it must not exist or be empty.
-    #[arg(long, env = "ORDERLY_DATA_DIR", required_unless_present = "database_url", conflicts_with = "database_url")]
+    #[arg(
+        long,
+        env = "ORDERLY_DATA_DIR",
+        required_unless_present = "database_url",
+        conflicts_with = "database_url"
+    )]
     pub data_dir: Option<PathBuf>,
     /// Or a PostgreSQL database whose orderly tables hold no rows (migrated first).
     #[arg(long, hide_env_values = true)]

@@ -34,7 +34,9 @@ pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
     match (&args.database_url, &args.data_dir) {
         (Some(url), _) => into_database(url, &args.from).await,
         (None, Some(dir)) => into_data_dir(dir, &args.from).await,
-        (None, None) => Err(RestoreError::NotEmpty("no --data-dir or --database-url".into())),
+        (None, None) => Err(RestoreError::NotEmpty(
+            "no --data-dir or --database-url".into(),
+        )),
     }
 }
 
@@ -51,7 +53,12 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
         metrics: Default::default(),
     })
     .await
-    .map_err(|e| RestoreError::Store(target.clone(), crate::store::StoreError::Refused(e.to_string())))?;
+    .map_err(|e| {
+        RestoreError::Store(
+            target.clone(),
+            crate::store::StoreError::Refused(e.to_string()),
+        )
+    })?;
     let restored = store.restore(records).await;
     store.stop().await;
     restored.map_err(|e| RestoreError::Store(target, e))

@@ -8,9 +8,9 @@
 //! the embedded engine (one binary, nothing else to run), `postgres` the shared one
 //! (a database that operators already run, replicate and back up).
 
-mod records;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
 pub mod postgres;
+mod records;
 /// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
 pub mod sled;
 

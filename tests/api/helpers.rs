@@ -5,10 +5,10 @@
 //! server runs on PostgreSQL instead: a fresh database per server, cloned from a template
 //! that `orderly migrate` prepared once per test run; a restart reuses the same database.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;

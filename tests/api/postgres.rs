@@ -36,7 +36,13 @@ fn a_schema_newer_than_the_binary_stops_serve_and_migrate_with_one_line_and_exit
     )
     .unwrap();
     for args in [
-        vec!["serve", "--listen", "127.0.0.1:0", "--database-url", &database.url],
+        vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database.url,
+        ],
         vec!["migrate", "--database-url", &database.url],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
@@ -106,12 +112,18 @@ async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_con
     let resp = app.post_order(Some(&p.api_key), Some("held"), &body).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers().get("Idempotency-Replayed").is_none());
-    assert_eq!(app.assert_ledger_matches_balance(&p.api_key).await, 10_000 - 999);
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 999
+    );
 }
 
 fn cluster(command: &str, dir: &std::path::Path) -> String {
     let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster.sh"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/pg-cluster.sh"
+        ))
         .arg(command)
         .arg(dir)
         .output()
@@ -130,7 +142,10 @@ struct OwnCluster(std::path::PathBuf);
 impl Drop for OwnCluster {
     fn drop(&mut self) {
         let _ = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster.sh"))
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/pg-cluster.sh"
+            ))
             .arg("stop")
             .arg(&self.0)
             .output();
@@ -164,8 +179,11 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
             p.api_key.clone(),
             body.clone(),
         );
-        let (acknowledged, refused, stop) =
-            (Arc::clone(&acknowledged), Arc::clone(&refused), Arc::clone(&stop));
+        let (acknowledged, refused, stop) = (
+            Arc::clone(&acknowledged),
+            Arc::clone(&refused),
+            Arc::clone(&stop),
+        );
         tokio::spawn(async move {
             let mut i = 0;
             while !stop.load(Ordering::SeqCst) {
@@ -225,7 +243,10 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
     for task in load {
         task.await.unwrap();
     }
-    assert!(*refused.lock().unwrap() > 0, "some orders met the stopped database");
+    assert!(
+        *refused.lock().unwrap() > 0,
+        "some orders met the stopped database"
+    );
 
     let orders = app.orders(&p.api_key).await;
     let acknowledged = acknowledged.lock().unwrap().clone();

@@ -30,7 +30,9 @@ async fn add_to_balance(
     .await;
     match added {
         Ok(Some(row)) => Ok(Some(row.get(0))),
-        Ok(None) => Err(StoreError::Corrupt(format!("account {account} has no balance row")).into()),
+        Ok(None) => {
+            Err(StoreError::Corrupt(format!("account {account} has no balance row")).into())
+        }
         Err(fault) if fault.is(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) => Ok(None),
         Err(fault) => Err(fault),
     }

@@ -48,7 +48,10 @@ pub async fn snapshot(client: &mut Object) -> Result<Vec<Record>, Fault> {
     for row in query(&tx, &sql, &[]).await? {
         records.push(Record::Order(codec::order(&row)?));
     }
-    let sql = format!("SELECT {} FROM ledger ORDER BY account_id, id", codec::LEDGER);
+    let sql = format!(
+        "SELECT {} FROM ledger ORDER BY account_id, id",
+        codec::LEDGER
+    );
     for row in query(&tx, &sql, &[]).await? {
         records.push(Record::Ledger {
             account: codec::account_id(row.get("account_id"))?,
@@ -59,10 +62,17 @@ pub async fn snapshot(client: &mut Object) -> Result<Vec<Record>, Fault> {
     for row in query(&tx, sql, &[]).await? {
         records.push(Record::Refund(codec::refund(&row)?));
     }
-    for row in query(&tx, "SELECT snapshot FROM events ORDER BY account_id, id", &[]).await? {
+    for row in query(
+        &tx,
+        "SELECT snapshot FROM events ORDER BY account_id, id",
+        &[],
+    )
+    .await?
+    {
         records.push(Record::Event(codec::event(&row)?));
     }
-    let sql = "SELECT event_id, due_at, account_id, url, attempt FROM outbox ORDER BY due_at, event_id";
+    let sql =
+        "SELECT event_id, due_at, account_id, url, attempt FROM outbox ORDER BY due_at, event_id";
     for row in query(&tx, sql, &[]).await? {
         let (due_at, delivery) = codec::delivery(&row)?;
         records.push(Record::Delivery { due_at, delivery });
@@ -83,7 +93,13 @@ pub async fn snapshot(client: &mut Object) -> Result<Vec<Record>, Fault> {
             record: codec::key_record(&row)?,
         });
     }
-    for row in query(&tx, "SELECT event_id, log FROM delivery_logs ORDER BY event_id", &[]).await? {
+    for row in query(
+        &tx,
+        "SELECT event_id, log FROM delivery_logs ORDER BY event_id",
+        &[],
+    )
+    .await?
+    {
         records.push(Record::DeliveryLog {
             event_id: row.get("event_id"),
             log: codec::json(&row, "log")?,
@@ -102,18 +118,14 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
         Record::Ledger { account, entry } => rows::insert_ledger(tx, account, entry).await,
         Record::Refund(refund) => rows::insert_refund(tx, refund).await,
         Record::Event(event) => rows::insert_event(tx, event).await,
-        Record::Delivery { due_at, delivery } => {
-            rows::insert_delivery(tx, *due_at, delivery).await
-        }
+        Record::Delivery { due_at, delivery } => rows::insert_delivery(tx, *due_at, delivery).await,
         Record::ProviderPayment(p) => rows::insert_provider_payment(tx, p).await,
         Record::IdempotencyKey {
             account,
             key,
             record,
         } => rows::insert_key_row(tx, account, key, record).await,
-        Record::DeliveryLog { event_id, log } => {
-            rows::upsert_delivery_log(tx, event_id, log).await
-        }
+        Record::DeliveryLog { event_id, log } => rows::upsert_delivery_log(tx, event_id, log).await,
     }
 }
 

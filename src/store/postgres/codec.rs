@@ -57,7 +57,8 @@ pub fn json<T: DeserializeOwned>(row: &Row, column: &str) -> Result<T, StoreErro
     Ok(value)
 }
 
-pub const ACCOUNT: &str = "a.id, a.name, a.wholesale, a.credit_limit, a.region, a.webhook_secret, a.created_at";
+pub const ACCOUNT: &str =
+    "a.id, a.name, a.wholesale, a.credit_limit, a.region, a.webhook_secret, a.created_at";
 
 pub fn account(row: &Row) -> Result<Account, StoreError> {
     Ok(Account {
@@ -71,7 +72,8 @@ pub fn account(row: &Row) -> Result<Account, StoreError> {
     })
 }
 
-pub const API_KEY: &str = "k.hash, k.id AS key_id, k.account_id, k.scopes, k.revoked, k.created_at AS key_created_at";
+pub const API_KEY: &str =
+    "k.hash, k.id AS key_id, k.account_id, k.scopes, k.revoked, k.created_at AS key_created_at";
 
 pub fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError> {
     let hash: Vec<u8> = row.get("hash");

@@ -25,7 +25,10 @@ async fn lock_own_order(
     id: &OrderId,
     account: &AccountId,
 ) -> Result<Option<Order>, Fault> {
-    let sql = format!("SELECT {} FROM orders WHERE id = $1 FOR UPDATE", codec::ORDER);
+    let sql = format!(
+        "SELECT {} FROM orders WHERE id = $1 FOR UPDATE",
+        codec::ORDER
+    );
     match query_opt(tx, &sql, &[&id.to_string()]).await? {
         Some(row) => Ok(Some(codec::order(&row)?).filter(|o| o.account_id == *account)),
         None => Ok(None),
@@ -121,7 +124,15 @@ pub async fn cancel_order(
     order.updated_at = now;
     update_order(&tx, &order).await?;
     let reference = order.id.to_string();
-    give_back(&tx, &account, order.total, LedgerReason::Cancel, reference, now).await?;
+    give_back(
+        &tx,
+        &account,
+        order.total,
+        LedgerReason::Cancel,
+        reference,
+        now,
+    )
+    .await?;
     record_event(&tx, EventKind::OrderCancelled, &order, None, now).await?;
     let body = (request.render)(&order);
     if let Some(claim) = &request.claim {
@@ -162,10 +173,24 @@ pub async fn refund_order(
         reason: request.reason.clone(),
         created_at: now,
     };
-    futures_util::future::try_join(update_order(&tx, &order), insert_refund(&tx, &refund))
-        .await?;
-    give_back(&tx, &account, amount, LedgerReason::Refund, refund.id.clone(), now).await?;
-    record_event(&tx, EventKind::OrderRefunded, &order, Some(refund.clone()), now).await?;
+    futures_util::future::try_join(update_order(&tx, &order), insert_refund(&tx, &refund)).await?;
+    give_back(
+        &tx,
+        &account,
+        amount,
+        LedgerReason::Refund,
+        refund.id.clone(),
+        now,
+    )
+    .await?;
+    record_event(
+        &tx,
+        EventKind::OrderRefunded,
+        &order,
+        Some(refund.clone()),
+        now,
+    )
+    .await?;
     let body = (request.render)(&refund, &order);
     let row = key_row(&request.claim, now, body.clone());
     insert_key_row(&tx, &account, request.claim.key.as_str(), &row).await?;

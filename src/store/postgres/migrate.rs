@@ -10,7 +10,7 @@ use deadpool_postgres::Object;
 const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_tables.sql"))];
 
 /// The session advisory lock under which migrations run (an arbitrary constant: "orderly").
-const MIGRATION_LOCK: i64 = 0x6f72_6465_726c_79;
+const MIGRATION_LOCK: i64 = 0x006f_7264_6572_6c79;
 
 /// Why the schema could not be brought up to date.
 #[derive(Debug, thiserror::Error)]

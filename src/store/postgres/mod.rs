@@ -176,7 +176,9 @@ impl Store for PgStore {
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
-        settled(write!(self, |c| rows::insert_api_key(&c, &key_hash, &record)))
+        settled(write!(self, |c| rows::insert_api_key(
+            &c, &key_hash, &record
+        )))
     }
 
     async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
@@ -372,7 +374,9 @@ impl Store for PgStore {
         match answered {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(fault)) => Err(fault.into()),
-            Err(_) => Err(StoreError::Failed("the database did not answer in time".into())),
+            Err(_) => Err(StoreError::Failed(
+                "the database did not answer in time".into(),
+            )),
         }
     }
 

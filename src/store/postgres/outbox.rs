@@ -33,42 +33,49 @@ pub async fn due_deliveries(
         .await?;
     let now = codec::time(now);
     let params: [&(dyn ToSql + Sync); 1] = [&now];
-    let rows = c.query_raw(&statement, params).await?;
-    futures_util::pin_mut!(rows);
     let mut due = Vec::new();
     let mut orphans = Vec::new();
-    while due.len() < max {
-        let Some(row) = rows.try_next().await? else {
-            break;
-        };
-        let (due_at, delivery) = codec::delivery(&row)?;
-        if !take(&delivery) {
-            continue;
-        }
-        let secret: Option<String> = row.get("webhook_secret");
-        let has_event = row.try_get::<_, Option<tokio_postgres::types::Json<serde_json::Value>>>("snapshot")
-            .ok()
-            .flatten()
-            .is_some();
-        match (has_event, secret) {
-            (true, Some(webhook_secret)) => due.push(DueDelivery {
-                due_at,
-                event: codec::event(&row)?,
-                delivery,
-                webhook_secret,
-            }),
-            _ => {
-                log::warn!(
-                    "webhook {} dropped: its event or account no longer exists",
-                    delivery.event_id
-                );
-                orphans.push(delivery.event_id);
+    // The stream ends (and its unread rows are discarded) before the next statement.
+    {
+        let mut rows = Box::pin(c.query_raw(&statement, params).await?);
+        while due.len() < max {
+            let Some(row) = rows.try_next().await? else {
+                break;
+            };
+            let (due_at, delivery) = codec::delivery(&row)?;
+            if !take(&delivery) {
+                continue;
+            }
+            let secret: Option<String> = row.get("webhook_secret");
+            let has_event = row
+                .try_get::<_, Option<tokio_postgres::types::Json<serde_json::Value>>>("snapshot")
+                .ok()
+                .flatten()
+                .is_some();
+            match (has_event, secret) {
+                (true, Some(webhook_secret)) => due.push(DueDelivery {
+                    due_at,
+                    event: codec::event(&row)?,
+                    delivery,
+                    webhook_secret,
+                }),
+                _ => {
+                    log::warn!(
+                        "webhook {} dropped: its event or account no longer exists",
+                        delivery.event_id
+                    );
+                    orphans.push(delivery.event_id);
+                }
             }
         }
     }
-    drop(rows);
     if !orphans.is_empty() {
-        execute(c, "DELETE FROM outbox WHERE event_id = ANY($1)", &[&orphans]).await?;
+        execute(
+            c,
+            "DELETE FROM outbox WHERE event_id = ANY($1)",
+            &[&orphans],
+        )
+        .await?;
     }
     Ok(due)
 }

@@ -142,10 +142,18 @@ pub async fn orders_page(
                  AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
                 codec::ORDER
             );
-            query(c, &sql, &[&account.to_string(), &before, &fetch_limit(limit)]).await?
+            query(
+                c,
+                &sql,
+                &[&account.to_string(), &before, &fetch_limit(limit)],
+            )
+            .await?
         }
     };
-    let items = rows.iter().map(codec::order).collect::<Result<Vec<_>, _>>()?;
+    let items = rows
+        .iter()
+        .map(codec::order)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(page(items, limit, |o| o.id.to_string()))
 }
 
@@ -161,8 +169,16 @@ pub async fn ledger_page(
         codec::LEDGER
     );
     let before = before.map(|b| b.to_string());
-    let rows = query(c, &sql, &[&account.to_string(), &before, &fetch_limit(limit)]).await?;
-    let items = rows.iter().map(codec::ledger).collect::<Result<Vec<_>, _>>()?;
+    let rows = query(
+        c,
+        &sql,
+        &[&account.to_string(), &before, &fetch_limit(limit)],
+    )
+    .await?;
+    let items = rows
+        .iter()
+        .map(codec::ledger)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(page(items, limit, |e| e.id.clone()))
 }
 
@@ -180,7 +196,10 @@ pub async fn events_page(
         &[&account.to_string(), &after, &fetch_limit(limit)],
     )
     .await?;
-    let items = rows.iter().map(codec::event).collect::<Result<Vec<_>, _>>()?;
+    let items = rows
+        .iter()
+        .map(codec::event)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(page(items, limit, |e| e.id.clone()))
 }
 

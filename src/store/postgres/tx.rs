@@ -86,7 +86,11 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-pub async fn query<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+pub async fn query<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
     let statement = c.prepare_cached(sql).await?;
     Ok(c.query(&statement, params).await?)
 }
@@ -167,7 +171,9 @@ macro_rules! retried {
                 Err(fault) => Err(fault),
             };
             match outcome {
-                Err(fault) if fault.retryable() && tries + 1 < $crate::store::postgres::tx::MAX_TRIES => {
+                Err(fault)
+                    if fault.retryable() && tries + 1 < $crate::store::postgres::tx::MAX_TRIES =>
+                {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
                 }

@@ -218,7 +218,11 @@ impl Trees {
         let outcome = trees.transaction(
             |(orders, refunds, balances, ledger, events, outbox, keys, expiry)| {
                 let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(&account, Some(&request.claim), RefundRefusal::KeyTaken(None))?;
+                key_trees.require_free(
+                    &account,
+                    Some(&request.claim),
+                    RefundRefusal::KeyTaken(None),
+                )?;
                 let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
                     return refuse(RefundRefusal::NotFound);
                 };
