@@ -65,8 +65,41 @@ async fn give_back(
     insert_ledger(tx, account, &entry).await
 }
 
-/// The event of a change (its id made under the account's event lock) and its first
-/// callback, due at once, when the order has a callbackUrl.
+/// The event of a change and its first callback, due at once, when the order has a
+/// callbackUrl. The caller holds the account's event lock, so the id follows the commits.
+fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> Event {
+    Event {
+        id: Id::new(IdKind::Event).to_string(),
+        kind,
+        account_id: order.account_id,
+        created_at: now,
+        order: order.clone(),
+        refund,
+    }
+}
+
+/// Writes the event and, when its order has a callbackUrl, its first delivery.
+async fn insert_event_and_callback(tx: &Transaction<'_>, event: &Event) -> Result<(), Fault> {
+    match &event.order.callback_url {
+        Some(url) => {
+            let delivery = Delivery {
+                event_id: event.id.clone(),
+                account_id: event.account_id,
+                url: url.clone(),
+                attempt: 1,
+            };
+            futures_util::future::try_join(
+                insert_event(tx, event),
+                insert_delivery(tx, event.created_at, &delivery),
+            )
+            .await?;
+        }
+        None => insert_event(tx, event).await?,
+    }
+    Ok(())
+}
+
+/// The event of one order's change, its id made under the account's event lock.
 async fn record_event(
     tx: &Transaction<'_>,
     kind: EventKind,
@@ -75,31 +108,7 @@ async fn record_event(
     now: Millis,
 ) -> Result<(), Fault> {
     lock_events(tx, &order.account_id).await?;
-    let event = Event {
-        id: Id::new(IdKind::Event).to_string(),
-        kind,
-        account_id: order.account_id,
-        created_at: now,
-        order: order.clone(),
-        refund,
-    };
-    let callback = order.callback_url.as_ref().map(|url| Delivery {
-        event_id: event.id.clone(),
-        account_id: event.account_id,
-        url: url.clone(),
-        attempt: 1,
-    });
-    match &callback {
-        Some(delivery) => {
-            futures_util::future::try_join(
-                insert_event(tx, &event),
-                insert_delivery(tx, event.created_at, delivery),
-            )
-            .await?;
-        }
-        None => insert_event(tx, &event).await?,
-    }
-    Ok(())
+    insert_event_and_callback(tx, &event_of(kind, order, refund, now)).await
 }
 
 pub async fn cancel_order(
@@ -227,10 +236,22 @@ pub async fn complete_due_orders(
         order.status = OrderStatus::Completed;
         order.updated_at = now;
     }
+    let mut accounts: Vec<AccountId> = due.iter().map(|o| o.account_id).collect();
+    accounts.dedup();
+    // Sent as one pipeline each: the updates, the event locks (in account order), then the
+    // events, whose ids are made once every lock is held.
     try_join_all(due.iter().map(|order| update_order(&tx, order))).await?;
-    for order in &due {
-        record_event(&tx, EventKind::OrderCompleted, order, None, now).await?;
-    }
+    try_join_all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
+    let events: Vec<Event> = due
+        .iter()
+        .map(|order| event_of(EventKind::OrderCompleted, order, None, now))
+        .collect();
+    try_join_all(
+        events
+            .iter()
+            .map(|event| insert_event_and_callback(&tx, event)),
+    )
+    .await?;
     tx.commit().await?;
     Ok(due.len())
 }
