@@ -2,12 +2,18 @@
 //! `postgresql://`, `sslmode=disable|prefer|require`), TLS through rustls, and a pool that
 //! drops closed connections and opens new ones by itself, so a database that comes back is
 //! used again without a restart.
+//!
+//! Every connection's socket and task live on the engine's own runtime. Left to the pool's
+//! default, a connection is driven by whichever runtime first opened it: one opened by the
+//! startup thread would then stall a worker that borrowed it while that thread waits (as it
+//! does at shutdown, joining the workers), and the process would never exit.
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Connect, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -39,11 +45,74 @@ pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
     Ok(config)
 }
 
+/// The runtime that drives every connection's I/O, stopped when the pool goes.
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        // Never blocks: the pool may be dropped inside another runtime.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Opens connections on the engine's own runtime.
+struct OnOwnRuntime {
+    tls: MakeRustlsConnect,
+    handle: tokio::runtime::Handle,
+    _runtime: Arc<IoRuntime>,
+}
+
+impl Connect for OnOwnRuntime {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (config, tls) = (pg_config.clone(), self.tls.clone());
+        let opened = self.handle.spawn(async move {
+            let (client, connection) = config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    log::warn!("database connection closed: {}", super::tx::describe(&e));
+                }
+            });
+            Ok((client, task))
+        });
+        Box::pin(async move {
+            match opened.await {
+                Ok(outcome) => outcome,
+                // Only while the engine stops: report it as a connection that could not open.
+                Err(_) => Err(tokio_postgres::Config::new()
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .err()
+                    .expect("a configuration without a host does not connect")),
+            }
+        })
+    }
+}
+
 /// A pool of up to `size` connections.
 pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String> {
-    let manager = Manager::from_config(
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("orderly-postgres")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the database runtime: {e}"))?;
+    let handle = runtime.handle().clone();
+    let connect = OnOwnRuntime {
+        tls: tls(),
+        handle,
+        _runtime: Arc::new(IoRuntime(Some(runtime))),
+    };
+    let manager = Manager::from_connect(
         config,
-        tls(),
+        connect,
         ManagerConfig {
             // A connection the server closed is noticed and replaced; a live one costs nothing.
             recycling_method: RecyclingMethod::Fast,
