@@ -82,7 +82,7 @@ fi
 
 echo
 echo "POST /b2b/orders, ${BENCH_SECONDS}s per run, $(nproc) CPUs, wrk on the same host," \
-  "$(date -u +%Y-%m-%d), $(basename "$ORDERLY"), ${DATABASE_URL:+PostgreSQL}${DATABASE_URL:-sled}"
+  "$(date -u +%Y-%m-%d), $(basename "$ORDERLY") on $([ -n "$DATABASE_URL" ] && echo PostgreSQL || echo sled)"
 echo
 echo "| scenario | connections | requests/s | p50 ms | p99 ms | errors | replayed |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
