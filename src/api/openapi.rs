@@ -216,7 +216,13 @@ impl Modify for SharedResponses {
                             .into(),
                     );
                 }
-                if is_write || path.starts_with("/b2b/") {
+                // Admin reads refuse a bad query (a limit of 0) with the same 422.
+                let has_query = operation.parameters.as_ref().is_some_and(|params| {
+                    params
+                        .iter()
+                        .any(|p| p.parameter_in == utoipa::openapi::path::ParameterIn::Query)
+                });
+                if is_write || path.starts_with("/b2b/") || has_query {
                     add_missing(
                         operation,
                         "422",
