@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Throughput/latency of POST /b2b/orders under wrk, printed as a Markdown table for BENCHMARKS.md.
 #
-#   ORDERLY_BIN=path/to/orderly BENCH_SECONDS=10 scripts/bench.sh
+#   ORDERLY_BIN=path/to/orderly BENCH_SECONDS=10 scripts/bench.sh [--database-url URL]
+#
+# With --database-url (a maintenance URL of a PostgreSQL server) the server runs on a fresh
+# database of that server (dropped afterwards) instead of a sled data dir.
 #
 # Starts a server on a scratch data dir (127.0.0.1, random port), creates 100 accounts with a
 # balance of 10^12, one product priced 1, and a pool of 1000 existing orders (one per key). Then,
@@ -18,14 +21,26 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
+DATABASE_URL=
+if [ "${1:-}" = --database-url ]; then
+  DATABASE_URL=${2:?--database-url needs a URL}
+  shift 2
+fi
 BENCH_SECONDS=${BENCH_SECONDS:-10}
 CONNS=${BENCH_CONNS:-"1 16 64"}
 resolve_bin
 ensure_wrk
 make_work
 
+engine=()
+if [ -n "$DATABASE_URL" ]; then
+  bench_db=orderly_bench_$$
+  PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 \
+    -c "DROP DATABASE IF EXISTS $bench_db" -c "CREATE DATABASE $bench_db" >/dev/null
+  engine=(--database-url "$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$DATABASE_URL" "$bench_db")")
+fi
 # shellcheck disable=SC2086  # BENCH_SERVER_FLAGS is a list of flags
-start_server "$WORK/db" "$WORK/server" ${BENCH_SERVER_FLAGS:-}
+start_server "$WORK/db" "$WORK/server" "${engine[@]}" ${BENCH_SERVER_FLAGS:-}
 log "server $SERVER_PID at $BASE_URL; creating 100 accounts and a pool of 1000 orders"
 "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 100 --out "$WORK/accounts.tsv"
 "${CLIENT[@]}" precreate --base "$BASE_URL" --accounts "$WORK/accounts.tsv" --count 1000 \
@@ -61,10 +76,13 @@ ledger_ok=1
 "${CLIENT[@]}" verify --base "$BASE_URL" --accounts "$WORK/accounts.tsv" >"$WORK/verify.txt" || ledger_ok=0
 cat "$WORK/verify.txt" >&2
 stop_server "$SERVER_PID"
+if [ -n "$DATABASE_URL" ]; then
+  psql "$DATABASE_URL" -qAt -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null || true
+fi
 
 echo
 echo "POST /b2b/orders, ${BENCH_SECONDS}s per run, $(nproc) CPUs, wrk on the same host," \
-  "$(date -u +%Y-%m-%d), $(basename "$ORDERLY")"
+  "$(date -u +%Y-%m-%d), $(basename "$ORDERLY") on $([ -n "$DATABASE_URL" ] && echo PostgreSQL || echo sled)"
 echo
 echo "| scenario | connections | requests/s | p50 ms | p99 ms | errors | replayed |"
 echo "|---|---:|---:|---:|---:|---:|---:|"

@@ -27,8 +27,10 @@ pub enum Command {
     Serve(Box<Settings>),
     /// Print the number of rows in each keyspace of a stopped server's database.
     Stats(StatsArgs),
-    /// Restore a backup (from GET /admin/backup) into an empty data directory.
+    /// Restore a backup (from GET /admin/backup) into an empty data directory or database.
     Restore(RestoreArgs),
+    /// Apply the pending schema migrations to a PostgreSQL database, then exit.
+    Migrate(MigrateArgs),
 }
 
 #[derive(Clone, Debug, Args)]
@@ -37,8 +39,23 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub from: PathBuf,
     /// The sled data directory to create; it must not exist or be empty.
-    #[arg(long, env = "ORDERLY_DATA_DIR")]
-    pub data_dir: PathBuf,
+    #[arg(
+        long,
+        env = "ORDERLY_DATA_DIR",
+        required_unless_present = "database_url",
+        conflicts_with = "database_url"
+    )]
+    pub data_dir: Option<PathBuf>,
+    /// Or a PostgreSQL database whose orderly tables hold no rows (migrated first).
+    #[arg(long, hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct MigrateArgs {
+    /// postgres://user:password@host:port/dbname (sslmode=disable|prefer|require).
+    #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -54,9 +71,18 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
-    /// The sled database directory.
+    /// The sled database directory (unused with --database-url).
     #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
     pub data_dir: PathBuf,
+
+    /// PostgreSQL instead of sled: postgres://user:password@host:port/dbname, with
+    /// sslmode=disable|prefer|require; the schema is migrated before listening.
+    #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Most connections held to PostgreSQL.
+    #[arg(long, env = "ORDERLY_DATABASE_POOL_SIZE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub database_pool_size: u32,
 
     /// Seed data/demo.json into an empty database and print the demo keys.
     #[arg(long, env = "ORDERLY_DEMO")]

@@ -5,6 +5,7 @@
 use clap::Parser;
 use orderly::config::{Cli, Command};
 use orderly::startup::{Application, RunError, StartupError};
+use orderly::store::postgres as shared;
 use orderly::store::sled as embedded;
 
 fn main() -> std::process::ExitCode {
@@ -14,6 +15,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(settings) => *settings,
         Command::Stats(args) => return print_stats(&args.data_dir),
         Command::Restore(args) => return restore(&args),
+        Command::Migrate(args) => return migrate(&args.database_url),
     };
     let outcome = actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
@@ -25,6 +27,13 @@ fn main() -> std::process::ExitCode {
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            // A schema newer than this binary: one line, and the usage status.
+            if let Some(StartupError::Database(why @ shared::OpenError::SchemaTooNew(_))) =
+                e.downcast_ref::<StartupError>()
+            {
+                eprintln!("orderly: {why}");
+                return std::process::ExitCode::from(2);
+            }
             log::error!("{e}");
             eprintln!("orderly: {e}");
             if e.downcast_ref::<RunError>()
@@ -56,6 +65,25 @@ fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("orderly: restore refused: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `orderly migrate`: the pending migrations applied, one line on stdout, exit 0; a schema
+/// newer than this binary is exit 2, any other failure exit 1, each with one line on stderr.
+fn migrate(url: &str) -> std::process::ExitCode {
+    match actix_web::rt::System::new().block_on(shared::migrate(url)) {
+        Ok(applied) => {
+            println!("orderly: schema up to date (applied now: {applied:?})");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e @ shared::OpenError::SchemaTooNew(_)) => {
+            eprintln!("orderly: {e}");
+            std::process::ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("orderly: migrate failed: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -80,7 +80,7 @@ impl Default for Metrics {
         let commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register(
             "commit_flush_seconds",
-            "Time of one group-commit flush (sled flush + fdatasync)",
+            "Time of one durable commit (sled: a group flush + fdatasync; PostgreSQL: a write transaction)",
             commit_seconds.clone(),
         );
         let commit_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));

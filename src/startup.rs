@@ -20,6 +20,7 @@ use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
+use crate::store::postgres as shared;
 use crate::store::sled as embedded;
 use crate::store::{Store, StoreError};
 use crate::tls::ReloadingCert;
@@ -30,6 +31,8 @@ use crate::workers::{fulfillment, pruner, sweeper, Periodic};
 pub enum StartupError {
     #[error("cannot open the database in {path}: {source}")]
     Store { path: String, source: StoreError },
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] shared::OpenError),
     #[error("cannot bind {0}: {1}")]
     Bind(String, std::io::Error),
     #[error("{0}")]
@@ -78,16 +81,27 @@ impl Application {
             _ => None,
         };
         let metrics = Arc::new(Metrics::default());
-        let store = embedded::open(embedded::Options {
-            path: settings.data_dir.clone(),
-            cache_bytes: settings.cache_mb * 1024 * 1024,
-            metrics: Arc::clone(&metrics),
-            flush_hook,
-        })
-        .map_err(|source| StartupError::Store {
-            path: settings.data_dir.display().to_string(),
-            source,
-        })?;
+        let store = match &settings.database_url {
+            // The schema is migrated before anything listens.
+            Some(url) => {
+                shared::open(shared::Options {
+                    url: url.clone(),
+                    pool_size: settings.database_pool_size as usize,
+                    metrics: Arc::clone(&metrics),
+                })
+                .await?
+            }
+            None => embedded::open(embedded::Options {
+                path: settings.data_dir.clone(),
+                cache_bytes: settings.cache_mb * 1024 * 1024,
+                metrics: Arc::clone(&metrics),
+                flush_hook,
+            })
+            .map_err(|source| StartupError::Store {
+                path: settings.data_dir.display().to_string(),
+                source,
+            })?,
+        };
         if settings.demo {
             crate::demo::seed_and_announce(
                 &*store,

@@ -284,7 +284,7 @@ pub async fn credit_account(
 async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstUse, ApiError> {
     match store.credit(credit).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
-        Err(CreditRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(CreditRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BadRequest(
             "balance_too_large: the balance after this credit does not fit".into(),
         )),

@@ -29,8 +29,9 @@ const FIRST_USE_TRIES: usize = 3;
 pub enum FirstUse {
     /// Committed and on disk; the body is the 200 to send.
     Durable(Vec<u8>),
-    /// A concurrent first use committed the key first: decide again from its row.
-    KeyTaken,
+    /// A concurrent first use committed the key first: its row decides (looked up again
+    /// when the engine did not read it).
+    KeyTaken(crate::store::Taken),
 }
 
 /// One idempotent write: who is asking, under which key, for what.
@@ -80,7 +81,8 @@ where
         match first_use().await? {
             FirstUse::Durable(body) => return Ok(json_response(body)),
             // Taken by a concurrent first use: its row decides on the next lookup.
-            FirstUse::KeyTaken => continue,
+            FirstUse::KeyTaken(Some(record)) => return decide(metrics, &write, *record),
+            FirstUse::KeyTaken(None) => continue,
         }
     }
     metrics.key_conflict("in_progress");
@@ -95,7 +97,7 @@ where
 {
     match first_use.await? {
         FirstUse::Durable(body) => Ok(json_response(body)),
-        FirstUse::KeyTaken => Err(ApiError::Internal(
+        FirstUse::KeyTaken(_) => Err(ApiError::Internal(
             "a write without a key reported its key taken".into(),
         )),
     }

@@ -179,7 +179,7 @@ async fn first_use(
 ) -> Result<FirstUse, ApiError> {
     match store.place_order(order).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
-        Err(OrderRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(OrderRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(OrderRefusal::Basket(rejection)) => Err(ApiError::BadRequest(rejection.message())),
         Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance)) => {
             metrics.payment_refused("insufficient_balance");
@@ -188,6 +188,10 @@ async fn first_use(
         Err(OrderRefusal::Shortfall(Shortfall::ExceedsCreditLimit)) => {
             metrics.payment_refused("exceeds_credit_limit");
             Err(ApiError::PaymentRequired("Exceeds credit limit"))
+        }
+        Err(OrderRefusal::ConcurrentModification) => {
+            metrics.payment_refused("concurrent_balance_modification");
+            Err(ApiError::PaymentRequired("Concurrent balance modification"))
         }
     }
 }

@@ -95,7 +95,7 @@ async fn cancel_first_use(
 ) -> Result<FirstUse, ApiError> {
     match store.cancel_order(request).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
-        Err(CancelRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(CancelRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CancelRefusal::NotFound) => Err(order_not_found(path)),
         Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
             "order_not_cancellable: the order is {}; only a processing order can be cancelled",
@@ -181,7 +181,7 @@ async fn refund_first_use(
 ) -> Result<FirstUse, ApiError> {
     match store.refund_order(request).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
-        Err(RefundRefusal::KeyTaken) => Ok(FirstUse::KeyTaken),
+        Err(RefundRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(RefundRefusal::NotFound) => Err(order_not_found(path)),
         Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(
             "order_not_refundable: the order is {}; only a completed order can be refunded",

@@ -5,8 +5,11 @@
 //!
 //! The operations are business-level (`place_order`, `replay_lookup`, `credit`, ...), never a
 //! key-value API, so that each engine implements them with its own transactions: `sled` is
-//! the embedded engine (one binary, nothing else to run).
+//! the embedded engine (one binary, nothing else to run), `postgres` the shared one
+//! (a database that operators already run, replicate and back up).
 
+/// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
+pub mod postgres;
 mod records;
 /// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
 pub mod sled;
@@ -25,7 +28,7 @@ use crate::domain::time::Millis;
 pub use records::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyClaim, KeyRecord,
     NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord, ProviderRefusal,
-    Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, StoredResponse,
+    Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, StoredResponse, Taken,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]

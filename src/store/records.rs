@@ -21,7 +21,7 @@ use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
 /// The exact response of a key's first successful use, replayed byte for byte.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
@@ -32,13 +32,18 @@ pub struct StoredResponse {
 
 /// A used key: what it was used for and what was answered, in one row, so that a lookup
 /// racing the sweeper sees all of it or none of it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub operation: Operation,
     pub fingerprint: Fingerprint,
     pub expires_at: Millis,
     pub response: StoredResponse,
 }
+
+/// The row of a key that a concurrent first use committed first, when the engine read it
+/// (PostgreSQL does, under the key's lock): it decides at once, even if the sweeper deletes
+/// it a moment later. `None`: look the key up again.
+pub type Taken = Option<Box<KeyRecord>>;
 
 /// A first use of a key, recorded by the operation's own transaction when it succeeds.
 #[derive(Clone, Debug)]
@@ -66,7 +71,10 @@ pub enum OrderRefusal {
     Basket(BasketRejection),
     Shortfall(Shortfall),
     /// A concurrent first use of the same key committed first: look the key up again.
-    KeyTaken,
+    KeyTaken(Taken),
+    /// The balance kept being changed by concurrent commits until the engine's retries were
+    /// spent (PostgreSQL only; the embedded engine never races).
+    ConcurrentModification,
 }
 
 pub struct CancelRequest {
@@ -80,7 +88,7 @@ pub struct CancelRequest {
 pub enum CancelRefusal {
     NotFound,
     NotCancellable(OrderStatus),
-    KeyTaken,
+    KeyTaken(Taken),
 }
 
 pub struct RefundRequest {
@@ -98,7 +106,7 @@ pub enum RefundRefusal {
     NotFound,
     NotRefundable(OrderStatus),
     ExceedsRemaining { remaining: i64 },
-    KeyTaken,
+    KeyTaken(Taken),
 }
 
 pub struct NewCredit {
@@ -117,7 +125,7 @@ pub enum CreditRefusal {
     /// The balance would not fit in an i64.
     BalanceOverflow,
     /// The key was taken by a concurrent first use: look it up again.
-    KeyTaken,
+    KeyTaken(Taken),
 }
 
 /// An inbound payment notification, unique by `(provider, external_id)`.

@@ -13,19 +13,21 @@ use std::sync::{Arc, Mutex};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, spawn_app_with, start, ADMIN_TOKEN};
+use crate::helpers::{basket, on_postgres, spawn_app_with, start, TestDatabase, ADMIN_TOKEN};
 
 /// Every key answered 200, with its order id and the exact body of that answer.
 type Answers = HashMap<String, (String, Vec<u8>)>;
 
-fn restore(file: &Path, data_dir: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_orderly"))
-        .args(["restore", "--from"])
-        .arg(file)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .output()
-        .expect("orderly restore runs")
+/// `orderly restore` into `data_dir`, or on PostgreSQL into the database that `start(data_dir)`
+/// will use (created here, empty, on first use).
+fn restore(file: &Path, data_dir: &Path, database: &Option<TestDatabase>) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_orderly"));
+    command.args(["restore", "--from"]).arg(file);
+    match database {
+        Some(db) => command.args(["--database-url", &db.url]),
+        None => command.arg("--data-dir").arg(data_dir),
+    };
+    command.output().expect("orderly restore runs")
 }
 
 /// The keys a backup file holds (its idempotency-key records).
@@ -112,7 +114,8 @@ async fn a_backup_taken_under_load_restores_every_acknowledged_order_and_replays
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, &backup).unwrap();
     let restored_dir = dir.path().join("restored");
-    let out = restore(&file, &restored_dir);
+    let database = on_postgres().then(|| TestDatabase::create(&restored_dir));
+    let out = restore(&file, &restored_dir, &database);
     assert!(
         out.status.success(),
         "{}",
@@ -164,7 +167,7 @@ async fn a_backup_taken_under_load_restores_every_acknowledged_order_and_replays
 
     // Into a target that holds data: refused, and the data is untouched.
     drop(restored);
-    let again = restore(&file, &restored_dir);
+    let again = restore(&file, &restored_dir, &database);
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
 }
@@ -197,7 +200,8 @@ async fn a_truncated_or_altered_backup_restores_nothing() {
         let file = dir.path().join(name);
         std::fs::write(&file, bytes).unwrap();
         let target = dir.path().join(format!("{name}-db"));
-        let out = restore(&file, &target);
+        let database = on_postgres().then(|| TestDatabase::create(&target));
+        let out = restore(&file, &target, &database);
         assert_eq!(out.status.code(), Some(1), "{name}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr}");
@@ -206,7 +210,7 @@ async fn a_truncated_or_altered_backup_restores_nothing() {
     // The untouched file restores.
     let file = dir.path().join("whole");
     std::fs::write(&file, &backup).unwrap();
-    assert!(restore(&file, &dir.path().join("whole-db"))
-        .status
-        .success());
+    let target = dir.path().join("whole-db");
+    let database = on_postgres().then(|| TestDatabase::create(&target));
+    assert!(restore(&file, &target, &database).status.success());
 }

@@ -1,10 +1,16 @@
 //! `spawn_app()`: the real `orderly` binary on a free port over a fresh data directory, and
 //! the calls the tests make against it.
+//!
+//! With `ORDERLY_TEST_DATABASE_URL` set (a maintenance URL of a PostgreSQL server), every
+//! server runs on PostgreSQL instead: a fresh database per server, cloned from a template
+//! that `orderly migrate` prepared once per test run; a restart reuses the same database.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use reqwest::{Client, Response, StatusCode};
@@ -23,7 +29,134 @@ pub struct TestApp {
     /// Every line the server logged on stderr so far (also passed through to the test's).
     logged: Arc<Mutex<Vec<String>>>,
     _data_root: Option<tempfile::TempDir>,
+    /// On PostgreSQL: the server's database, dropped with the last app that uses it.
+    _database: Option<TestDatabase>,
     child: Child,
+}
+
+/// The maintenance URL of the PostgreSQL server the tests run on, if they do.
+pub fn test_database_url() -> Option<String> {
+    std::env::var("ORDERLY_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+}
+
+pub fn on_postgres() -> bool {
+    test_database_url().is_some()
+}
+
+/// True (and says so) when the tests run on PostgreSQL and this test is about the embedded
+/// engine only; the caller returns at once. `.ci/run` also leaves these out by name.
+pub fn skip_on_postgres(why: &str) -> bool {
+    if on_postgres() {
+        eprintln!("SKIPPED on PostgreSQL: {why}");
+        return true;
+    }
+    false
+}
+
+/// The URL of database `name` on the test server.
+pub fn database_url(name: &str) -> String {
+    let mut url = url::Url::parse(&test_database_url().expect("on PostgreSQL")).expect("a URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+/// Runs SQL on the maintenance database (off the test's runtime: on a thread of its own).
+pub fn maintenance_sql(sql: String) -> Result<(), String> {
+    sql_on(test_database_url().expect("on PostgreSQL"), sql)
+}
+
+/// Runs SQL on the database at `url`, on a thread of its own.
+pub fn sql_on(url: String, sql: String) -> Result<(), String> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            let connection = tokio::spawn(connection);
+            let done = client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| format!("{sql}: {:?}", e.as_db_error().map(|d| d.message())));
+            drop(client);
+            let _ = connection.await;
+            done
+        })
+    })
+    .join()
+    .map_err(|_| "the SQL thread panicked".to_string())?
+}
+
+/// The template every test database is cloned from, migrated once per run.
+fn template() -> &'static str {
+    static TEMPLATE: OnceLock<String> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let name = format!("orderly_tpl_{}", std::process::id());
+        maintenance_sql(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+        maintenance_sql(format!("CREATE DATABASE {name}")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+            .args(["migrate", "--database-url", &database_url(&name)])
+            .output()
+            .expect("orderly migrate runs");
+        assert!(
+            out.status.success(),
+            "orderly migrate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        name
+    })
+}
+
+/// A database of its own for one server (and its restarts), dropped when its last app goes.
+pub struct TestDatabase {
+    pub name: String,
+    pub url: String,
+    data_dir: PathBuf,
+}
+
+/// Which database belongs to which data directory, so that `start(dir)` after a crash finds
+/// the database the first start used.
+fn databases() -> &'static Mutex<HashMap<PathBuf, String>> {
+    static DATABASES: OnceLock<Mutex<HashMap<PathBuf, String>>> = OnceLock::new();
+    DATABASES.get_or_init(Default::default)
+}
+
+impl TestDatabase {
+    /// A fresh, migrated database (a copy of the template).
+    pub fn create(data_dir: &Path) -> TestDatabase {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let template = template();
+        let name = format!(
+            "orderly_t_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        maintenance_sql(format!("CREATE DATABASE {name} TEMPLATE {template}")).unwrap();
+        databases()
+            .lock()
+            .unwrap()
+            .insert(data_dir.to_path_buf(), name.clone());
+        TestDatabase {
+            url: database_url(&name),
+            name,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        databases().lock().unwrap().remove(&self.data_dir);
+        let _ = maintenance_sql(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
 }
 
 /// The server with default flags (and a generous rate limit) on a fresh database.
@@ -61,13 +194,26 @@ pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
 }
 
 fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) -> TestApp {
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        data_dir.display().to_string(),
-    ];
+    let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
+    // On PostgreSQL: the data directory's database, created on its first start.
+    let mut database = None;
+    if extra.contains(&"--database-url") {
+        // The test chose its own database.
+    } else if on_postgres() {
+        let known = databases().lock().unwrap().get(data_dir).cloned();
+        let url = match known {
+            Some(name) => database_url(&name),
+            None => {
+                let created = TestDatabase::create(data_dir);
+                let url = created.url.clone();
+                database = Some(created);
+                url
+            }
+        };
+        args.extend(["--database-url".into(), url]);
+    } else {
+        args.extend(["--data-dir".into(), data_dir.display().to_string()]);
+    }
     if with_admin {
         args.extend(["--admin-token".into(), ADMIN_TOKEN.into()]);
     }
@@ -125,6 +271,7 @@ fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) ->
         printed,
         logged,
         _data_root: None,
+        _database: database,
         child,
     }
 }
@@ -172,6 +319,12 @@ impl TestApp {
             .expect("GET call")
     }
 
+    /// On PostgreSQL, the URL of this server's database.
+    pub fn database_url(&self) -> Option<String> {
+        let name = databases().lock().unwrap().get(&self.data_dir).cloned()?;
+        Some(database_url(&name))
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -201,8 +354,10 @@ impl TestApp {
     /// Starts again on the same data after the process has ended.
     pub fn restart(mut self, extra: &[&str]) -> TestApp {
         let root = self._data_root.take();
+        let database = self._database.take();
         let mut app = start(&self.data_dir, extra);
         app._data_root = root;
+        app._database = app._database.take().or(database);
         app
     }
 
@@ -211,8 +366,10 @@ impl TestApp {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let root = self._data_root.take();
+        let database = self._database.take();
         let mut app = start(&self.data_dir, extra);
         app._data_root = root;
+        app._database = app._database.take().or(database);
         app
     }
 

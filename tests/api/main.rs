@@ -18,6 +18,7 @@ mod lifecycle;
 mod operations;
 mod order_of_checks;
 mod payment;
+mod postgres;
 mod providers;
 mod reads;
 mod replay;

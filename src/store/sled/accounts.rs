@@ -124,7 +124,11 @@ impl Trees {
         let outcome = (&self.balances, &self.ledger, keys, expiry).transaction(
             |(balances, ledger, keys, expiry)| {
                 let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(&account, credit.claim.as_ref(), CreditRefusal::KeyTaken)?;
+                key_trees.require_free(
+                    &account,
+                    credit.claim.as_ref(),
+                    CreditRefusal::KeyTaken(None),
+                )?;
                 let before = read_balance(balances, &account)?;
                 let Some(after) = before.checked_add(credit.amount) else {
                     return refuse(CreditRefusal::BalanceOverflow);

@@ -164,7 +164,7 @@ impl Trees {
                 key_trees.require_free(
                     &account,
                     request.claim.as_ref(),
-                    CancelRefusal::KeyTaken,
+                    CancelRefusal::KeyTaken(None),
                 )?;
                 let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
                     return refuse(CancelRefusal::NotFound);
@@ -218,7 +218,11 @@ impl Trees {
         let outcome = trees.transaction(
             |(orders, refunds, balances, ledger, events, outbox, keys, expiry)| {
                 let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(&account, Some(&request.claim), RefundRefusal::KeyTaken)?;
+                key_trees.require_free(
+                    &account,
+                    Some(&request.claim),
+                    RefundRefusal::KeyTaken(None),
+                )?;
                 let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
                     return refuse(RefundRefusal::NotFound);
                 };

@@ -59,7 +59,7 @@ impl Trees {
                 expiry,
             )| {
                 let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(&account, Some(&new.claim), OrderRefusal::KeyTaken)?;
+                key_trees.require_free(&account, Some(&new.claim), OrderRefusal::KeyTaken(None))?;
                 let region = new.account.region.as_deref();
                 let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
                     match tx(products.get(id.as_bytes()))? {

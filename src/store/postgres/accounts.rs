@@ -1,0 +1,140 @@
+//! Accounts, their keys and products (the operator's writes), and the two ways money comes
+//! in: an admin credit (with its key's row when it has one) and a provider's notification,
+//! unique by `(provider, external_id)`.
+
+use deadpool_postgres::Object;
+use tokio_postgres::error::SqlState;
+
+use super::rows::{insert_key_row, insert_ledger, insert_provider_payment, key_row};
+use super::tx::{execute, key_taken, query_opt, Fault};
+use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::ledger::{LedgerEntry, LedgerReason};
+use crate::domain::order::BalanceView;
+use crate::domain::time::now_millis;
+use crate::store::{
+    CreditRefusal, NewCredit, ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Recorded,
+    StoreError,
+};
+
+/// Adds `amount` to the balance in one statement; `None` when the sum would not fit.
+async fn add_to_balance(
+    tx: &deadpool_postgres::Transaction<'_>,
+    account: &AccountId,
+    amount: i64,
+) -> Result<Option<i64>, Fault> {
+    let added = query_opt(
+        tx,
+        "UPDATE balances SET available = available + $1 WHERE account_id = $2 RETURNING available",
+        &[&amount, &account.to_string()],
+    )
+    .await;
+    match added {
+        Ok(Some(row)) => Ok(Some(row.get(0))),
+        Ok(None) => {
+            Err(StoreError::Corrupt(format!("account {account} has no balance row")).into())
+        }
+        Err(fault) if fault.is(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) => Ok(None),
+        Err(fault) => Err(fault),
+    }
+}
+
+pub async fn credit(
+    client: &mut Object,
+    credit: &NewCredit,
+) -> Result<Result<Vec<u8>, CreditRefusal>, Fault> {
+    let tx = client.transaction().await?;
+    let account = credit.account.id;
+    if let Some(claim) = &credit.claim {
+        if let Some(row) = key_taken(&tx, &account, &claim.key).await? {
+            return Ok(Err(CreditRefusal::KeyTaken(row)));
+        }
+    }
+    let Some(after) = add_to_balance(&tx, &account, credit.amount).await? else {
+        return Ok(Err(CreditRefusal::BalanceOverflow));
+    };
+    let now = now_millis();
+    let entry = LedgerEntry {
+        id: Id::new(IdKind::Transaction).to_string(),
+        amount: credit.amount,
+        reason: credit.reason,
+        reference: credit.reference.clone(),
+        balance_after: after,
+        created_at: now,
+    };
+    let body = (credit.render)(&BalanceView {
+        available: after,
+        credit_limit: credit.account.credit_limit,
+        currency: credit.currency.clone(),
+    });
+    match &credit.claim {
+        Some(claim) => {
+            let row = key_row(claim, now, body.clone());
+            futures_util::future::try_join(
+                insert_ledger(&tx, &account, &entry),
+                insert_key_row(&tx, &account, claim.key.as_str(), &row),
+            )
+            .await?;
+        }
+        None => insert_ledger(&tx, &account, &entry).await?,
+    }
+    tx.commit().await?;
+    Ok(Ok(body))
+}
+
+pub async fn record_provider_payment(
+    client: &mut Object,
+    payment: &ProviderCredit,
+) -> Result<Result<Recorded, ProviderRefusal>, Fault> {
+    let tx = client.transaction().await?;
+    let seen = query_opt(
+        &tx,
+        "SELECT 1 FROM provider_payments WHERE provider = $1 AND external_id = $2",
+        &[&payment.provider, &payment.external_id],
+    )
+    .await?;
+    if seen.is_some() {
+        return Ok(Ok(Recorded::Duplicate));
+    }
+    let Some(after) = add_to_balance(&tx, &payment.account, payment.amount).await? else {
+        return Ok(Err(ProviderRefusal::BalanceOverflow));
+    };
+    let now = now_millis();
+    let txn_id = Id::new(IdKind::Transaction).to_string();
+    let record = ProviderPaymentRecord {
+        provider: payment.provider.clone(),
+        external_id: payment.external_id.clone(),
+        txn_id: txn_id.clone(),
+        account: payment.account,
+        amount: payment.amount,
+        received_at: now,
+    };
+    // The primary key, not the check above, is what makes a concurrent repeat credit once:
+    // the second insert waits for the first transaction and then fails.
+    match insert_provider_payment(&tx, &record).await {
+        Ok(()) => {}
+        Err(fault) if fault.is(&SqlState::UNIQUE_VIOLATION) => return Ok(Ok(Recorded::Duplicate)),
+        Err(fault) => return Err(fault),
+    }
+    let entry = LedgerEntry {
+        id: txn_id,
+        amount: payment.amount,
+        reason: LedgerReason::ProviderPayment,
+        reference: payment.external_id.clone(),
+        balance_after: after,
+        created_at: now,
+    };
+    insert_ledger(&tx, &payment.account, &entry).await?;
+    tx.commit().await?;
+    Ok(Ok(Recorded::Credited))
+}
+
+/// Marks the key revoked; false when there is no such key.
+pub async fn revoke_api_key(client: &Object, key_id: &Id) -> Result<bool, Fault> {
+    let changed = execute(
+        client,
+        "UPDATE api_keys SET revoked = true WHERE id = $1",
+        &[&key_id.to_string()],
+    )
+    .await?;
+    Ok(changed > 0)
+}

@@ -1,0 +1,214 @@
+//! From `--database-url` to a pool: the URL as libpq reads it (`postgres://` or
+//! `postgresql://`, `sslmode=disable|prefer|require`), TLS through rustls, and a pool that
+//! drops closed connections and opens new ones by itself, so a database that comes back is
+//! used again without a restart.
+//!
+//! Every connection's socket and task live on the engine's own runtime. Left to the pool's
+//! default, a connection is driven by whichever runtime first opened it: one opened by the
+//! startup thread would then stall a worker that borrowed it while that thread waits (as it
+//! does at shutdown, joining the workers), and the process would never exit.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Connect, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How long a statement waits for a row or advisory lock before it gives up (and the write
+/// is retried): a bound on how long a request can queue behind another one.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The database URL's settings, checked; `Err` says what is wrong with it.
+pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err("the database URL must start with postgres:// or postgresql://".into());
+    }
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| format!("the database URL cannot be used: {e}"))?;
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30))
+        .application_name("orderly")
+        // A commit is durable before it is acknowledged, whatever the server's default.
+        .options(format!(
+            "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={}",
+            LOCK_TIMEOUT.as_millis()
+        ));
+    Ok(config)
+}
+
+/// The runtime that drives every connection's I/O, stopped when the pool goes.
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        // Never blocks: the pool may be dropped inside another runtime.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Opens connections on the engine's own runtime.
+struct OnOwnRuntime {
+    tls: MakeRustlsConnect,
+    handle: tokio::runtime::Handle,
+    _runtime: Arc<IoRuntime>,
+}
+
+impl Connect for OnOwnRuntime {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (config, tls) = (pg_config.clone(), self.tls.clone());
+        let opened = self.handle.spawn(async move {
+            let (client, connection) = config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    log::warn!("database connection closed: {}", super::tx::describe(&e));
+                }
+            });
+            Ok((client, task))
+        });
+        Box::pin(async move {
+            match opened.await {
+                Ok(outcome) => outcome,
+                // Only while the engine stops: report it as a connection that could not open.
+                Err(_) => Err(tokio_postgres::Config::new()
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .err()
+                    .expect("a configuration without a host does not connect")),
+            }
+        })
+    }
+}
+
+/// A pool of up to `size` connections.
+pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("orderly-postgres")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the database runtime: {e}"))?;
+    let handle = runtime.handle().clone();
+    let connect = OnOwnRuntime {
+        tls: tls(),
+        handle,
+        _runtime: Arc::new(IoRuntime(Some(runtime))),
+    };
+    let manager = Manager::from_connect(
+        config,
+        connect,
+        ManagerConfig {
+            // A connection the server closed is noticed and replaced; a live one costs nothing.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|e| format!("cannot build the connection pool: {e}"))
+}
+
+/// TLS for `sslmode=prefer` and `require`. As with libpq without a root certificate, the
+/// connection is encrypted and the server's signature checked, but its certificate chain is
+/// not verified.
+pub fn tls() -> MakeRustlsConnect {
+    let provider = Arc::new(ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
+        .with_no_client_auth();
+    MakeRustlsConnect::new(config)
+}
+
+#[derive(Debug)]
+struct EncryptOnly(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_schemes_and_the_three_ssl_modes_are_accepted() {
+        for url in [
+            "postgres://u:p@127.0.0.1:5432/db",
+            "postgresql://u@localhost/db?sslmode=disable",
+            "postgres://u@localhost/db?sslmode=prefer",
+            "postgres://u@localhost/db?sslmode=require",
+        ] {
+            assert!(config(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn other_urls_are_refused() {
+        assert!(config("mysql://u@localhost/db").is_err());
+        assert!(config("postgres://u@localhost/db?sslmode=sometimes").is_err());
+    }
+}

@@ -1,0 +1,391 @@
+//! The shared engine, PostgreSQL: real tables, one READ COMMITTED transaction per write,
+//! committed (with `synchronous_commit` on) before the operation returns, and reads that only
+//! ever see committed rows. The uses of one idempotency key are serialized by an advisory
+//! lock, so the rule holds across every process that shares the database.
+//!
+//! The server owns durability here: a failed or unknown COMMIT fails that one request and the
+//! process goes on (the key's rows were in the same transaction, so a retry either replays or
+//! is a first use). `failure()` therefore never resolves. Only `open`, `migrate` and their
+//! types leave this module.
+
+mod accounts;
+mod backup;
+mod codec;
+mod connect;
+mod lifecycle;
+mod migrate;
+mod orders;
+mod outbox;
+mod reads;
+mod rows;
+mod tx;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use deadpool_postgres::{Object, Pool};
+
+use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{AccountId, Id, OrderId};
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::Order;
+use crate::domain::product::Product;
+use crate::domain::time::Millis;
+use crate::metrics::Metrics;
+use crate::store::{
+    CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
+    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
+    Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
+};
+use tx::{retried, Fault};
+
+/// How long `/readyz` waits for the database to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct Options {
+    /// `postgres://…` or `postgresql://…`, with `sslmode` in the query string.
+    pub url: String,
+    /// Connections held at most.
+    pub pool_size: usize,
+    /// Where each write's commit time is counted (`orderly_commit_flush_seconds`).
+    pub metrics: Arc<Metrics>,
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The URL cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// The database's schema is newer than this binary: it must not touch it.
+    #[error("{0}")]
+    SchemaTooNew(String),
+    #[error("{0}")]
+    Database(String),
+}
+
+impl From<migrate::MigrateError> for OpenError {
+    fn from(e: migrate::MigrateError) -> Self {
+        match e {
+            migrate::MigrateError::TooNew { .. } => OpenError::SchemaTooNew(e.to_string()),
+            migrate::MigrateError::Database(why) => OpenError::Database(why),
+        }
+    }
+}
+
+fn connect(options: &Options) -> Result<Pool, OpenError> {
+    let config = connect::config(&options.url).map_err(OpenError::Config)?;
+    connect::pool(config, options.pool_size).map_err(OpenError::Config)
+}
+
+async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
+    let mut client = pool
+        .get()
+        .await
+        .map_err(|e| OpenError::Database(format!("cannot connect to the database: {e}")))?;
+    Ok(migrate::run(&mut client).await?)
+}
+
+/// Applies pending migrations and returns the versions applied (`orderly migrate`).
+pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
+    let pool = connect(&Options {
+        url: url.to_string(),
+        pool_size: 1,
+        metrics: Arc::default(),
+    })?;
+    let applied = migrated(&pool).await;
+    pool.close();
+    applied
+}
+
+/// Connects, brings the schema up to date, and returns the engine.
+pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
+    let pool = connect(&options)?;
+    migrated(&pool).await?;
+    Ok(Arc::new(PgStore {
+        pool,
+        metrics: options.metrics,
+    }))
+}
+
+struct PgStore {
+    pool: Pool,
+    metrics: Arc<Metrics>,
+}
+
+impl PgStore {
+    async fn client(&self) -> Result<Object, Fault> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Counts a committed write's time, as the embedded engine counts its flushes.
+    fn committed<T>(&self, started: Instant, outcome: Result<T, Fault>) -> Result<T, Fault> {
+        if outcome.is_ok() {
+            self.metrics
+                .commit_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
+        outcome
+    }
+}
+
+/// A write: `retried!`, its time counted once it committed.
+macro_rules! write {
+    ($store:expr, |$client:ident| $body:expr) => {{
+        let started = Instant::now();
+        $store.committed(started, retried!($store, |$client| $body))
+    }};
+}
+
+/// The engine's result as the port's: races lost past the bound are a storage error too.
+fn settled<T>(outcome: Result<T, Fault>) -> Result<T, StoreError> {
+    outcome.map_err(StoreError::from)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn authenticate(
+        &self,
+        key_hash: [u8; 32],
+    ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
+        settled(retried!(self, |c| reads::authenticate(&c, &key_hash)))
+    }
+
+    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+        settled(retried!(self, |c| reads::account(&c, &id)))
+    }
+
+    async fn balance(&self, id: AccountId) -> Result<i64, StoreError> {
+        settled(retried!(self, |c| reads::balance(&c, &id)))
+    }
+
+    async fn create_account(&self, account: Account) -> Result<(), StoreError> {
+        settled(write!(self, |c| async {
+            let tx = c.transaction().await?;
+            rows::insert_account(&tx, &account, 0).await?;
+            tx.commit().await?;
+            Ok(())
+        }))
+    }
+
+    async fn create_api_key(
+        &self,
+        key_hash: [u8; 32],
+        record: ApiKeyRecord,
+    ) -> Result<(), StoreError> {
+        settled(write!(self, |c| rows::insert_api_key(
+            &c, &key_hash, &record
+        )))
+    }
+
+    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
+        settled(write!(self, |c| accounts::revoke_api_key(&c, &key_id)))
+    }
+
+    async fn put_product(&self, product: Product) -> Result<(), StoreError> {
+        settled(write!(self, |c| rows::upsert_product(&c, &product)))
+    }
+
+    async fn credit(
+        &self,
+        credit: NewCredit,
+    ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError> {
+        settled(write!(self, |c| accounts::credit(&mut c, &credit)))
+    }
+
+    async fn product(&self, id: String) -> Result<Option<Product>, StoreError> {
+        settled(retried!(self, |c| reads::product(&c, &id)))
+    }
+
+    async fn active_products_page(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<Product>, StoreError> {
+        settled(retried!(self, |c| reads::active_products_page(
+            &c,
+            after.clone(),
+            limit
+        )))
+    }
+
+    async fn replay_lookup(
+        &self,
+        account: AccountId,
+        key: IdempotencyKey,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        settled(retried!(self, |c| reads::replay_lookup(&c, &account, &key)))
+    }
+
+    async fn place_order(
+        &self,
+        order: NewOrder,
+    ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
+        match write!(self, |c| orders::place_order(&mut c, &order)) {
+            // The balance kept changing under every try: the partner retries with the key.
+            Err(fault) if fault.retryable() => Ok(Err(OrderRefusal::ConcurrentModification)),
+            outcome => settled(outcome),
+        }
+    }
+
+    async fn cancel_order(
+        &self,
+        cancel: CancelRequest,
+    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
+        settled(write!(self, |c| lifecycle::cancel_order(&mut c, &cancel)))
+    }
+
+    async fn refund_order(
+        &self,
+        refund: RefundRequest,
+    ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
+        settled(write!(self, |c| lifecycle::refund_order(&mut c, &refund)))
+    }
+
+    async fn record_provider_payment(
+        &self,
+        payment: ProviderCredit,
+    ) -> Result<Result<Recorded, ProviderRefusal>, StoreError> {
+        settled(write!(self, |c| accounts::record_provider_payment(
+            &mut c, &payment
+        )))
+    }
+
+    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
+        settled(retried!(self, |c| reads::order(&c, &id)))
+    }
+
+    async fn orders_page(
+        &self,
+        account: AccountId,
+        external_order_id: Option<String>,
+        before: Option<OrderId>,
+        limit: usize,
+    ) -> Result<Page<Order>, StoreError> {
+        settled(retried!(self, |c| reads::orders_page(
+            &c,
+            &account,
+            external_order_id.clone(),
+            before,
+            limit
+        )))
+    }
+
+    async fn ledger_page(
+        &self,
+        account: AccountId,
+        before: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<LedgerEntry>, StoreError> {
+        settled(retried!(self, |c| reads::ledger_page(
+            &c, &account, before, limit
+        )))
+    }
+
+    async fn delivery_logs(
+        &self,
+        _account: AccountId,
+        event_ids: Vec<String>,
+    ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
+        settled(retried!(self, |c| reads::delivery_logs(&c, &event_ids)))
+    }
+
+    async fn accounts_page(
+        &self,
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<(Account, i64)>, StoreError> {
+        settled(retried!(self, |c| reads::accounts_page(&c, after, limit)))
+    }
+
+    async fn events_page(
+        &self,
+        account: AccountId,
+        after: Option<Id>,
+        limit: usize,
+    ) -> Result<Page<Event>, StoreError> {
+        settled(retried!(self, |c| reads::events_page(
+            &c, &account, after, limit
+        )))
+    }
+
+    async fn complete_due_orders(
+        &self,
+        created_by: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        settled(write!(self, |c| lifecycle::complete_due_orders(
+            &mut c, created_by, max
+        )))
+    }
+
+    async fn due_deliveries(
+        &self,
+        now: Millis,
+        max: usize,
+        take: DeliveryFilter,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        // The filter is used up by one pass: no retry.
+        let client = self.client().await?;
+        settled(outbox::due_deliveries(&client, now, max, take).await)
+    }
+
+    async fn settle_delivery(
+        &self,
+        due: DueDelivery,
+        outcome: DeliveryOutcome,
+        attempt: DeliveryAttempt,
+    ) -> Result<(), StoreError> {
+        settled(write!(self, |c| outbox::settle_delivery(
+            &mut c, &due, outcome, &attempt
+        )))
+    }
+
+    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
+        settled(write!(self, |c| outbox::sweep_expired_keys(&c, now, max)))
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let records = settled(retried!(self, |c| backup::snapshot(&mut c)))?;
+        Ok(Box::new(records.into_iter().map(Ok)))
+    }
+
+    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
+        settled(write!(self, |c| backup::restore(&mut c, &records)))
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        settled(retried!(self, |c| reads::is_empty(&c)))
+    }
+
+    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        settled(retried!(self, |c| reads::row_counts(&c)))
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
+            let client = self.client().await?;
+            tx::execute(&client, "SELECT 1", &[]).await
+        })
+        .await;
+        match answered {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(fault)) => Err(fault.into()),
+            Err(_) => Err(StoreError::Failed(
+                "the database did not answer in time".into(),
+            )),
+        }
+    }
+
+    async fn failure(&self) -> String {
+        // A database error fails one request, never the process.
+        std::future::pending().await
+    }
+
+    async fn stop(&self) {
+        self.pool.close();
+    }
+}

@@ -1,0 +1,185 @@
+//! What every operation shares: the one error type inside the engine, the statements run
+//! through the connection's statement cache, the lock that serializes the uses of one key,
+//! and the bounded retry of transactions that lost a serialization race or a deadlock.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::AccountId;
+use crate::store::{StoreError, Taken};
+
+/// Transactions tried before a serialization failure or deadlock is the caller's.
+pub const MAX_TRIES: u32 = 3;
+
+pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Why an operation did not complete.
+#[derive(Debug)]
+pub enum Fault {
+    Db(tokio_postgres::Error),
+    /// No connection could be had (the database is unreachable, or the pool is exhausted).
+    Pool(String),
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for Fault {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Fault::Db(e)
+    }
+}
+
+impl From<StoreError> for Fault {
+    fn from(e: StoreError) -> Self {
+        Fault::Store(e)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Fault {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Fault::Pool(e.to_string())
+    }
+}
+
+impl Fault {
+    pub fn code(&self) -> Option<&SqlState> {
+        match self {
+            Fault::Db(e) => e.code(),
+            _ => None,
+        }
+    }
+
+    /// A transaction that lost a race and may succeed when run again: serialization failures,
+    /// deadlocks, and a lock waited for longer than the lock timeout.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::LOCK_NOT_AVAILABLE
+        )
+    }
+
+    pub fn is(&self, code: &SqlState) -> bool {
+        self.code() == Some(code)
+    }
+}
+
+impl From<Fault> for StoreError {
+    fn from(fault: Fault) -> Self {
+        match fault {
+            Fault::Db(e) => StoreError::Failed(describe(&e)),
+            Fault::Pool(why) => StoreError::Failed(format!("no database connection: {why}")),
+            Fault::Store(e) => e,
+        }
+    }
+}
+
+/// The server's SQLSTATE and message when there is one (tokio-postgres's own `Display`
+/// says only "db error").
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("database error {}: {}", db.code().code(), db.message()),
+        None => format!("database: {e}"),
+    }
+}
+
+pub async fn query<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
+    let statement = c.prepare_cached(sql).await?;
+    Ok(c.query(&statement, params).await?)
+}
+
+pub async fn query_opt<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, Fault> {
+    let statement = c.prepare_cached(sql).await?;
+    Ok(c.query_opt(&statement, params).await?)
+}
+
+pub async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
+    let statement = c.prepare_cached(sql).await?;
+    Ok(c.execute(&statement, params).await?)
+}
+
+/// `None` when the key is free, after waiting for any transaction that is using it now: the
+/// transaction-scoped advisory lock on (account, key) makes a concurrent first use, here or
+/// in another instance, wait for this one's commit and then find its row, which is returned
+/// to decide. A wait longer than the lock timeout counts as taken, without a row (the caller
+/// looks the key up again).
+pub async fn key_taken<C: GenericClient>(
+    c: &C,
+    account: &AccountId,
+    key: &IdempotencyKey,
+) -> Result<Option<Taken>, Fault> {
+    let account = account.to_string();
+    // The account id has a fixed length, so the concatenation names one pair.
+    let scoped = format!("{account}{}", key.as_str());
+    let locked = execute(
+        c,
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        &[&scoped],
+    )
+    .await;
+    match locked {
+        Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(Some(None)),
+        other => other?,
+    };
+    let sql = format!(
+        "SELECT {} FROM idempotency_keys WHERE account_id = $1 AND key = $2",
+        super::codec::KEY_ROW
+    );
+    match query_opt(c, &sql, &[&account, &key.as_str()]).await? {
+        Some(row) => Ok(Some(Some(Box::new(super::codec::key_record(&row)?)))),
+        None => Ok(None),
+    }
+}
+
+/// Orders the events of one account by commit: taken before an event's id is made, and held
+/// to the commit, so that `GET /b2b/events?after=` never skips an event that commits later
+/// with a smaller id.
+pub async fn lock_events<C: GenericClient>(c: &C, account: &AccountId) -> Result<(), Fault> {
+    let name = format!("events:{account}");
+    execute(
+        c,
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        &[&name],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs `$body` (an async expression using the pooled connection `$client`) until it
+/// succeeds, fails for good, or has lost `MAX_TRIES` races; evaluates to its last result.
+macro_rules! retried {
+    ($store:expr, |$client:ident| $body:expr) => {{
+        let mut tries = 0u32;
+        loop {
+            let outcome = match $store.client().await {
+                Ok(client) => {
+                    #[allow(unused_mut)]
+                    let mut $client = client;
+                    $body.await
+                }
+                Err(fault) => Err(fault),
+            };
+            match outcome {
+                Err(fault)
+                    if fault.retryable() && tries + 1 < $crate::store::postgres::tx::MAX_TRIES =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
+                }
+                done => break done,
+            }
+        }
+    }};
+}
+pub(crate) use retried;

@@ -1,0 +1,271 @@
+//! SPEC section 17 where PostgreSQL differs from the embedded engine: a schema newer than the
+//! binary, a balance row held by another transaction past every retry (the 402 `Concurrent
+//! balance modification`, which sled never produces), and the database stopped and started
+//! under load (`/readyz` 503 meanwhile, no acknowledged order lost, service back without
+//! restarting orderly). Each runs only when `ORDERLY_TEST_DATABASE_URL` is set.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{basket, on_postgres, spawn_app, sql_on, start, TestDatabase};
+
+fn skip_on_sled(why: &str) -> bool {
+    if !on_postgres() {
+        eprintln!("SKIPPED on sled: {why}");
+        return true;
+    }
+    false
+}
+
+#[test]
+fn a_schema_newer_than_the_binary_stops_serve_and_migrate_with_one_line_and_exit_2() {
+    if skip_on_sled("PostgreSQL's schema versions") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let database = TestDatabase::create(&dir.path().join("db"));
+    sql_on(
+        database.url.clone(),
+        "INSERT INTO orderly_schema_migrations (version, applied_at) VALUES (9999, now())".into(),
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database.url,
+        ],
+        vec!["migrate", "--database-url", &database.url],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr}");
+        assert!(stderr.contains("9999"), "{stderr}");
+    }
+}
+
+/// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
+/// until the returned sender is dropped.
+fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
+    let (release, released) = mpsc::channel::<()>();
+    let (ready, is_ready) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let tx = client.transaction().await.unwrap();
+            tx.execute(
+                "SELECT 1 FROM balances WHERE account_id = $1 FOR UPDATE",
+                &[&account],
+            )
+            .await
+            .unwrap();
+            ready.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || released.recv()).await;
+            tx.rollback().await.unwrap();
+        });
+    });
+    is_ready.recv().unwrap();
+    release
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_concurrent_balance_modification(
+) {
+    if skip_on_sled("sled never races on a balance") {
+        return;
+    }
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let held = hold_balance_row(app.database_url().unwrap(), p.account_id.clone());
+
+    let started = Instant::now();
+    let resp = app.post_order(Some(&p.api_key), Some("held"), &body).await;
+    assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        resp.text().await.unwrap(),
+        r#"{"success":false,"error":"Concurrent balance modification"}"#
+    );
+    assert!(started.elapsed() < Duration::from_secs(25), "bounded");
+
+    // Nothing was written: once the row is free, the same key is a first use.
+    drop(held);
+    let resp = app.post_order(Some(&p.api_key), Some("held"), &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers().get("Idempotency-Replayed").is_none());
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 999
+    );
+}
+
+fn cluster(command: &str, dir: &std::path::Path) -> String {
+    let out = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/pg-cluster.sh"
+        ))
+        .arg(command)
+        .arg(dir)
+        .output()
+        .expect("pg-cluster.sh runs");
+    assert!(
+        out.status.success(),
+        "pg-cluster.sh {command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Stops this test's own cluster (even when the test fails).
+struct OwnCluster(std::path::PathBuf);
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/pg-cluster.sh"
+            ))
+            .arg("stop")
+            .arg(&self.0)
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order() {
+    if skip_on_sled("a PostgreSQL server to stop") {
+        return;
+    }
+    // A cluster of its own: the shared one serves the other tests meanwhile.
+    let dir = std::env::temp_dir().join(format!("orderly-pg-restart-{}", std::process::id()));
+    let url = cluster("start", &dir);
+    let own = OwnCluster(dir.clone());
+    let mut database_url = url::Url::parse(&url).unwrap();
+    database_url.set_path("/orderly");
+    sql_on(url.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    let data_dir = dir.join("unused-data-dir");
+    let app = start(&data_dir, &["--database-url", database_url.as_str()]);
+    let p = app.partner_with_balance(10_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+
+    let acknowledged: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let refused = Arc::new(Mutex::new(0usize));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = (0..4).map(|worker| {
+        let (client, url, api_key, body) = (
+            app.client.clone(),
+            app.url("/b2b/orders"),
+            p.api_key.clone(),
+            body.clone(),
+        );
+        let (acknowledged, refused, stop) = (
+            Arc::clone(&acknowledged),
+            Arc::clone(&refused),
+            Arc::clone(&stop),
+        );
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("w{worker}-{i}");
+                i += 1;
+                let sent = client
+                    .post(&url)
+                    .header("X-Api-Key", &api_key)
+                    .header("X-Idempotency-Key", &key)
+                    .json(&body)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(resp) if resp.status() == StatusCode::OK => {
+                        let v: Value = resp.json().await.unwrap();
+                        let id = v["order"]["id"].as_str().unwrap().to_string();
+                        acknowledged.lock().unwrap().insert(key, id);
+                    }
+                    Ok(resp) => {
+                        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR, "{key}");
+                        *refused.lock().unwrap() += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("{key}: orderly itself must keep answering: {e}"),
+                }
+            }
+        })
+    });
+    let load: Vec<_> = load.collect();
+    let readyz = |app: &crate::helpers::TestApp| {
+        let (client, url) = (app.client.clone(), app.url("/readyz"));
+        async move { client.get(url).send().await.unwrap().status() }
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = acknowledged.lock().unwrap().len();
+    assert!(before > 0, "orders were acknowledged before the stop");
+
+    cluster("down", &dir);
+    assert_eq!(readyz(&app).await, StatusCode::SERVICE_UNAVAILABLE);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(readyz(&app).await, StatusCode::SERVICE_UNAVAILABLE);
+    let during = acknowledged.lock().unwrap().len();
+    cluster("up", &dir);
+
+    // Back without restarting orderly: /readyz, then new orders.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while readyz(&app).await != StatusCode::OK {
+        assert!(Instant::now() < deadline, "/readyz did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let back = Instant::now() + Duration::from_secs(20);
+    while acknowledged.lock().unwrap().len() < during + 20 {
+        assert!(Instant::now() < back, "orders did not resume");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in load {
+        task.await.unwrap();
+    }
+    assert!(
+        *refused.lock().unwrap() > 0,
+        "some orders met the stopped database"
+    );
+
+    let orders = app.orders(&p.api_key).await;
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    for (key, id) in &acknowledged {
+        assert!(
+            orders.iter().any(|o| o["id"] == id.as_str()),
+            "acknowledged order {id} ({key}) is there"
+        );
+    }
+    for (key, id) in acknowledged.iter().take(20) {
+        let replay: Value = app
+            .post_order(Some(&p.api_key), Some(key), &body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(replay["order"]["id"], id.as_str(), "{key} replays");
+    }
+    app.assert_ledger_matches_balance(&p.api_key).await;
+    drop(app);
+    drop(own);
+}
