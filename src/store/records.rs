@@ -16,7 +16,7 @@ use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
+use crate::domain::order::{BalanceView, Order, OrderLine, OrderStatus, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
@@ -63,6 +63,49 @@ pub struct NewOrder {
     pub external_order_id: Option<String>,
     pub claim: KeyClaim,
     pub render: fn(&Order, &BalanceView) -> Vec<u8>,
+}
+
+impl NewOrder {
+    /// The order as placed, `processing`, from the lines priced at commit.
+    pub fn order(&self, id: OrderId, items: Vec<OrderLine>, total: i64, now: Millis) -> Order {
+        Order {
+            id,
+            account_id: self.account.id,
+            status: OrderStatus::Processing,
+            items,
+            total,
+            currency: self.currency.clone(),
+            callback_url: self.callback_url.clone(),
+            external_order_id: self.external_order_id.clone(),
+            refunded: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The ledger entry that charges `order`, leaving `after` available.
+    pub fn charge(&self, order: &Order, txn: &str, after: i64) -> LedgerEntry {
+        LedgerEntry {
+            id: txn.to_string(),
+            amount: -order.total,
+            reason: LedgerReason::Order,
+            reference: order.id.to_string(),
+            balance_after: after,
+            created_at: order.created_at,
+        }
+    }
+
+    /// The 200 body: sent, and stored as the key's replay.
+    pub fn answer(&self, order: &Order, after: i64) -> Vec<u8> {
+        (self.render)(
+            order,
+            &BalanceView {
+                available: after,
+                credit_limit: self.account.credit_limit,
+                currency: self.currency.clone(),
+            },
+        )
+    }
 }
 
 /// Why no order was placed; nothing was written.

@@ -15,8 +15,7 @@ use super::tx::{key_taken, query, query_opt, Fault};
 use crate::domain::account::Shortfall;
 use crate::domain::basket::price_basket;
 use crate::domain::ids::{Id, IdKind, OrderId};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{BalanceView, Order, OrderStatus};
+
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::{NewOrder, OrderRefusal, StoreError};
@@ -80,35 +79,9 @@ pub async fn place_order(
     };
     // Made under the balance row's lock, so the account's ids follow its commits.
     let now = now_millis();
-    let order = Order {
-        id: OrderId::new(),
-        account_id: account,
-        status: OrderStatus::Processing,
-        items,
-        total,
-        currency: new.currency.clone(),
-        callback_url: new.callback_url.clone(),
-        external_order_id: new.external_order_id.clone(),
-        refunded: 0,
-        created_at: now,
-        updated_at: now,
-    };
-    let entry = LedgerEntry {
-        id: Id::new(IdKind::Transaction).to_string(),
-        amount: -total,
-        reason: LedgerReason::Order,
-        reference: order.id.to_string(),
-        balance_after: after,
-        created_at: now,
-    };
-    let body = (new.render)(
-        &order,
-        &BalanceView {
-            available: after,
-            credit_limit: new.account.credit_limit,
-            currency: new.currency.clone(),
-        },
-    );
+    let order = new.order(OrderId::new(), items, total, now);
+    let entry = new.charge(&order, &Id::new(IdKind::Transaction).to_string(), after);
+    let body = new.answer(&order, after);
     let row = key_row(&new.claim, now, body);
     try_join3(
         insert_order(&tx, &order),

@@ -12,8 +12,7 @@ use super::tx::{refuse, settle, tx, TxResult};
 use crate::domain::account::debit;
 use crate::domain::basket::price_basket;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{BalanceView, Order, OrderStatus};
+use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
@@ -77,19 +76,7 @@ impl Trees {
                     Ok(after) => after,
                     Err(shortfall) => return refuse(OrderRefusal::Shortfall(shortfall)),
                 };
-                let order = Order {
-                    id: order_id,
-                    account_id: account,
-                    status: OrderStatus::Processing,
-                    items,
-                    total,
-                    currency: new.currency.clone(),
-                    callback_url: new.callback_url.clone(),
-                    external_order_id: new.external_order_id.clone(),
-                    refunded: 0,
-                    created_at: now,
-                    updated_at: now,
-                };
+                let order = new.order(order_id, items, total, now);
                 let account = account.bytes();
                 tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
                 tx(processing.insert(&order_key[..], &[][..]))?;
@@ -98,23 +85,9 @@ impl Trees {
                     let prefix = external_prefix(&account, external);
                     tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
                 }
-                let entry = LedgerEntry {
-                    id: txn.to_string(),
-                    amount: -total,
-                    reason: LedgerReason::Order,
-                    reference: order.id.to_string(),
-                    balance_after: after,
-                    created_at: now,
-                };
+                let entry = new.charge(&order, &txn.to_string(), after);
                 move_money(balances, ledger, &order.account_id, &txn, &entry)?;
-                let body = (new.render)(
-                    &order,
-                    &BalanceView {
-                        available: after,
-                        credit_limit: new.account.credit_limit,
-                        currency: new.currency.clone(),
-                    },
-                );
+                let body = new.answer(&order, after);
                 key_trees.record(&order.account_id, &new.claim, now, body.clone())?;
                 Ok(body)
             },

@@ -181,12 +181,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stripes_are_hashed_with_a_key_of_this_process() {
-        // Two keys (two processes) place the same values differently, so no caller can
-        // work out from the outside which keys share a stripe.
-        let (a, b) = (RandomState::new(), RandomState::new());
-        let differs = (0..64u32).any(|v| a.hash_one(v) % 4096 != b.hash_one(v) % 4096);
-        assert!(differs);
+    fn stripes_are_not_placed_by_the_unkeyed_hasher_every_process_shares() {
+        // DefaultHasher::new() places values the same way in every process, so a caller
+        // could work out which keys share a stripe; the keyed hash must not agree with it.
+        use std::hash::Hasher;
+        let unkeyed = |v: u32| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            v.hash(&mut h);
+            (h.finish() as usize) % STRIPES
+        };
+        assert!((0..64u32).any(|v| slot(&v) != unkeyed(v)));
     }
 
     #[tokio::test]
