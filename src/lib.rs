@@ -7,6 +7,7 @@ pub mod demo;
 pub mod domain;
 pub mod edge;
 pub mod error;
+pub mod logging;
 pub mod metrics;
 pub mod restore;
 pub mod startup;

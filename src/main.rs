@@ -10,7 +10,13 @@ use orderly::store::sled as embedded;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    orderly::logging::init();
+    let code = run(cli);
+    orderly::logging::flush();
+    code
+}
+
+fn run(cli: Cli) -> std::process::ExitCode {
     let settings = match cli.command {
         Command::Serve(settings) => *settings,
         Command::Stats(args) => return print_stats(&args.data_dir),
@@ -39,6 +45,7 @@ fn main() -> std::process::ExitCode {
             if e.downcast_ref::<RunError>()
                 .is_some_and(|e| matches!(e, RunError::StorageFailed(_)))
             {
+                orderly::logging::flush();
                 std::process::exit(1);
             }
             // Configuration that cannot be used is a usage error, like a bad flag.

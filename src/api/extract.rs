@@ -218,6 +218,11 @@ pub async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
 }
 
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // The plain parse first: tracking the path costs a third of the parse on every request,
+    // and only a rejected body needs it, so only then is the body parsed again to say where.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| ApiError::Validation(vec![field_error(&e)]))?;

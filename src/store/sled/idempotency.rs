@@ -42,6 +42,12 @@ impl KeyTrees<'_> {
         }
     }
 
+    /// Whether another use already holds the key: an order decides this as a value so that,
+    /// in a batch, its refusal leaves the other orders' writes standing.
+    pub fn is_taken<R>(&self, account: &AccountId, claim: &KeyClaim) -> TxResult<bool, R> {
+        Ok(tx(self.keys.get(scoped_key(&account.bytes(), &claim.key)))?.is_some())
+    }
+
     /// Writes the key's row and its expiry entry; `body` is the exact 200 being sent.
     pub fn record<R>(
         &self,

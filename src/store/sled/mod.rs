@@ -4,6 +4,7 @@
 //! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
 
 mod accounts;
+mod auth_cache;
 mod backup;
 mod catalog;
 mod codec;
@@ -39,7 +40,9 @@ use crate::store::{
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
     Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
 };
+use auth_cache::AuthCache;
 use events::Due;
+use orders::OrderPlan;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
 use writer::Writer;
@@ -73,6 +76,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         trees,
         writer,
         visibility,
+        auth_cache: Arc::default(),
     }))
 }
 
@@ -80,6 +84,7 @@ struct SledStore {
     trees: Arc<Trees>,
     writer: Writer,
     visibility: Arc<Visibility>,
+    auth_cache: Arc<AuthCache>,
 }
 
 impl SledStore {
@@ -122,14 +127,18 @@ impl Store for SledStore {
         &self,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
-        let found = self.read(|t| t.authenticate(&key_hash))?;
-        match found {
-            Some((record, account)) => {
-                let stripe = Stripe::profile(&account.id);
-                self.settled(Some((record, account)), stripe).await
-            }
-            None => Ok(None),
+        self.visibility.failed()?;
+        if let Some(hit) = self.auth_cache.get(&key_hash) {
+            return Ok(Some(hit));
         }
+        let generation = self.auth_cache.generation();
+        let Some(found) = self.read(|t| t.authenticate(&key_hash))? else {
+            return Ok(None);
+        };
+        let stripe = Stripe::profile(&found.1.id);
+        let found = self.settled(found, stripe).await?;
+        self.auth_cache.insert(generation, key_hash, found.clone());
+        Ok(Some(found))
     }
 
     async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
@@ -143,10 +152,11 @@ impl Store for SledStore {
     }
 
     async fn create_account(&self, account: Account) -> Result<(), StoreError> {
+        let cache = Arc::clone(&self.auth_cache);
         self.writer
             .write(move |b| {
                 b.touches(Stripe::profile(&account.id));
-                b.trees.create_account(&account)
+                cache.around(|| b.trees.create_account(&account))
             })
             .await
     }
@@ -156,22 +166,24 @@ impl Store for SledStore {
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
+        let cache = Arc::clone(&self.auth_cache);
         self.writer
             .write(move |b| {
                 b.touches(Stripe::profile(&record.account_id));
-                b.trees.create_api_key(&key_hash, &record)
+                cache.around(|| b.trees.create_api_key(&key_hash, &record))
             })
             .await
     }
 
     async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
+        let cache = Arc::clone(&self.auth_cache);
         self.writer
             .write(move |b| {
                 let Some((hash, record)) = b.trees.api_key_by_id(&key_id)? else {
                     return Ok(false);
                 };
                 b.touches(Stripe::profile(&record.account_id));
-                b.trees.revoke_api_key(&hash)?;
+                cache.around(|| b.trees.revoke_api_key(&hash))?;
                 Ok(true)
             })
             .await
@@ -237,12 +249,7 @@ impl Store for SledStore {
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
         self.writer
-            .write(move |b| {
-                let account = order.account.id;
-                b.touches(Stripe::account(&account));
-                b.touches(Stripe::key(&account, &order.claim.key));
-                b.trees.place_order(&order, now_millis())
-            })
+            .place_order(OrderPlan::new(order, now_millis()))
             .await
     }
 
@@ -437,12 +444,13 @@ impl Store for SledStore {
         for record in &records {
             *counts.entry(record.kind()).or_insert(0) += 1;
         }
+        let cache = Arc::clone(&self.auth_cache);
         self.writer
             .write(move |b| {
                 if !b.trees.holds_nothing() {
                     return Err(StoreError::Refused("the target already holds data".into()));
                 }
-                b.trees.write_records(&records)?;
+                cache.around(|| b.trees.write_records(&records))?;
                 b.trees.verify_restore(&counts)?;
                 Ok(counts)
             })

@@ -1,6 +1,7 @@
 //! Orders: the one transaction that prices, charges and records an order together with its
 //! idempotency rows, and the reads partners make of their orders.
 
+use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_balance};
@@ -8,7 +9,7 @@ use super::codec;
 use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
 use super::trees::{newest_first, trailing_id, Trees};
-use super::tx::{refuse, settle, tx, TxResult};
+use super::tx::{settle, tx, TxResult};
 use crate::domain::account::debit;
 use crate::domain::basket::price_basket;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
@@ -17,24 +18,92 @@ use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
 
+/// The trees an order's transaction touches, as seen inside it.
+type OrderView = (
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+);
+
+/// One order to place with what is made for it outside the transaction (which sled may run
+/// more than once): its ids and its time.
+pub struct OrderPlan {
+    pub new: NewOrder,
+    order_id: OrderId,
+    txn: Id,
+    now: Millis,
+}
+
+impl OrderPlan {
+    pub fn new(new: NewOrder, now: Millis) -> Self {
+        OrderPlan {
+            new,
+            order_id: OrderId::new(),
+            txn: Id::new(IdKind::Transaction),
+            now,
+        }
+    }
+}
+
+/// What placing one order decided: the 200 body, or a refusal that wrote nothing.
+pub type Placed = Result<Vec<u8>, OrderRefusal>;
+
+/// Decides one order on the transaction's own view (so it sees the orders placed before it
+/// in the same transaction) and writes it. Every refusal is decided before the first write,
+/// so a refused order returns its refusal as a value and leaves the transaction as it was:
+/// the other orders of a batch are unaffected.
+fn place_one(view: &OrderView, plan: &OrderPlan) -> TxResult<Placed, OrderRefusal> {
+    let (processing, products, balances, orders, by_account, by_external, ledger, keys, expiry) =
+        view;
+    let new = &plan.new;
+    let account = new.account.id;
+    let key_trees = KeyTrees { keys, expiry };
+    if key_trees.is_taken(&account, &new.claim)? {
+        return Ok(Err(OrderRefusal::KeyTaken(None)));
+    }
+    let region = new.account.region.as_deref();
+    let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
+        match tx(products.get(id.as_bytes()))? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    };
+    let (items, total) = match price_basket(&new.lines, region, lookup)? {
+        Ok(priced) => priced,
+        Err(rejection) => return Ok(Err(OrderRefusal::Basket(rejection))),
+    };
+    let before = read_balance(balances, &account)?;
+    let after = match debit(before, new.account.credit_limit, total) {
+        Ok(after) => after,
+        Err(shortfall) => return Ok(Err(OrderRefusal::Shortfall(shortfall))),
+    };
+    let order = new.order(plan.order_id, items, total, plan.now);
+    let order_key = plan.order_id.bytes();
+    let account_key = account.bytes();
+    tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
+    tx(processing.insert(&order_key[..], &[][..]))?;
+    tx(by_account.insert(child_key(&account_key, &order_key), &[][..]))?;
+    if let Some(external) = &new.external_order_id {
+        let prefix = external_prefix(&account_key, external);
+        tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
+    }
+    let entry = new.charge(&order, &plan.txn.to_string(), after);
+    move_money(balances, ledger, &order.account_id, &plan.txn, &entry)?;
+    let body = new.answer(&order, after);
+    key_trees.record(&order.account_id, &new.claim, plan.now, body.clone())?;
+    Ok(Ok(body))
+}
+
 impl Trees {
-    /// One transaction: price the lines from the catalog as it is at commit, debit the
-    /// account (ledger entry and balance), create the order (queued for fulfillment) and both
-    /// idempotency rows.
-    /// `new.render` turns the order and new balance into the 200 body, which is stored as
-    /// the replay and returned. Ids and the time are made here, before the closure, which
-    /// sled may run more than once.
-    pub fn place_order(
-        &self,
-        new: &NewOrder,
-        now: Millis,
-    ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        let account = new.account.id;
-        let order_id = OrderId::new();
-        let txn = Id::new(IdKind::Transaction);
-        let order_key = order_id.bytes();
+    fn order_trees(&self) -> [&sled::Tree; 9] {
         let (keys, expiry) = self.key_trees();
-        let trees = (
+        [
             &self.processing,
             &self.products,
             &self.balances,
@@ -44,55 +113,34 @@ impl Trees {
             &self.ledger,
             keys,
             expiry,
-        );
-        let outcome = trees.transaction(
-            |(
-                processing,
-                products,
-                balances,
-                orders,
-                by_account,
-                by_external,
-                ledger,
-                keys,
-                expiry,
-            )| {
-                let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(&account, Some(&new.claim), OrderRefusal::KeyTaken(None))?;
-                let region = new.account.region.as_deref();
-                let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
-                    match tx(products.get(id.as_bytes()))? {
-                        Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
-                        None => Ok(None),
-                    }
-                };
-                let priced = price_basket(&new.lines, region, lookup)?;
-                let (items, total) = match priced {
-                    Ok(priced) => priced,
-                    Err(rejection) => return refuse(OrderRefusal::Basket(rejection)),
-                };
-                let before = read_balance(balances, &new.account.id)?;
-                let after = match debit(before, new.account.credit_limit, total) {
-                    Ok(after) => after,
-                    Err(shortfall) => return refuse(OrderRefusal::Shortfall(shortfall)),
-                };
-                let order = new.order(order_id, items, total, now);
-                let account = account.bytes();
-                tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
-                tx(processing.insert(&order_key[..], &[][..]))?;
-                tx(by_account.insert(child_key(&account, &order_key), &[][..]))?;
-                if let Some(external) = &new.external_order_id {
-                    let prefix = external_prefix(&account, external);
-                    tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
-                }
-                let entry = new.charge(&order, &txn.to_string(), after);
-                move_money(balances, ledger, &order.account_id, &txn, &entry)?;
-                let body = new.answer(&order, after);
-                key_trees.record(&order.account_id, &new.claim, now, body.clone())?;
-                Ok(body)
-            },
-        );
-        settle(outcome)
+        ]
+    }
+
+    /// Places many orders in one transaction, each decided in turn on the transaction's own
+    /// view: the second order of an account sees the first one's debit, and a second use of
+    /// a key within the batch finds it taken. A refusal writes nothing and does not abort the
+    /// others. One transaction per batch is what the writer saves: sled's global transaction
+    /// lock, its batch marker in the log and, on a hot account, all but one write of the
+    /// balance row. A storage or codec error aborts the whole transaction; the caller then
+    /// places the orders one by one so that one bad order cannot fail the others.
+    ///
+    /// `new.render` turns each order and its new balance into the 200 body, which is stored
+    /// as the replay and returned.
+    pub fn place_orders(&self, plans: &[&OrderPlan]) -> Result<Vec<Placed>, StoreError> {
+        let [a, b, c, d, e, f, g, h, i] = self.order_trees();
+        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|view| {
+            plans.iter().map(|plan| place_one(view, plan)).collect()
+        });
+        settle(outcome)?.map_err(|_: OrderRefusal| {
+            StoreError::Corrupt("a batched order aborted its transaction".into())
+        })
+    }
+
+    /// One order in a transaction of its own.
+    pub fn place_order(&self, plan: &OrderPlan) -> Result<Placed, StoreError> {
+        let [a, b, c, d, e, f, g, h, i] = self.order_trees();
+        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|view| place_one(view, plan));
+        Ok(settle(outcome)?.unwrap_or_else(Err))
     }
 
     pub fn order(&self, order_id: &OrderId) -> Result<Option<Order>, StoreError> {

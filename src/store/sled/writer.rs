@@ -2,9 +2,12 @@
 //! durable in groups, and a write resolves only after both.
 //!
 //! - The writer takes every job queued at that moment as one numbered batch, marks the
-//!   stripes each job touches (see `visibility`), runs the jobs one after another and hands
-//!   the batch to the commit thread. sled takes one process-wide lock per transaction anyway,
-//!   so one thread loses no parallelism and saves the lock hand-offs.
+//!   stripes each job touches (see `visibility`), runs the jobs in the order they came and
+//!   hands the batch to the commit thread. sled takes one process-wide lock per transaction
+//!   anyway, so one thread loses no parallelism and saves the lock hand-offs.
+//! - Orders that come one after another in the queue are placed in one transaction of up to
+//!   `MAX_ORDERS_PER_TRANSACTION` (see `Trees::place_orders`): new orders are most of the
+//!   writes, and their transaction's fixed costs are most of what a batch can save.
 //! - The commit thread takes every batch the writer has finished, calls sled's `flush()` once
 //!   and `fdatasync`s its data file once, publishes the newest batch number on disk, then
 //!   answers them all; meanwhile the writer already runs the next batch.
@@ -27,6 +30,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::orders::{OrderPlan, Placed};
 use super::trees::Trees;
 use super::visibility::{Stripe, Visibility};
 use super::FlushHook;
@@ -51,8 +55,19 @@ impl Batch<'_> {
 type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 type Work = Box<dyn FnOnce(&Batch) -> Completion + Send>;
 
+/// Orders placed in one transaction at most: a transaction holds sled's global lock, which
+/// every read waits for, so an unbounded one would stall replays behind a deep queue.
+const MAX_ORDERS_PER_TRANSACTION: usize = 64;
+
+/// An order waiting for the writer, and where its outcome goes once it is on disk.
+struct OrderJob {
+    plan: OrderPlan,
+    reply: oneshot::Sender<Result<Placed, StoreError>>,
+}
+
 enum Job {
     Write(Work),
+    Order(OrderJob),
     Stop,
 }
 
@@ -127,10 +142,25 @@ impl Writer {
                 let _ = reply.send(flushed.and(outcome));
             })
         });
+        self.submit(Job::Write(job), answer).await
+    }
+
+    /// Places an order, batched with the orders queued beside it, and resolves once its
+    /// batch is on disk.
+    pub async fn place_order(&self, plan: OrderPlan) -> Result<Placed, StoreError> {
+        self.visibility.failed()?;
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Order(OrderJob { plan, reply }), answer)
+            .await
+    }
+
+    async fn submit<T>(
+        &self,
+        job: Job,
+        answer: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let sent = match self.jobs.lock() {
-            Ok(jobs) => jobs
-                .as_ref()
-                .is_some_and(|j| j.send(Job::Write(job)).is_ok()),
+            Ok(jobs) => jobs.as_ref().is_some_and(|j| j.send(job).is_ok()),
             Err(_) => false,
         };
         if !sent {
@@ -166,11 +196,19 @@ fn run_writer(
 ) {
     let mut number = 0u64;
     let mut stopping = false;
+    let mut queued = Vec::new();
     while !stopping {
-        let first = match inbox.recv() {
-            Ok(Job::Write(work)) => work,
+        match inbox.recv() {
             Ok(Job::Stop) | Err(_) => break,
-        };
+            Ok(job) => queued.push(job),
+        }
+        while let Ok(job) = inbox.try_recv() {
+            if let Job::Stop = job {
+                stopping = true;
+                break;
+            }
+            queued.push(job);
+        }
         number += 1;
         visibility.start_batch(number);
         let batch = Batch {
@@ -178,29 +216,74 @@ fn run_writer(
             number,
             visibility,
         };
-        let mut done = Vec::new();
-        let mut run = |work: Work| {
-            // After a failure nothing more is applied: memory must not drift further from
-            // what the disk holds. Dropping the job answers its caller with the failure.
-            if visibility.failed().is_ok() {
-                done.push(work(&batch));
-            }
-        };
-        run(first);
-        while let Ok(job) = inbox.try_recv() {
+        let mut done = Vec::with_capacity(queued.len());
+        let mut orders = Vec::new();
+        for job in queued.drain(..) {
             match job {
-                Job::Write(work) => run(work),
-                Job::Stop => {
-                    stopping = true;
-                    break;
+                Job::Order(order) => {
+                    orders.push(order);
+                    if orders.len() == MAX_ORDERS_PER_TRANSACTION {
+                        place_orders(&batch, std::mem::take(&mut orders), &mut done);
+                    }
                 }
+                Job::Write(work) => {
+                    // Orders queued before this job are placed before it runs.
+                    place_orders(&batch, std::mem::take(&mut orders), &mut done);
+                    // After a failure nothing more is applied: memory must not drift
+                    // further from what the disk holds. Dropping the job answers its
+                    // caller with the failure.
+                    if visibility.failed().is_ok() {
+                        done.push(work(&batch));
+                    }
+                }
+                Job::Stop => unreachable!("a stop is never queued"),
             }
         }
+        place_orders(&batch, orders, &mut done);
         if batches.send(Finished::Batch { number, done }).is_err() {
             return;
         }
     }
     let _ = batches.send(Finished::Stop);
+}
+
+/// Places `orders` in one transaction and queues each one's answer for the flush. When the
+/// transaction fails for a reason other than the disk (an order that does not encode, a
+/// panic), each order is placed again on its own, so that only the bad one is refused.
+fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>) {
+    if orders.is_empty() || batch.visibility.failed().is_err() {
+        return;
+    }
+    for order in &orders {
+        let new = &order.plan.new;
+        batch.touches(Stripe::account(&new.account.id));
+        batch.touches(Stripe::key(&new.account.id, &new.claim.key));
+    }
+    let plans: Vec<&OrderPlan> = orders.iter().map(|o| &o.plan).collect();
+    let together = catch_unwind(AssertUnwindSafe(|| batch.trees.place_orders(&plans)));
+    let outcomes = match together {
+        Ok(Ok(outcomes)) => outcomes.into_iter().map(Ok).collect(),
+        Ok(Err(StoreError::Failed(why))) => {
+            batch.visibility.fail(&why);
+            return;
+        }
+        Ok(Err(_)) | Err(_) => plans
+            .iter()
+            .map(|plan| {
+                catch_unwind(AssertUnwindSafe(|| batch.trees.place_order(plan)))
+                    .unwrap_or_else(|_| Err(StoreError::Corrupt("an order panicked".into())))
+            })
+            .collect::<Vec<_>>(),
+    };
+    for (order, outcome) in orders.into_iter().zip(outcomes) {
+        if let Err(StoreError::Failed(why)) = &outcome {
+            batch.visibility.fail(why);
+        }
+        let reply = order.reply;
+        done.push(Box::new(move |flushed: Result<(), StoreError>| {
+            let _ = reply.send(flushed.and(outcome));
+        }));
+    }
 }
 
 struct Flush {
