@@ -38,6 +38,9 @@ pub struct Metrics {
     pub rate_limited: Counter,
     pub commit_seconds: Histogram,
     pub commit_batch_size: Histogram,
+    /// Writes the sled writer has applied and handed to the commit thread; those not yet in
+    /// `commit_batch_size` are waiting for their flush.
+    pub writes_applied: Counter,
     pub webhook_attempts: Counter,
     pub webhook_failures: Counter,
     pub sweeper_deleted: Counter,
@@ -89,6 +92,12 @@ impl Default for Metrics {
             "Commits made durable by one flush",
             commit_batch_size.clone(),
         );
+        let writes_applied = Counter::default();
+        registry.register(
+            "writes_applied",
+            "Writes applied by the sled writer and handed to the group commit",
+            writes_applied.clone(),
+        );
         let webhook_attempts = Counter::default();
         registry.register(
             "webhook_attempts",
@@ -123,6 +132,7 @@ impl Default for Metrics {
             rate_limited,
             commit_seconds,
             commit_batch_size,
+            writes_applied,
             webhook_attempts,
             webhook_failures,
             sweeper_deleted,

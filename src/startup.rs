@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::middleware::{from_fn, Logger};
+use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use futures_util::future::{select, Either};
 
@@ -18,6 +18,7 @@ use crate::config::Settings;
 use crate::domain::ids::random_hex;
 use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
+use crate::edge::request_log::log_requests;
 use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
 use crate::store::postgres as shared;
@@ -143,7 +144,7 @@ impl Application {
                 .wrap(from_fn(limit_rate))
                 .wrap(from_fn(check_origin))
                 .wrap(from_fn(count_requests))
-                .wrap(request_log())
+                .wrap(from_fn(log_requests))
         });
         let server = match &tls {
             Some(cert) => server.listen_rustls_0_23(listener, cert.server_config()?)?,
@@ -292,16 +293,4 @@ fn start_workers(
         async move { sender.deliver_due().await }
     })?;
     Ok(vec![sweeper, pruner, fulfillment, webhooks])
-}
-
-/// One line per request: method, path (never the query, which could carry a secret),
-/// status, latency in ms and whether it was a replay.
-fn request_log() -> Logger {
-    Logger::new("%{method}xi %U %s %Dms replayed=%{replayed}xo")
-        .custom_request_replace("method", |req| req.method().to_string())
-        .custom_response_replace("replayed", |res| {
-            res.headers()
-                .contains_key("Idempotency-Replayed")
-                .to_string()
-        })
 }

@@ -20,6 +20,9 @@ struct GateState {
     closed: bool,
     failing: bool,
     waiting: usize,
+    /// Completed sled flushes and `fdatasync`s.
+    flushed: usize,
+    synced: usize,
 }
 
 /// The flush hook: open (flushes pass), closed (the commit thread waits in it), or failing
@@ -33,7 +36,22 @@ struct Gate {
 impl Gate {
     fn hook(self: &Arc<Self>) -> embedded::FlushHook {
         let gate = Arc::clone(self);
-        Box::new(move || gate.pass())
+        Box::new(move |step| match step {
+            embedded::FlushStep::Flushing => gate.pass(),
+            embedded::FlushStep::Flushed => gate.count(|s| s.flushed += 1),
+            embedded::FlushStep::Synced => gate.count(|s| s.synced += 1),
+        })
+    }
+
+    fn count(&self, step: impl FnOnce(&mut GateState)) -> Result<(), String> {
+        step(&mut self.state.lock().unwrap());
+        Ok(())
+    }
+
+    /// Completed (flushes, fdatasyncs) so far.
+    fn done(&self) -> (usize, usize) {
+        let state = self.state.lock().unwrap();
+        (state.flushed, state.synced)
     }
 
     fn pass(&self) -> Result<(), String> {
@@ -202,6 +220,48 @@ impl InProcess {
             .header("X-Api-Key", api_key)
             .header("X-Idempotency-Key", key)
             .json(body)
+    }
+
+    /// A second wholesale account with `funds` and its key (the product exists already).
+    async fn partner_with(&self, funds: i64) -> String {
+        let account = self
+            .admin(
+                reqwest::Method::POST,
+                "/admin/accounts",
+                json!({"name": "Thin", "wholesale": true, "region": "EU"}),
+            )
+            .await;
+        let id = account["account"]["id"].as_str().unwrap().to_string();
+        self.admin(
+            reqwest::Method::POST,
+            &format!("/admin/accounts/{id}/credits"),
+            json!({"amount": funds}),
+        )
+        .await;
+        let key = self
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/accounts/{id}/api-keys"),
+                json!({}),
+            )
+            .await;
+        key["apiKey"]["key"].as_str().unwrap().to_string()
+    }
+
+    /// A counter from `/metrics`.
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
     }
 
     fn get(&self, api_key: &str, path: &str) -> reqwest::RequestBuilder {
@@ -390,4 +450,107 @@ async fn an_event_is_neither_listed_nor_delivered_before_its_batch_is_on_disk() 
     assert_eq!(got.len(), 1, "delivered once durable");
     let sent: Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(sent["type"], "order.cancelled");
+}
+
+#[tokio::test]
+async fn a_batch_is_answered_after_its_one_flush_and_fdatasync_and_a_402_inside_it_leaves_the_others_charged_once(
+) {
+    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
+        return;
+    }
+    let app = InProcess::start(&["--sweep-interval", "1h"]);
+    let rich = app.partner().await; // 100,000 at a price of 999
+    let poor = app.partner_with(500).await; // less than one order
+    let body = basket("prd_uc", 1, "p");
+    let applied = app.metric("orderly_writes_applied_total").await;
+    let (flushed, synced) = app.gate.done();
+    app.gate.close();
+
+    // One order takes the commit thread into the closed gate...
+    let primer = app.order(&app.client, &rich, "primer", &body);
+    let primer = tokio::spawn(async move { primer.send().await });
+    app.gate.until_a_flush_waits().await;
+    // ...so that the next ones are applied by the writer and queue for one flush together.
+    let mut batch = Vec::new();
+    for n in 0..9 {
+        let api_key = if n % 4 == 1 { &poor } else { &rich };
+        let request = app.order(&app.client, api_key, &format!("b-{n}"), &body);
+        batch.push((
+            n % 4 == 1,
+            tokio::spawn(async move { request.send().await }),
+        ));
+    }
+    for _ in 0..1000 {
+        if app.metric("orderly_writes_applied_total").await >= applied + 10.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        app.metric("orderly_writes_applied_total").await,
+        applied + 10.0
+    );
+    assert_eq!(
+        app.gate.done(),
+        (flushed, synced),
+        "no flush has completed yet"
+    );
+    assert!(
+        !primer.is_finished() && batch.iter().all(|(_, answer)| !answer.is_finished()),
+        "an order was answered before any flush completed"
+    );
+
+    app.gate.open();
+    assert_eq!(primer.await.unwrap().unwrap().status(), StatusCode::OK);
+    let mut charged = 1;
+    for (refused, answer) in batch {
+        let status = answer.await.unwrap().unwrap().status();
+        if refused {
+            assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+        } else {
+            assert_eq!(status, StatusCode::OK);
+            charged += 1;
+        }
+    }
+    assert_eq!(
+        app.gate.done(),
+        (flushed + 2, synced + 2),
+        "the primer's flush and one flush and fdatasync for the nine queued behind it"
+    );
+    let balance: Value = app
+        .get(&rich, "/b2b/balance")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        balance["balance"]["available"],
+        json!(100_000 - 999 * charged)
+    );
+    let balance: Value = app
+        .get(&poor, "/b2b/balance")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(balance["balance"]["available"], json!(500));
+    let ledger: Value = app
+        .get(&rich, "/b2b/transactions?limit=100")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let charges = ledger["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry["amount"].as_i64().is_some_and(|amount| amount < 0))
+        .count();
+    assert_eq!(charges as i64, charged, "each accepted order charged once");
 }

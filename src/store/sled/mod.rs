@@ -15,6 +15,7 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
+mod replay_cache;
 mod trees;
 mod tx;
 mod visibility;
@@ -43,13 +44,24 @@ use crate::store::{
 use auth_cache::AuthCache;
 use events::Due;
 use orders::OrderPlan;
+use replay_cache::ReplayCache;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
 use writer::Writer;
 
-/// Runs before every group flush; an error fails that flush. Tests use it to slow the
-/// durability step down or to make it fail; the shipped binary has none.
-pub type FlushHook = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Called at each step of every group flush; an error fails that flush. Tests use it to
+/// slow the durability step down, to make it fail or to count it; the shipped binary has none.
+pub type FlushHook = Box<dyn Fn(FlushStep) -> Result<(), String> + Send + Sync>;
+
+/// Where a group commit is when the flush hook is called: before it starts (a hook that
+/// stalls here holds the commit), after sled's flush and after the `fdatasync`. An error at
+/// any step is that commit's failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushStep {
+    Flushing,
+    Flushed,
+    Synced,
+}
 
 pub struct Options {
     pub path: PathBuf,
@@ -77,6 +89,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         writer,
         visibility,
         auth_cache: Arc::default(),
+        replay_cache: Arc::default(),
     }))
 }
 
@@ -85,6 +98,7 @@ struct SledStore {
     writer: Writer,
     visibility: Arc<Visibility>,
     auth_cache: Arc<AuthCache>,
+    replay_cache: Arc<ReplayCache>,
 }
 
 impl SledStore {
@@ -235,13 +249,19 @@ impl Store for SledStore {
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
-        match self.read(|t| t.replay_lookup(&account, &key))? {
-            Some(record) => {
-                self.settled(Some(record), Stripe::key(&account, &key))
-                    .await
-            }
-            None => Ok(None),
+        self.visibility.failed()?;
+        let scoped = keys::scoped_key(&account.bytes(), &key);
+        if let Some(hit) = self.replay_cache.get(&scoped) {
+            return Ok(Some(KeyRecord::clone(&hit)));
         }
+        let generation = self.replay_cache.generation();
+        let Some(row) = self.read(|t| t.replay_lookup(&account, &key))? else {
+            return Ok(None);
+        };
+        let row = self.settled(row, Stripe::key(&account, &key)).await?;
+        self.replay_cache
+            .remember(generation, scoped, Arc::new(row.clone()));
+        Ok(Some(row))
     }
 
     async fn place_order(
@@ -428,8 +448,9 @@ impl Store for SledStore {
             return Ok(0);
         }
         // A deleted row only frees its key: nothing a read could report, so no stripe.
+        let cache = Arc::clone(&self.replay_cache);
         self.writer
-            .write(move |b| b.trees.sweep_expired_keys(now, max))
+            .write(move |b| cache.around(|| b.trees.sweep_expired_keys(now, max)))
             .await
     }
 
@@ -445,12 +466,14 @@ impl Store for SledStore {
             *counts.entry(record.kind()).or_insert(0) += 1;
         }
         let cache = Arc::clone(&self.auth_cache);
+        let replays = Arc::clone(&self.replay_cache);
         self.writer
             .write(move |b| {
                 if !b.trees.holds_nothing() {
                     return Err(StoreError::Refused("the target already holds data".into()));
                 }
-                cache.around(|| b.trees.write_records(&records))?;
+                let write = || b.trees.write_records(&records);
+                replays.around(|| cache.around(write))?;
                 b.trees.verify_restore(&counts)?;
                 Ok(counts)
             })
@@ -504,7 +527,7 @@ mod tests {
             path: dir.path().join("db"),
             cache_bytes: 1 << 20,
             metrics: Arc::default(),
-            flush_hook: Some(Box::new(move || {
+            flush_hook: Some(Box::new(move |_| {
                 if fail.load(std::sync::atomic::Ordering::SeqCst) {
                     Err("injected: the disk refused".into())
                 } else {

@@ -128,9 +128,8 @@ impl Trees {
     /// as the replay and returned.
     pub fn place_orders(&self, plans: &[&OrderPlan]) -> Result<Vec<Placed>, StoreError> {
         let [a, b, c, d, e, f, g, h, i] = self.order_trees();
-        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|view| {
-            plans.iter().map(|plan| place_one(view, plan)).collect()
-        });
+        let outcome = (a, b, c, d, e, f, g, h, i)
+            .transaction(|view| plans.iter().map(|plan| place_one(view, plan)).collect());
         settle(outcome)?.map_err(|_: OrderRefusal| {
             StoreError::Corrupt("a batched order aborted its transaction".into())
         })
@@ -180,5 +179,113 @@ impl Trees {
             None
         };
         Ok(Page { items, next_cursor })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::account::{Account, Shortfall};
+    use crate::domain::basket::RequestedLine;
+    use crate::domain::fingerprint::{Fingerprint, Operation};
+    use crate::domain::idempotency_key::IdempotencyKey;
+    use crate::domain::order::BalanceView;
+    use crate::store::KeyClaim;
+
+    fn account(name: &str) -> Account {
+        Account {
+            id: AccountId::new(),
+            name: name.into(),
+            wholesale: true,
+            credit_limit: 0,
+            region: None,
+            webhook_secret: "whsec_test".into(),
+            created_at: 0,
+        }
+    }
+
+    fn render(order: &Order, balance: &BalanceView) -> Vec<u8> {
+        format!("{} {}", order.id, balance.available).into_bytes()
+    }
+
+    fn plan(account: &Account, key: &str, quantity: u64) -> OrderPlan {
+        let new = NewOrder {
+            account: account.clone(),
+            lines: vec![RequestedLine {
+                product_id: "prd_three".into(),
+                quantity,
+                delivery_data: Default::default(),
+            }],
+            currency: "USD".into(),
+            callback_url: None,
+            external_order_id: None,
+            claim: KeyClaim {
+                key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
+                operation: Operation::PlaceOrder,
+                fingerprint: Fingerprint([quantity as u8; 32]),
+                ttl: Duration::from_secs(3600),
+            },
+            render,
+        };
+        OrderPlan::new(new, 1)
+    }
+
+    #[test]
+    fn one_transaction_decides_each_order_on_the_view_of_those_before_it_and_a_refusal_writes_nothing(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let trees = Trees::open(&dir.path().join("db"), 1 << 20).unwrap();
+        trees
+            .put_product(&Product {
+                id: "prd_three".into(),
+                name: "three".into(),
+                price: 3,
+                regions: vec![],
+                delivery_fields: vec![],
+                active: true,
+                updated_at: 0,
+            })
+            .unwrap();
+        let (rich, poor) = (account("rich"), account("poor"));
+        for (who, balance) in [(&rich, 10i64), (&poor, 1)] {
+            trees.create_account(who).unwrap();
+            let encoded = codec::encode(&balance).unwrap();
+            trees.balances.insert(who.id.bytes(), encoded).unwrap();
+        }
+        let plans = [
+            plan(&rich, "first", 1),  // 10 -> 7
+            plan(&poor, "poor", 1),   // 1 < 3: refused
+            plan(&rich, "second", 2), // 7 -> 1: sees the first debit
+            plan(&rich, "first", 1),  // the key the first order took in this batch
+            plan(&rich, "third", 1),  // 1 < 3: refused, because of the second debit
+        ];
+        let outcomes = trees
+            .place_orders(&plans.iter().collect::<Vec<_>>())
+            .unwrap();
+
+        assert!(outcomes[0].is_ok());
+        assert!(matches!(
+            outcomes[1],
+            Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance))
+        ));
+        assert!(outcomes[2].is_ok());
+        assert!(matches!(outcomes[3], Err(OrderRefusal::KeyTaken(None))));
+        assert!(matches!(outcomes[4], Err(OrderRefusal::Shortfall(_))));
+        assert_eq!(trees.balance(&rich.id).unwrap(), 1);
+        assert_eq!(trees.balance(&poor.id).unwrap(), 1);
+        assert_eq!(trees.orders.len(), 2, "only the two accepted orders exist");
+        assert_eq!(trees.ledger.len(), 2, "one charge per accepted order");
+        assert_eq!(trees.idem_keys.len(), 2, "refused orders took no key");
+        let first = trees
+            .replay_lookup(&rich.id, &IdempotencyKey::parse(b"first").unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            first.response.body,
+            outcomes[0].as_ref().unwrap().as_slice(),
+            "the stored replay is the first order's own answer"
+        );
     }
 }

@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 use super::orders::{OrderPlan, Placed};
 use super::trees::Trees;
 use super::visibility::{Stripe, Visibility};
-use super::FlushHook;
+use super::{FlushHook, FlushStep};
 use crate::metrics::Metrics;
 use crate::store::StoreError;
 
@@ -67,7 +67,7 @@ struct OrderJob {
 
 enum Job {
     Write(Work),
-    Order(OrderJob),
+    Order(Box<OrderJob>),
     Stop,
 }
 
@@ -94,9 +94,10 @@ impl Writer {
         let (batches, finished) = mpsc::channel();
         let writer = {
             let (trees, visibility) = (Arc::clone(&trees), Arc::clone(&visibility));
+            let metrics = Arc::clone(&metrics);
             std::thread::Builder::new()
                 .name("orderly-writer".into())
-                .spawn(move || run_writer(&trees, &visibility, inbox, batches))
+                .spawn(move || run_writer(&trees, &visibility, &metrics, inbox, batches))
                 .expect("spawning the writer thread")
         };
         let committer = {
@@ -150,7 +151,7 @@ impl Writer {
     pub async fn place_order(&self, plan: OrderPlan) -> Result<Placed, StoreError> {
         self.visibility.failed()?;
         let (reply, answer) = oneshot::channel();
-        self.submit(Job::Order(OrderJob { plan, reply }), answer)
+        self.submit(Job::Order(Box::new(OrderJob { plan, reply })), answer)
             .await
     }
 
@@ -191,6 +192,7 @@ impl Writer {
 fn run_writer(
     trees: &Trees,
     visibility: &Visibility,
+    metrics: &Metrics,
     inbox: mpsc::Receiver<Job>,
     batches: mpsc::Sender<Finished>,
 ) {
@@ -221,7 +223,7 @@ fn run_writer(
         for job in queued.drain(..) {
             match job {
                 Job::Order(order) => {
-                    orders.push(order);
+                    orders.push(*order);
                     if orders.len() == MAX_ORDERS_PER_TRANSACTION {
                         place_orders(&batch, std::mem::take(&mut orders), &mut done);
                     }
@@ -240,9 +242,11 @@ fn run_writer(
             }
         }
         place_orders(&batch, orders, &mut done);
+        let applied = done.len() as u64;
         if batches.send(Finished::Batch { number, done }).is_err() {
             return;
         }
+        metrics.writes_applied.inc_by(applied);
     }
     let _ = batches.send(Finished::Stop);
 }
@@ -294,11 +298,12 @@ struct Flush {
 
 impl Flush {
     fn run(&self) -> Result<(), String> {
-        if let Some(hook) = &self.hook {
-            hook()?;
-        }
+        let step = |step: FlushStep| self.hook.as_ref().map_or(Ok(()), |hook| hook(step));
+        step(FlushStep::Flushing)?;
         self.trees.db.flush().map_err(|e| e.to_string())?;
-        self.data_file.sync_data().map_err(|e| e.to_string())
+        step(FlushStep::Flushed)?;
+        self.data_file.sync_data().map_err(|e| e.to_string())?;
+        step(FlushStep::Synced)
     }
 }
 
