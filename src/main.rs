@@ -8,6 +8,9 @@ use orderly::startup::{Application, RunError, StartupError};
 use orderly::store::postgres as shared;
 use orderly::store::sled as embedded;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     orderly::logging::init();
