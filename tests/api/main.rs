@@ -14,6 +14,7 @@ mod durability;
 mod edge;
 mod expiry;
 mod hardening;
+mod instances;
 mod lifecycle;
 mod operations;
 mod order_of_checks;

@@ -7,6 +7,12 @@
 //! process goes on (the key's rows were in the same transaction, so a retry either replays or
 //! is a first use). `failure()` therefore never resolves. Only `open`, `migrate` and their
 //! types leave this module.
+//!
+//! Any number of instances share one database. Their per-client rate budget is a table
+//! (`rate_limit.rs`); their background work is claimed: fulfillment and the sweeper take rows
+//! with `FOR UPDATE SKIP LOCKED` inside one short transaction (whose locks die with the
+//! session), webhook deliveries with a lease on the outbox row (`outbox.rs`), because an
+//! attempt lasts as long as the receiver takes to answer.
 
 mod accounts;
 mod backup;
@@ -16,6 +22,7 @@ mod lifecycle;
 mod migrate;
 mod orders;
 mod outbox;
+mod rate_limit;
 mod reads;
 mod rows;
 mod tx;
@@ -38,7 +45,8 @@ use crate::metrics::Metrics;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
+    Recorded, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot, Store,
+    StoreError,
 };
 use tx::{retried, Fault};
 
@@ -106,6 +114,12 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     let pool = connect(&options)?;
     migrated(&pool).await?;
     Ok(Arc::new(PgStore {
+        limiter: Arc::new(rate_limit::PgRateLimit { pool: pool.clone() }),
+        instance: format!(
+            "{}-{}",
+            std::process::id(),
+            crate::domain::ids::random_hex()
+        ),
         pool,
         metrics: options.metrics,
     }))
@@ -114,6 +128,10 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
 struct PgStore {
     pool: Pool,
     metrics: Arc<Metrics>,
+    /// The per-client rate budget, on the same connections.
+    limiter: Arc<rate_limit::PgRateLimit>,
+    /// Names this process in the outbox claims it holds (unique per start).
+    instance: String,
 }
 
 impl PgStore {
@@ -330,7 +348,7 @@ impl Store for PgStore {
     ) -> Result<Vec<DueDelivery>, StoreError> {
         // The filter is used up by one pass: no retry.
         let client = self.client().await?;
-        settled(outbox::due_deliveries(&client, now, max, take).await)
+        settled(outbox::due_deliveries(&client, &self.instance, now, max, take).await)
     }
 
     async fn settle_delivery(
@@ -340,7 +358,11 @@ impl Store for PgStore {
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
         settled(write!(self, |c| outbox::settle_delivery(
-            &mut c, &due, outcome, &attempt
+            &mut c,
+            &self.instance,
+            &due,
+            outcome,
+            &attempt
         )))
     }
 
@@ -355,6 +377,10 @@ impl Store for PgStore {
 
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
         settled(write!(self, |c| backup::restore(&mut c, &records)))
+    }
+
+    fn shared_rate_limit(&self) -> Option<Arc<dyn SharedRateLimit>> {
+        Some(Arc::clone(&self.limiter) as Arc<dyn SharedRateLimit>)
     }
 
     async fn is_empty(&self) -> Result<bool, StoreError> {
@@ -386,6 +412,17 @@ impl Store for PgStore {
     }
 
     async fn stop(&self) {
+        // The workers have stopped, so nothing this instance claimed is in flight any more:
+        // hand the claims back at once rather than let another instance wait out the lease
+        // (a rolling restart would otherwise delay those callbacks by up to the lease).
+        if let Ok(client) = self.client().await {
+            if let Err(e) = outbox::release_claims(&client, &self.instance).await {
+                log::warn!(
+                    "webhooks: releasing this instance's claims: {}",
+                    StoreError::from(e)
+                );
+            }
+        }
         self.pool.close();
     }
 }
