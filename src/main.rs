@@ -10,12 +10,17 @@ use orderly::store::sled as embedded;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // `copy` answers on stderr in one line when it refuses; its engines' routine info lines
+    // (a migration applied, a flush on close) would only bury it.
+    let quiet = matches!(cli.command, Command::Copy(_));
+    let level = if quiet { "warn" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let settings = match cli.command {
         Command::Serve(settings) => *settings,
         Command::Stats(args) => return print_stats(&args.data_dir),
         Command::Restore(args) => return restore(&args),
         Command::Migrate(args) => return migrate(&args.database_url),
+        Command::Copy(args) => return copy(&args),
     };
     let outcome = actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
@@ -65,6 +70,28 @@ fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("orderly: restore refused: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `orderly copy`: one JSON object of counts per kind on stdout, exit 0; or one line on
+/// stderr and exit 1, the target untouched.
+fn copy(args: &orderly::config::CopyArgs) -> std::process::ExitCode {
+    let copied = actix_web::rt::System::new().block_on(orderly::copy::run(
+        &args.from_data_dir,
+        &args.to_database_url,
+    ));
+    match copied {
+        Ok(counts) => {
+            println!(
+                "{}",
+                serde_json::to_string(&counts).expect("counts serialize")
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("orderly: copy refused: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -8,6 +8,7 @@ mod backup;
 mod business_rules;
 mod concurrency;
 mod console;
+mod copy;
 mod crash;
 mod demo;
 mod durability;
