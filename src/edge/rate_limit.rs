@@ -10,7 +10,7 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use governor::{Quota, RateLimiter};
 use super::cidr::Cidr;
 use super::client_ip::{bucket_of, client_ip};
 use crate::config::Settings;
+use crate::domain::time::now_millis;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent};
@@ -34,6 +35,9 @@ use crate::store::{SharedRateLimit, Spent};
 /// How long a request waits for the shared budget before this instance decides alone: a
 /// database that does not answer must not hold up (or lift) the limit.
 const SHARED_WAIT: Duration = Duration::from_secs(1);
+/// After the shared budget failed, how long requests are decided locally before it is tried
+/// again: one slow failure per interval, not one per request, while the database is away.
+const SHARED_RETRY_MS: u64 = 1000;
 
 type KeyedLimiter =
     RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, DefaultClock, StateInformationMiddleware>;
@@ -57,6 +61,18 @@ impl Bucket {
     fn replenish(&self) -> Duration {
         Duration::from_secs(60) / self.per_minute
     }
+
+    /// The emission interval and the window of the shared budget, in nanoseconds: at the
+    /// highest limits one request's worth is well under a microsecond.
+    fn gcra_terms(&self) -> (i64, i64) {
+        let emission = i64::try_from(self.replenish().as_nanos())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        (
+            emission,
+            emission.saturating_mul(i64::from(self.per_minute)),
+        )
+    }
 }
 
 /// What the limiter decided for one request.
@@ -78,9 +94,9 @@ pub struct RateLimits {
     trusted_proxies: Vec<Cidr>,
     /// The budget shared with the other instances, when the engine keeps one.
     shared: Option<Arc<dyn SharedRateLimit>>,
-    /// Whether the last shared decision failed (so that an outage is logged once, not per
-    /// request).
-    degraded: AtomicBool,
+    /// While the shared budget is failing: when to try it again (ms since the epoch); 0 while
+    /// it answers. An outage is logged once, not per request.
+    shared_retry_at: AtomicU64,
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -100,7 +116,7 @@ impl RateLimits {
             overrides,
             trusted_proxies: settings.trusted_proxies.clone(),
             shared: None,
-            degraded: AtomicBool::new(false),
+            shared_retry_at: AtomicU64::new(0),
         }
     }
 
@@ -129,19 +145,23 @@ impl RateLimits {
         let Some(shared) = &self.shared else {
             return self.check(client);
         };
+        let retry_at = self.shared_retry_at.load(Ordering::Relaxed);
+        if retry_at != 0 && now_millis() < retry_at {
+            return self.check(client);
+        }
         let bucket = self.bucket(client);
-        let emission = i64::try_from(bucket.replenish().as_micros()).unwrap_or(i64::MAX);
-        let window = emission.saturating_mul(i64::from(bucket.per_minute));
+        let (emission, window) = bucket.gcra_terms();
         let key = bucket_of(client).to_string();
         match tokio::time::timeout(SHARED_WAIT, shared.spend(key, emission, window)).await {
             Ok(Ok(spent)) => {
-                if self.degraded.swap(false, Ordering::Relaxed) {
+                if self.shared_retry_at.swap(0, Ordering::Relaxed) != 0 {
                     log::info!("rate limit: the shared budget answers again");
                 }
                 gcra_decision(bucket.per_minute, emission, window, spent)
             }
             outcome => {
-                if !self.degraded.swap(true, Ordering::Relaxed) {
+                let again = now_millis().saturating_add(SHARED_RETRY_MS);
+                if self.shared_retry_at.swap(again, Ordering::Relaxed) == 0 {
                     let why = match outcome {
                         Ok(Err(e)) => e.to_string(),
                         _ => format!("no answer within {} ms", SHARED_WAIT.as_millis()),
@@ -214,29 +234,29 @@ impl RateLimits {
 }
 
 /// The decision for a request that spent (or was refused) `spent` of a shared budget of
-/// `per_minute` requests, one coming back every `emission` µs, `window` µs of them in all.
+/// `per_minute` requests, one coming back every `emission` ns, `window` ns of them in all.
 fn gcra_decision(per_minute: u32, emission: i64, window: i64, spent: Spent) -> Decision {
-    let micros = |us: i64| Duration::from_micros(us.max(0) as u64);
-    let ahead = spent.ahead_micros.clamp(0, window);
+    let nanos = |ns: i64| Duration::from_nanos(ns.max(0) as u64);
+    let ahead = spent.ahead_nanos.clamp(0, window);
     if spent.allowed {
         let remaining = ((window - ahead) / emission.max(1)).clamp(0, i64::from(per_minute));
         Decision {
             allowed: true,
             limit: per_minute,
             remaining: remaining as u32,
-            reset_secs: ceil_secs(micros(ahead)),
+            reset_secs: ceil_secs(nanos(ahead)),
             retry_after_secs: 0,
         }
     } else {
         // The next request fits once the arrival time, moved on by one emission, is back
         // within the window.
-        let wait = spent.ahead_micros.saturating_add(emission) - window;
+        let wait = spent.ahead_nanos.saturating_add(emission) - window;
         Decision {
             allowed: false,
             limit: per_minute,
             remaining: 0,
-            reset_secs: ceil_secs(micros(ahead)),
-            retry_after_secs: ceil_secs(micros(wait)).max(1),
+            reset_secs: ceil_secs(nanos(ahead)),
+            retry_after_secs: ceil_secs(nanos(wait)).max(1),
         }
     }
 }
@@ -329,17 +349,17 @@ mod tests {
         assert_eq!(l.tracked_clients(), 0);
     }
 
-    fn spent(allowed: bool, ahead_micros: i64) -> Spent {
+    fn spent(allowed: bool, ahead_nanos: i64) -> Spent {
         Spent {
             allowed,
-            ahead_micros,
+            ahead_nanos,
         }
     }
 
     #[test]
     fn a_shared_budget_counts_down_like_the_local_one() {
         // 3 per minute: one request back every 20 s.
-        let (t, w) = (20_000_000, 60_000_000);
+        let (t, w) = (20_000_000_000, 60_000_000_000);
         let first = gcra_decision(3, t, w, spent(true, t));
         assert_eq!((first.remaining, first.reset_secs), (2, 20));
         let last = gcra_decision(3, t, w, spent(true, w));
@@ -347,9 +367,17 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_budget_of_a_very_high_limit_still_has_room() {
+        // 10^8 a minute: 600 ns per request, which a microsecond clock would round to nothing.
+        let (emission, window) = Bucket::new(100_000_000).gcra_terms();
+        assert_eq!(emission, 600);
+        assert_eq!(window, 60_000_000_000);
+    }
+
+    #[test]
     fn a_refusal_of_the_shared_budget_says_when_the_next_request_fits() {
-        let (t, w) = (20_000_000, 60_000_000);
-        let refused = gcra_decision(3, t, w, spent(false, w - 500_000));
+        let (t, w) = (20_000_000_000, 60_000_000_000);
+        let refused = gcra_decision(3, t, w, spent(false, w - 500_000_000));
         assert!(!refused.allowed);
         assert_eq!(refused.remaining, 0);
         assert_eq!(refused.retry_after_secs, 20);

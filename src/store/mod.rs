@@ -56,8 +56,8 @@ pub type DeliveryFilter = Box<dyn FnMut(&crate::domain::event::Delivery) -> bool
 pub struct Spent {
     pub allowed: bool,
     /// How far the bucket's theoretical arrival time is ahead of now, after this request
-    /// (microseconds, never negative): the time until the budget is full again.
-    pub ahead_micros: i64,
+    /// (nanoseconds, never negative): the time until the budget is full again.
+    pub ahead_nanos: i64,
 }
 
 /// The per-client rate budget that every instance sharing one store spends from (SPEC 17),
@@ -65,13 +65,13 @@ pub struct Spent {
 #[async_trait]
 pub trait SharedRateLimit: Send + Sync + 'static {
     /// Spends one request of `bucket` whose budget comes back one request every `emission`
-    /// microseconds and holds `window` microseconds of them (the burst): allowed when the
+    /// nanoseconds and holds `window` nanoseconds of them (the burst): allowed when the
     /// arrival time, moved on by one emission, stays within `window` of now.
     async fn spend(
         &self,
         bucket: String,
-        emission_micros: i64,
-        window_micros: i64,
+        emission_nanos: i64,
+        window_nanos: i64,
     ) -> Result<Spent, StoreError>;
     /// Forgets buckets whose budget is full again. Returns how many.
     async fn prune(&self) -> Result<usize, StoreError>;

@@ -19,6 +19,7 @@ use crate::helpers::{
     basket, database_url, maintenance_sql, on_postgres, sql_i64, start, start_logging, TestApp,
     TestDatabase,
 };
+use crate::postgres::{cluster, OwnCluster};
 use crate::receiver::Receiver;
 
 fn skip_on_sled(why: &str) -> bool {
@@ -552,4 +553,42 @@ async fn after_a_kill_9_of_one_of_two_instances_under_mixed_load_every_acknowled
         pair.b.assert_ledger_matches_balance(&p.api_key).await,
         10_000_000 - 999 * orders.len() as i64
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_database_is_down_an_instance_still_limits_with_a_bucket_of_its_own() {
+    if skip_on_sled("a PostgreSQL server to stop") {
+        return;
+    }
+    // A cluster of its own: the shared one serves the other tests meanwhile.
+    let dir = std::env::temp_dir().join(format!("orderly-pg-limit-{}", std::process::id()));
+    let url = cluster("start", &dir);
+    let own = OwnCluster(dir.clone());
+    let mut database_url = url::Url::parse(&url).unwrap();
+    database_url.set_path("/orderly");
+    crate::helpers::sql_on(url.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    let app = start(
+        &dir.join("unused-data-dir"),
+        &["--database-url", database_url.as_str(), "--rate-limit", "5"],
+    );
+    cluster("down", &dir);
+
+    // /openapi.json needs no database, so only the limiter decides its answers.
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let resp = app
+            .client
+            .get(app.url("/openapi.json"))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.headers().contains_key("X-RateLimit-Remaining"));
+        statuses.push(resp.status());
+    }
+
+    let mut expected = vec![StatusCode::OK; 5];
+    expected.push(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(statuses, expected);
+    drop(app);
+    drop(own);
 }

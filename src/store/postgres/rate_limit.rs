@@ -9,12 +9,12 @@ use deadpool_postgres::Pool;
 use super::tx::{execute, query_opt, Fault};
 use crate::store::{SharedRateLimit, Spent, StoreError};
 
-/// $1 bucket, $2 emission interval, $3 window (µs). A fresh bucket spends one emission; a
+/// $1 bucket, $2 emission interval, $3 window (ns). A fresh bucket spends one emission; a
 /// known one moves its arrival time on by one emission from max(arrival, now), unless that
 /// leaves it more than the window ahead of now: then it is refused and keeps its arrival
 /// time. `refused` is written beside `tat` because RETURNING sees only the new row.
 const SPEND: &str = "
-WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
+WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint AS now)
 INSERT INTO rate_limits AS r (bucket, tat, refused)
 SELECT $1::text, clock.now + $2::bigint, false FROM clock
 ON CONFLICT (bucket) DO UPDATE SET
@@ -26,7 +26,7 @@ RETURNING refused, greatest(tat - (SELECT now FROM clock), 0) AS ahead";
 /// A bucket whose arrival time has passed holds its whole budget: forgetting it changes
 /// nothing a client could see.
 const PRUNE: &str =
-    "DELETE FROM rate_limits WHERE tat < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+    "DELETE FROM rate_limits WHERE tat < (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
 
 pub struct PgRateLimit {
     pub pool: Pool,
@@ -40,7 +40,7 @@ impl PgRateLimit {
             .ok_or_else(|| StoreError::Corrupt("the rate-limit upsert returned no row".into()))?;
         Ok(Spent {
             allowed: !row.get::<_, bool>("refused"),
-            ahead_micros: row.get("ahead"),
+            ahead_nanos: row.get("ahead"),
         })
     }
 }
@@ -50,10 +50,10 @@ impl SharedRateLimit for PgRateLimit {
     async fn spend(
         &self,
         bucket: String,
-        emission_micros: i64,
-        window_micros: i64,
+        emission_nanos: i64,
+        window_nanos: i64,
     ) -> Result<Spent, StoreError> {
-        Ok(self.spent(&bucket, emission_micros, window_micros).await?)
+        Ok(self.spent(&bucket, emission_nanos, window_nanos).await?)
     }
 
     async fn prune(&self) -> Result<usize, StoreError> {

@@ -1,7 +1,7 @@
 -- Many instances on one database (issue 11).
 
 -- The per-client rate budget shared by every instance: one row per client bucket holding its
--- GCRA theoretical arrival time, in microseconds on the database's clock (one clock for every
+-- GCRA theoretical arrival time, in nanoseconds on the database's clock (one clock for every
 -- instance, however theirs drift). UNLOGGED: no WAL for a write per request; a crash of the
 -- database server empties it, which only hands every client a full budget again.
 CREATE UNLOGGED TABLE rate_limits (
