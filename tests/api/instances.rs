@@ -159,6 +159,31 @@ async fn thirty_one_requests_within_two_seconds_over_two_instances_limited_to_30
     assert_eq!(remaining, counted);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forty_requests_at_once_over_two_instances_limited_to_30_allow_exactly_30() {
+    if skip_on_sled("instances sharing a database") {
+        return;
+    }
+    let pair = two_instances(&["--rate-limit", "30"]);
+
+    // At once: each instance spends the requests that wait together in one statement.
+    let started = Instant::now();
+    let answers = join_all((0..40).map(|i| {
+        let app = if i % 2 == 0 { &pair.a } else { &pair.b };
+        app.client.get(app.url("/openapi.json")).send()
+    }))
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(2), "within 2 s");
+
+    let statuses: Vec<StatusCode> = answers.into_iter().map(|a| a.unwrap().status()).collect();
+    let allowed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((allowed, refused), (30, 10));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
     if skip_on_sled("instances sharing a database") {

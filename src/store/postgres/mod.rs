@@ -114,7 +114,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     let pool = connect(&options)?;
     migrated(&pool).await?;
     Ok(Arc::new(PgStore {
-        limiter: Arc::new(rate_limit::PgRateLimit { pool: pool.clone() }),
+        limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
         instance: format!(
             "{}-{}",
             std::process::id(),
