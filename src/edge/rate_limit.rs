@@ -3,8 +3,8 @@
 //! Every response that reached it carries `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
 //!
 //! On an engine shared by many instances (PostgreSQL) the budget is the engine's, one per
-//! client across every instance, spent by one statement per request with the same GCRA
-//! arithmetic; the in-memory buckets are then the fallback used while the database does not
+//! client across every instance, spent in the database with the same GCRA arithmetic (the
+//! engine batches a client's concurrent requests into one statement); the in-memory buckets are then the fallback used while the database does not
 //! answer, so that an outage of the database never lifts the limit. On the embedded engine
 //! there is no shared budget and the path is exactly the in-memory one.
 

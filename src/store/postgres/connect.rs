@@ -32,7 +32,9 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The database URL's settings, checked; `Err` says what is wrong with it.
-pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
+/// The configuration of orderly's connections; every connection of one process carries
+/// `application_name`, which names the process to the other instances (`pg_stat_activity`).
+pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, String> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err("the database URL must start with postgres:// or postgresql://".into());
     }
@@ -42,7 +44,7 @@ pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30))
-        .application_name("orderly")
+        .application_name(application_name)
         // A commit is durable before it is acknowledged, whatever the server's default.
         .options(format!(
             "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={} \
@@ -210,13 +212,13 @@ mod tests {
             "postgres://u@localhost/db?sslmode=prefer",
             "postgres://u@localhost/db?sslmode=require",
         ] {
-            assert!(config(url).is_ok(), "{url}");
+            assert!(config(url, "orderly").is_ok(), "{url}");
         }
     }
 
     #[test]
     fn other_urls_are_refused() {
-        assert!(config("mysql://u@localhost/db").is_err());
-        assert!(config("postgres://u@localhost/db?sslmode=sometimes").is_err());
+        assert!(config("mysql://u@localhost/db", "orderly").is_err());
+        assert!(config("postgres://u@localhost/db?sslmode=sometimes", "orderly").is_err());
     }
 }

@@ -11,8 +11,9 @@
 //! Any number of instances share one database. Their per-client rate budget is a table
 //! (`rate_limit.rs`); their background work is claimed: fulfillment and the sweeper take rows
 //! with `FOR UPDATE SKIP LOCKED` inside one short transaction (whose locks die with the
-//! session), webhook deliveries with a lease on the outbox row (`outbox.rs`), because an
-//! attempt lasts as long as the receiver takes to answer.
+//! session), webhook deliveries with a claim on the outbox row that holds while its instance
+//! has a connection open and at most a lease (`outbox.rs`), because an attempt lasts as long
+//! as the receiver takes to answer.
 
 mod accounts;
 mod backup;
@@ -84,8 +85,8 @@ impl From<migrate::MigrateError> for OpenError {
     }
 }
 
-fn connect(options: &Options) -> Result<Pool, OpenError> {
-    let config = connect::config(&options.url).map_err(OpenError::Config)?;
+fn connect(options: &Options, application_name: &str) -> Result<Pool, OpenError> {
+    let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
     connect::pool(config, options.pool_size).map_err(OpenError::Config)
 }
 
@@ -99,11 +100,14 @@ async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
 
 /// Applies pending migrations and returns the versions applied (`orderly migrate`).
 pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
-    let pool = connect(&Options {
-        url: url.to_string(),
-        pool_size: 1,
-        metrics: Arc::default(),
-    })?;
+    let pool = connect(
+        &Options {
+            url: url.to_string(),
+            pool_size: 1,
+            metrics: Arc::default(),
+        },
+        "orderly migrate",
+    )?;
     let applied = migrated(&pool).await;
     pool.close();
     applied
@@ -111,15 +115,16 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
 
 /// Connects, brings the schema up to date, and returns the engine.
 pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
-    let pool = connect(&options)?;
+    let instance = format!(
+        "{}-{}",
+        std::process::id(),
+        crate::domain::ids::random_hex()
+    );
+    let pool = connect(&options, &outbox::application_name(&instance))?;
     migrated(&pool).await?;
     Ok(Arc::new(PgStore {
         limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
-        instance: format!(
-            "{}-{}",
-            std::process::id(),
-            crate::domain::ids::random_hex()
-        ),
+        instance,
         pool,
         metrics: options.metrics,
     }))
@@ -130,7 +135,8 @@ struct PgStore {
     metrics: Arc<Metrics>,
     /// The per-client rate budget, on the same connections.
     limiter: Arc<rate_limit::PgRateLimit>,
-    /// Names this process in the outbox claims it holds (unique per start).
+    /// Names this process in the outbox claims it holds (unique per start), and in the
+    /// `application_name` of its connections, by which the others know it is alive.
     instance: String,
 }
 

@@ -4,11 +4,14 @@
 //!
 //! Every instance runs the webhook worker, so a delivery is claimed before it is attempted:
 //! `claimed_by`/`claimed_until` on its outbox row, set by one conditional UPDATE that only one
-//! instance can win. A claim outlasts any attempt (an attempt times out after 10 s), so a live
-//! one is never taken over; the claim of an instance that died lapses after `CLAIM_LEASE`
-//! and the next instance to look attempts the delivery again, same event, same `webhook-id`.
-//! A transaction cannot be the claim here: it would hold a connection and row locks for as
-//! long as a receiver keeps the request open.
+//! instance can win. A claim holds while its instance is alive, and at most `CLAIM_LEASE_MS`:
+//! an instance's connections carry its name (`application_name`), so a claim whose instance has
+//! no session left in `pg_stat_activity` (killed: the server ends its sessions as their sockets
+//! close) is taken over at once, and one whose instance still seems alive lapses after the
+//! lease (a machine gone without closing its sockets). The lease outlasts any attempt (an
+//! attempt times out after 10 s). The next instance to look attempts the delivery again, same
+//! event, same `webhook-id`. A transaction cannot be the claim here: it would hold a
+//! connection and row locks for as long as a receiver keeps the request open.
 
 use deadpool_postgres::{GenericClient, Object};
 use futures_util::TryStreamExt;
@@ -21,10 +24,28 @@ use crate::domain::event::{DeliveryAttempt, DeliveryEnd, DeliveryLog};
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 
-/// How long a claimed delivery stays this instance's: an attempt's 10 s timeout and the
-/// settling write, with room to spare; well inside the 30 s in which another instance must
-/// take over the work of one that died.
+/// How long a claimed delivery stays this instance's at most: an attempt's 10 s timeout and
+/// the settling write, with room to spare; well inside the 30 s in which another instance must
+/// take over the work of one that died without closing its connections.
 pub const CLAIM_LEASE_MS: u64 = 20_000;
+
+/// The `application_name` of an instance's connections (`unclaimed!` matches it).
+pub fn application_name(instance: &str) -> String {
+    format!("orderly {instance}")
+}
+
+/// A row nobody holds at `$now`: never claimed, its lease run out, or its claimant gone (no
+/// session of it left).
+macro_rules! unclaimed {
+    ($now:literal) => {
+        concat!(
+            "(o.claimed_until IS NULL OR o.claimed_until <= ",
+            $now,
+            " OR NOT EXISTS (SELECT 1 FROM pg_stat_activity s
+                 WHERE s.application_name = 'orderly ' || o.claimed_by))"
+        )
+    };
+}
 
 /// Up to `max` deliveries due at `now` that `take` accepts and nobody holds, oldest first,
 /// with their events and the accounts' secrets, each claimed by `instance` for
@@ -37,15 +58,16 @@ pub async fn due_deliveries(
     mut take: DeliveryFilter,
 ) -> Result<Vec<DueDelivery>, Fault> {
     let statement = c
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT o.event_id, o.due_at, o.account_id, o.url, o.attempt, e.snapshot,
                     a.webhook_secret
              FROM outbox o
              LEFT JOIN events e ON e.id = o.event_id
              LEFT JOIN accounts a ON a.id = o.account_id
-             WHERE o.due_at <= $1 AND (o.claimed_until IS NULL OR o.claimed_until <= $1)
-             ORDER BY o.due_at, o.event_id",
-        )
+             WHERE o.due_at <= $1 AND ",
+            unclaimed!("$1"),
+            " ORDER BY o.due_at, o.event_id"
+        ))
         .await?;
     let now_at = codec::time(now);
     let params: [&(dyn ToSql + Sync); 1] = [&now_at];
@@ -114,11 +136,13 @@ async fn claim(
     let until = now.saturating_add(CLAIM_LEASE_MS as i64);
     let won = query(
         c,
-        "UPDATE outbox o SET claimed_by = $1, claimed_until = $2
-         FROM unnest($3::text[], $4::bigint[]) AS d(event_id, due_at)
-         WHERE o.event_id = d.event_id AND o.due_at = d.due_at
-           AND (o.claimed_until IS NULL OR o.claimed_until <= $5)
-         RETURNING o.event_id",
+        concat!(
+            "UPDATE outbox o SET claimed_by = $1, claimed_until = $2
+             FROM unnest($3::text[], $4::bigint[]) AS d(event_id, due_at)
+             WHERE o.event_id = d.event_id AND o.due_at = d.due_at AND ",
+            unclaimed!("$5"),
+            " RETURNING o.event_id"
+        ),
         &[&instance, &until, &ids, &due_at, &now],
     )
     .await?;
