@@ -320,6 +320,24 @@ async fn after_a_kill_9_of_the_instance_mid_delivery_the_other_delivers_within_3
     if skip_on_sled("instances sharing a database") {
         return;
     }
+    // Killed: its sessions end with its sockets, and its claim with them.
+    in_flight_delivery_is_taken_over_after("KILL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_the_instance_mid_delivery_freezes_the_other_delivers_within_30_s_once_its_lease_runs_out(
+) {
+    if skip_on_sled("instances sharing a database") {
+        return;
+    }
+    // Frozen (SIGSTOP), as a machine that vanished: its sessions stay open, only the lease ends.
+    in_flight_delivery_is_taken_over_after("STOP").await;
+}
+
+/// One instance in the middle of a delivery (the receiver holds the request open), a second
+/// one started beside it, then `signal` to the first: the second delivers the event within
+/// 30 s, same `webhook-id`, and never while the first is alive and well.
+async fn in_flight_delivery_is_taken_over_after(signal: &str) {
     // The first request is held open, as by a receiver that hangs; later ones get a 200.
     let receiver = Receiver::start(vec![0]);
     let flags = [
@@ -351,10 +369,14 @@ async fn after_a_kill_9_of_the_instance_mid_delivery_the_other_delivers_within_3
         "the claim of a live instance was taken over"
     );
 
-    a.signal("KILL", Duration::from_secs(5)).expect("killed");
     let killed_at = Instant::now();
+    if signal == "KILL" {
+        a.signal("KILL", Duration::from_secs(5)).expect("killed");
+    } else {
+        a.signal(signal, Duration::ZERO);
+    }
     let both = receiver.wait_for(2, Duration::from_secs(30)).await;
-    assert_eq!(both.len(), 2, "redelivered within 30 s of the kill");
+    assert_eq!(both.len(), 2, "redelivered within 30 s of SIG{signal}");
     assert!(both[1].at.duration_since(killed_at) < Duration::from_secs(30));
     assert_eq!(both[1].header("webhook-id"), first[0].header("webhook-id"));
     assert_eq!(both[1].body, first[0].body);
