@@ -31,6 +31,19 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Apply the pending schema migrations to a PostgreSQL database, then exit.
     Migrate(MigrateArgs),
+    /// Move a stopped sled deployment whole into an empty PostgreSQL database.
+    Copy(CopyArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct CopyArgs {
+    /// The sled data directory of the deployment (no server may be running on it).
+    #[arg(long)]
+    pub from_data_dir: PathBuf,
+    /// postgres://user:password@host:port/dbname: migrated first; its orderly tables must
+    /// hold no rows.
+    #[arg(long, hide_env_values = true)]
+    pub to_database_url: String,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod backup;
 pub mod config;
+pub mod copy;
 pub mod demo;
 pub mod domain;
 pub mod edge;

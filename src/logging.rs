@@ -41,10 +41,10 @@ thread_local! {
     static STAMP: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// Installs the logger (level `info` unless `RUST_LOG` says otherwise) and its flusher.
-pub fn init() {
-    let filter =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+/// Installs the logger (at `default_level` unless `RUST_LOG` says otherwise) and its flusher.
+pub fn init(default_level: &str) {
+    let env = env_logger::Env::default().default_filter_or(default_level);
+    let filter = env_logger::Builder::from_env(env).build();
     let max_level = filter.filter();
     if log::set_boxed_logger(Box::new(Buffered { filter })).is_err() {
         return;

@@ -13,7 +13,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    orderly::logging::init();
+    // `copy` answers on stderr in one line when it refuses; its engines' routine info lines
+    // (a migration applied, a flush on close) would only bury it.
+    let quiet = matches!(cli.command, Command::Copy(_));
+    orderly::logging::init(if quiet { "warn" } else { "info" });
     let code = run(cli);
     orderly::logging::flush();
     code
@@ -25,6 +28,7 @@ fn run(cli: Cli) -> std::process::ExitCode {
         Command::Stats(args) => return print_stats(&args.data_dir),
         Command::Restore(args) => return restore(&args),
         Command::Migrate(args) => return migrate(&args.database_url),
+        Command::Copy(args) => return copy(&args),
     };
     let outcome = actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
@@ -75,6 +79,28 @@ fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("orderly: restore refused: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `orderly copy`: one JSON object of counts per kind on stdout, exit 0; or one line on
+/// stderr and exit 1, the target untouched.
+fn copy(args: &orderly::config::CopyArgs) -> std::process::ExitCode {
+    let copied = actix_web::rt::System::new().block_on(orderly::copy::run(
+        &args.from_data_dir,
+        &args.to_database_url,
+    ));
+    match copied {
+        Ok(counts) => {
+            println!(
+                "{}",
+                serde_json::to_string(&counts).expect("counts serialize")
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("orderly: copy refused: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -128,7 +128,8 @@ impl Application {
 
         let store_data: web::Data<dyn Store> = web::Data::from(Arc::clone(&store));
         let metrics_data = web::Data::from(Arc::clone(&metrics));
-        let limits = web::Data::new(RateLimits::new(&settings));
+        let limits =
+            web::Data::new(RateLimits::new(&settings).shared_with(store.shared_rate_limit()));
         let admin = web::Data::new(AdminAuth::new(settings.admin_token.as_deref()));
         let settings = web::Data::new(settings);
         let workers = start_workers(&store, &metrics, &settings, &limits)?;

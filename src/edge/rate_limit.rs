@@ -1,9 +1,17 @@
 //! The per-client rate limit: GCRA via governor, one keyed limiter per configured limit (the
 //! default and each `--rate-limit-override` network), burst equal to the per-minute limit.
 //! Every response that reached it carries `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+//!
+//! On an engine shared by many instances (PostgreSQL) the budget is the engine's, one per
+//! client across every instance, spent in the database with the same GCRA arithmetic (the
+//! engine batches a client's concurrent requests into one statement); the in-memory buckets are then the fallback used while the database does not
+//! answer, so that an outage of the database never lifts the limit. On the embedded engine
+//! there is no shared budget and the path is exactly the in-memory one.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -19,8 +27,17 @@ use governor::{Quota, RateLimiter};
 use super::cidr::Cidr;
 use super::client_ip::{bucket_of, client_ip};
 use crate::config::Settings;
+use crate::domain::time::now_millis;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::store::{SharedRateLimit, Spent};
+
+/// How long a request waits for the shared budget before this instance decides alone: a
+/// database that does not answer must not hold up (or lift) the limit.
+const SHARED_WAIT: Duration = Duration::from_secs(1);
+/// After the shared budget failed, how long requests are decided locally before it is tried
+/// again: one slow failure per interval, not one per request, while the database is away.
+const SHARED_RETRY_MS: u64 = 1000;
 
 type KeyedLimiter =
     RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, DefaultClock, StateInformationMiddleware>;
@@ -44,6 +61,18 @@ impl Bucket {
     fn replenish(&self) -> Duration {
         Duration::from_secs(60) / self.per_minute
     }
+
+    /// The emission interval and the window of the shared budget, in nanoseconds: at the
+    /// highest limits one request's worth is well under a microsecond.
+    fn gcra_terms(&self) -> (i64, i64) {
+        let emission = i64::try_from(self.replenish().as_nanos())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        (
+            emission,
+            emission.saturating_mul(i64::from(self.per_minute)),
+        )
+    }
 }
 
 /// What the limiter decided for one request.
@@ -63,6 +92,11 @@ pub struct RateLimits {
     /// Most specific network first.
     overrides: Vec<(Cidr, Bucket)>,
     trusted_proxies: Vec<Cidr>,
+    /// The budget shared with the other instances, when the engine keeps one.
+    shared: Option<Arc<dyn SharedRateLimit>>,
+    /// While the shared budget is failing: when to try it again (ms since the epoch); 0 while
+    /// it answers. An outage is logged once, not per request.
+    shared_retry_at: AtomicU64,
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -81,20 +115,67 @@ impl RateLimits {
             default: Bucket::new(settings.rate_limit),
             overrides,
             trusted_proxies: settings.trusted_proxies.clone(),
+            shared: None,
+            shared_retry_at: AtomicU64::new(0),
         }
+    }
+
+    /// Spends from `shared` (the engine's budget, one for every instance) instead of the
+    /// in-memory buckets, which remain as the fallback.
+    pub fn shared_with(mut self, shared: Option<Arc<dyn SharedRateLimit>>) -> Self {
+        self.shared = shared;
+        self
     }
 
     pub fn client(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
         client_ip(peer, forwarded_for, &self.trusted_proxies)
     }
 
-    pub fn check(&self, client: IpAddr) -> Decision {
-        let bucket = self
-            .overrides
+    fn bucket(&self, client: IpAddr) -> &Bucket {
+        self.overrides
             .iter()
             .find(|(net, _)| net.contains(client))
             .map(|(_, b)| b)
-            .unwrap_or(&self.default);
+            .unwrap_or(&self.default)
+    }
+
+    /// Decides one request: from the shared budget when there is one and it answers, else
+    /// from this instance's buckets.
+    pub async fn decide(&self, client: IpAddr) -> Decision {
+        let Some(shared) = &self.shared else {
+            return self.check(client);
+        };
+        let retry_at = self.shared_retry_at.load(Ordering::Relaxed);
+        if retry_at != 0 && now_millis() < retry_at {
+            return self.check(client);
+        }
+        let bucket = self.bucket(client);
+        let (emission, window) = bucket.gcra_terms();
+        let key = bucket_of(client).to_string();
+        match tokio::time::timeout(SHARED_WAIT, shared.spend(key, emission, window)).await {
+            Ok(Ok(spent)) => {
+                if self.shared_retry_at.swap(0, Ordering::Relaxed) != 0 {
+                    log::info!("rate limit: the shared budget answers again");
+                }
+                gcra_decision(bucket.per_minute, emission, window, spent)
+            }
+            outcome => {
+                let again = now_millis().saturating_add(SHARED_RETRY_MS);
+                if self.shared_retry_at.swap(again, Ordering::Relaxed) == 0 {
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer within {} ms", SHARED_WAIT.as_millis()),
+                    };
+                    log::warn!("rate limit: the shared budget failed ({why}); each instance limits on its own until it answers");
+                }
+                self.check(client)
+            }
+        }
+    }
+
+    /// Decides one request from this instance's in-memory buckets.
+    pub fn check(&self, client: IpAddr) -> Decision {
+        let bucket = self.bucket(client);
         let key = bucket_of(client);
         match bucket.limiter.check_key(&key) {
             Ok(snapshot) => {
@@ -121,6 +202,18 @@ impl RateLimits {
         }
     }
 
+    /// Forgets the shared buckets that are full again (every instance may do it: deleting a
+    /// full bucket twice changes nothing).
+    pub async fn prune_shared(&self) {
+        if let Some(shared) = &self.shared {
+            match shared.prune().await {
+                Ok(n) if n > 0 => log::debug!("rate limit: forgot {n} full shared bucket(s)"),
+                Ok(_) => {}
+                Err(e) => log::warn!("rate limit: pruning the shared buckets: {e}"),
+            }
+        }
+    }
+
     /// Forgets clients whose buckets are full again, so memory tracks recent clients only.
     pub fn prune(&self) {
         for limiter in std::iter::once(&self.default).chain(self.overrides.iter().map(|(_, b)| b)) {
@@ -137,6 +230,34 @@ impl RateLimits {
                 .iter()
                 .map(|(_, b)| b.limiter.len())
                 .sum::<usize>()
+    }
+}
+
+/// The decision for a request that spent (or was refused) `spent` of a shared budget of
+/// `per_minute` requests, one coming back every `emission` ns, `window` ns of them in all.
+fn gcra_decision(per_minute: u32, emission: i64, window: i64, spent: Spent) -> Decision {
+    let nanos = |ns: i64| Duration::from_nanos(ns.max(0) as u64);
+    let ahead = spent.ahead_nanos.clamp(0, window);
+    if spent.allowed {
+        let remaining = ((window - ahead) / emission.max(1)).clamp(0, i64::from(per_minute));
+        Decision {
+            allowed: true,
+            limit: per_minute,
+            remaining: remaining as u32,
+            reset_secs: ceil_secs(nanos(ahead)),
+            retry_after_secs: 0,
+        }
+    } else {
+        // The next request fits once the arrival time, moved on by one emission, is back
+        // within the window.
+        let wait = spent.ahead_nanos.saturating_add(emission) - window;
+        Decision {
+            allowed: false,
+            limit: per_minute,
+            remaining: 0,
+            reset_secs: ceil_secs(nanos(ahead)),
+            retry_after_secs: ceil_secs(nanos(wait)).max(1),
+        }
     }
 }
 
@@ -176,7 +297,7 @@ pub async fn limit_rate(
         .filter_map(|v| v.to_str().ok())
         .collect();
     let client = limits.client(peer, &forwarded);
-    let decision = limits.check(client);
+    let decision = limits.decide(client).await;
     if !decision.allowed {
         metrics.rate_limited.inc();
         let mut refusal = ApiError::RateLimited {
@@ -226,6 +347,44 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         l.prune();
         assert_eq!(l.tracked_clients(), 0);
+    }
+
+    fn spent(allowed: bool, ahead_nanos: i64) -> Spent {
+        Spent {
+            allowed,
+            ahead_nanos,
+        }
+    }
+
+    #[test]
+    fn a_shared_budget_counts_down_like_the_local_one() {
+        // 3 per minute: one request back every 20 s.
+        let (t, w) = (20_000_000_000, 60_000_000_000);
+        let first = gcra_decision(3, t, w, spent(true, t));
+        assert_eq!((first.remaining, first.reset_secs), (2, 20));
+        let last = gcra_decision(3, t, w, spent(true, w));
+        assert_eq!((last.remaining, last.reset_secs), (0, 60));
+    }
+
+    #[test]
+    fn the_shared_budget_of_a_very_high_limit_still_has_room() {
+        // 10^8 a minute: 600 ns per request, which a microsecond clock would round to nothing.
+        let (emission, window) = Bucket::new(100_000_000).gcra_terms();
+        assert_eq!(emission, 600);
+        assert_eq!(window, 60_000_000_000);
+    }
+
+    #[test]
+    fn a_refusal_of_the_shared_budget_says_when_the_next_request_fits() {
+        let (t, w) = (20_000_000_000, 60_000_000_000);
+        let refused = gcra_decision(3, t, w, spent(false, w - 500_000_000));
+        assert!(!refused.allowed);
+        assert_eq!(refused.remaining, 0);
+        assert_eq!(refused.retry_after_secs, 20);
+        assert_eq!(
+            gcra_decision(3, t, w, spent(false, w - t)).retry_after_secs,
+            1
+        );
     }
 
     #[test]

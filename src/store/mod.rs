@@ -50,6 +50,33 @@ pub enum StoreError {
 /// Decides, for each due callback in order, whether this pass takes it.
 pub type DeliveryFilter = Box<dyn FnMut(&crate::domain::event::Delivery) -> bool + Send>;
 
+/// What one request spent of a budget kept by the storage (GCRA: a theoretical arrival time
+/// that moves one emission interval ahead per request allowed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spent {
+    pub allowed: bool,
+    /// How far the bucket's theoretical arrival time is ahead of now, after this request
+    /// (nanoseconds, never negative): the time until the budget is full again.
+    pub ahead_nanos: i64,
+}
+
+/// The per-client rate budget that every instance sharing one store spends from (SPEC 17),
+/// so that adding instances never multiplies a client's limit.
+#[async_trait]
+pub trait SharedRateLimit: Send + Sync + 'static {
+    /// Spends one request of `bucket` whose budget comes back one request every `emission`
+    /// nanoseconds and holds `window` nanoseconds of them (the burst): allowed when the
+    /// arrival time, moved on by one emission, stays within `window` of now.
+    async fn spend(
+        &self,
+        bucket: String,
+        emission_nanos: i64,
+        window_nanos: i64,
+    ) -> Result<Spent, StoreError>;
+    /// Forgets buckets whose budget is full again. Returns how many.
+    async fn prune(&self) -> Result<usize, StoreError>;
+}
+
 /// One page of a list, and the cursor of the next one (`None` on the last page).
 pub struct Page<T> {
     pub items: Vec<T>,
@@ -154,6 +181,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Page<Event>, StoreError>;
 
     // --- background work
+    // Every instance on a shared store runs every worker: each call below claims the work it
+    // does, so that one piece of work is done by one instance at a time, and a claim of an
+    // instance that died lapses by itself (within 30 s). One process alone owns all of it.
     /// Completes up to `max` `processing` orders created at or before `created_by`, each
     /// with its `order.completed` event. Returns how many were completed.
     async fn complete_due_orders(
@@ -163,7 +193,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<usize, StoreError>;
     /// Up to `max` callbacks due at `now`, oldest first, that `take` accepts (it sees each
     /// due one in order), each with its event and the account's signing secret; only
-    /// deliveries whose event is durable.
+    /// deliveries whose event is durable. Each returned is claimed by this instance for
+    /// longer than one attempt takes; a claim not settled in that time may be taken over.
     async fn due_deliveries(
         &self,
         now: Millis,
@@ -188,6 +219,14 @@ pub trait Store: Send + Sync + 'static {
     /// Writes a whole snapshot into this store, which must be empty, then verifies what it
     /// wrote (counts per kind, every ledger against its balance).
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError>;
+
+    // --- many instances
+    /// The rate budget shared with the other instances on this store, if the engine has one.
+    /// `None` (the embedded engine, one process by construction): each process limits with
+    /// its in-memory buckets alone, and the request path makes no call here.
+    fn shared_rate_limit(&self) -> Option<std::sync::Arc<dyn SharedRateLimit>> {
+        None
+    }
 
     // --- operations
     /// No accounts and no products: the only state in which `--demo` seeds.

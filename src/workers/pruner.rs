@@ -1,5 +1,6 @@
 //! Forgets rate-limit buckets that are full again, every minute, so the limiter's memory
-//! tracks recent clients only.
+//! tracks recent clients only: the in-memory ones, and the shared table's rows on an engine
+//! that keeps one.
 
 use std::time::Duration;
 
@@ -10,4 +11,5 @@ use crate::edge::rate_limit::RateLimits;
 
 pub async fn prune_idle_buckets(limits: &RateLimits) {
     limits.prune();
+    limits.prune_shared().await;
 }

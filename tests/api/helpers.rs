@@ -92,6 +92,31 @@ pub fn sql_on(url: String, sql: String) -> Result<(), String> {
     .map_err(|_| "the SQL thread panicked".to_string())?
 }
 
+/// The first column of the first row of `sql` on the database at `url`, as an integer.
+pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            let connection = tokio::spawn(connection);
+            let row = client
+                .query_one(&sql, &[])
+                .await
+                .map_err(|e| format!("{sql}: {e:?}"));
+            drop(client);
+            let _ = connection.await;
+            Ok(row?.get::<_, i64>(0))
+        })
+    })
+    .join()
+    .map_err(|_| "the SQL thread panicked".to_string())?
+}
+
 /// The template every test database is cloned from, migrated once per run.
 fn template() -> &'static str {
     static TEMPLATE: OnceLock<String> = OnceLock::new();
@@ -193,12 +218,17 @@ pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
     launch(data_dir, extra, true, "warn")
 }
 
+/// `start`, logging at `info` (so that tests can read what it logs).
+pub fn start_logging(data_dir: &Path, extra: &[&str]) -> TestApp {
+    launch(data_dir, extra, true, "info")
+}
+
 fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) -> TestApp {
     let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
     // On PostgreSQL: the data directory's database, created on its first start.
     let mut database = None;
-    if extra.contains(&"--database-url") {
-        // The test chose its own database.
+    if extra.contains(&"--database-url") || extra.contains(&"--data-dir") {
+        // The test chose its own engine and place (a shared database, or sled on purpose).
     } else if on_postgres() {
         let known = databases().lock().unwrap().get(data_dir).cloned();
         let url = match known {

@@ -118,7 +118,7 @@ async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_con
     );
 }
 
-fn cluster(command: &str, dir: &std::path::Path) -> String {
+pub fn cluster(command: &str, dir: &std::path::Path) -> String {
     let out = Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -137,7 +137,7 @@ fn cluster(command: &str, dir: &std::path::Path) -> String {
 }
 
 /// Stops this test's own cluster (even when the test fails).
-struct OwnCluster(std::path::PathBuf);
+pub struct OwnCluster(pub std::path::PathBuf);
 
 impl Drop for OwnCluster {
     fn drop(&mut self) {

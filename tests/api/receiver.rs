@@ -29,6 +29,7 @@ pub struct Receiver {
 
 impl Receiver {
     /// Listens on `port` (0: any free port), answering `script` statuses first, then 200.
+    /// A scripted status 0 is no answer: that request is recorded and held open for good.
     pub fn start_on(port: u16, script: Vec<u16>) -> Receiver {
         Self::scripted(port, script.into_iter().map(|s| (s, None)).collect())
     }
@@ -57,6 +58,7 @@ impl Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&received);
         let script = Arc::new(Mutex::new(script.into_iter()));
+        let mut held = Vec::new();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
@@ -92,6 +94,10 @@ impl Receiver {
                     .unwrap()
                     .next()
                     .unwrap_or((200, String::new()));
+                if status == 0 {
+                    held.push(stream);
+                    continue;
+                }
                 let reply = format!(
                     "HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
                 );

@@ -23,10 +23,18 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// How long a statement waits for a row or advisory lock before it gives up (and the write
 /// is retried): a bound on how long a request can queue behind another one.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the server keeps a transaction whose client has gone quiet. orderly never pauses
+/// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
+/// that died without closing its socket (a lost machine): ending it releases the rows it had
+/// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
+/// within the 30 s of SPEC 17. A kill -9 closes the socket and releases them at once.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The database URL's settings, checked; `Err` says what is wrong with it.
-pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
+/// The configuration of orderly's connections; every connection of one process carries
+/// `application_name`, which names the process to the other instances (`pg_stat_activity`).
+pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, String> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err("the database URL must start with postgres:// or postgresql://".into());
     }
@@ -36,11 +44,13 @@ pub fn config(url: &str) -> Result<tokio_postgres::Config, String> {
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30))
-        .application_name("orderly")
+        .application_name(application_name)
         // A commit is durable before it is acknowledged, whatever the server's default.
         .options(format!(
-            "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={}",
-            LOCK_TIMEOUT.as_millis()
+            "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={} \
+             -c idle_in_transaction_session_timeout={}",
+            LOCK_TIMEOUT.as_millis(),
+            IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
         ));
     Ok(config)
 }
@@ -202,13 +212,13 @@ mod tests {
             "postgres://u@localhost/db?sslmode=prefer",
             "postgres://u@localhost/db?sslmode=require",
         ] {
-            assert!(config(url).is_ok(), "{url}");
+            assert!(config(url, "orderly").is_ok(), "{url}");
         }
     }
 
     #[test]
     fn other_urls_are_refused() {
-        assert!(config("mysql://u@localhost/db").is_err());
-        assert!(config("postgres://u@localhost/db?sslmode=sometimes").is_err());
+        assert!(config("mysql://u@localhost/db", "orderly").is_err());
+        assert!(config("postgres://u@localhost/db?sslmode=sometimes", "orderly").is_err());
     }
 }

@@ -7,7 +7,10 @@
 use deadpool_postgres::Object;
 
 /// `(version, SQL)`, in order.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_tables.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_tables.sql")),
+    (2, include_str!("migrations/0002_instances.sql")),
+];
 
 /// The session advisory lock under which migrations run (an arbitrary constant: "orderly").
 const MIGRATION_LOCK: i64 = 0x006f_7264_6572_6c79;

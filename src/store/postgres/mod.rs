@@ -7,6 +7,13 @@
 //! process goes on (the key's rows were in the same transaction, so a retry either replays or
 //! is a first use). `failure()` therefore never resolves. Only `open`, `migrate` and their
 //! types leave this module.
+//!
+//! Any number of instances share one database. Their per-client rate budget is a table
+//! (`rate_limit.rs`); their background work is claimed: fulfillment and the sweeper take rows
+//! with `FOR UPDATE SKIP LOCKED` inside one short transaction (whose locks die with the
+//! session), webhook deliveries with a claim on the outbox row that holds while its instance
+//! has a connection open and at most a lease (`outbox.rs`), because an attempt lasts as long
+//! as the receiver takes to answer.
 
 mod accounts;
 mod backup;
@@ -16,6 +23,7 @@ mod lifecycle;
 mod migrate;
 mod orders;
 mod outbox;
+mod rate_limit;
 mod reads;
 mod rows;
 mod tx;
@@ -38,7 +46,8 @@ use crate::metrics::Metrics;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
+    Recorded, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot, Store,
+    StoreError,
 };
 use tx::{retried, Fault};
 
@@ -76,8 +85,8 @@ impl From<migrate::MigrateError> for OpenError {
     }
 }
 
-fn connect(options: &Options) -> Result<Pool, OpenError> {
-    let config = connect::config(&options.url).map_err(OpenError::Config)?;
+fn connect(options: &Options, application_name: &str) -> Result<Pool, OpenError> {
+    let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
     connect::pool(config, options.pool_size).map_err(OpenError::Config)
 }
 
@@ -91,11 +100,14 @@ async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
 
 /// Applies pending migrations and returns the versions applied (`orderly migrate`).
 pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
-    let pool = connect(&Options {
-        url: url.to_string(),
-        pool_size: 1,
-        metrics: Arc::default(),
-    })?;
+    let pool = connect(
+        &Options {
+            url: url.to_string(),
+            pool_size: 1,
+            metrics: Arc::default(),
+        },
+        "orderly migrate",
+    )?;
     let applied = migrated(&pool).await;
     pool.close();
     applied
@@ -103,9 +115,16 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
 
 /// Connects, brings the schema up to date, and returns the engine.
 pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
-    let pool = connect(&options)?;
+    let instance = format!(
+        "{}-{}",
+        std::process::id(),
+        crate::domain::ids::random_hex()
+    );
+    let pool = connect(&options, &outbox::application_name(&instance))?;
     migrated(&pool).await?;
     Ok(Arc::new(PgStore {
+        limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
+        instance,
         pool,
         metrics: options.metrics,
     }))
@@ -114,6 +133,11 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
 struct PgStore {
     pool: Pool,
     metrics: Arc<Metrics>,
+    /// The per-client rate budget, on the same connections.
+    limiter: Arc<rate_limit::PgRateLimit>,
+    /// Names this process in the outbox claims it holds (unique per start), and in the
+    /// `application_name` of its connections, by which the others know it is alive.
+    instance: String,
 }
 
 impl PgStore {
@@ -330,7 +354,7 @@ impl Store for PgStore {
     ) -> Result<Vec<DueDelivery>, StoreError> {
         // The filter is used up by one pass: no retry.
         let client = self.client().await?;
-        settled(outbox::due_deliveries(&client, now, max, take).await)
+        settled(outbox::due_deliveries(&client, &self.instance, now, max, take).await)
     }
 
     async fn settle_delivery(
@@ -340,7 +364,11 @@ impl Store for PgStore {
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
         settled(write!(self, |c| outbox::settle_delivery(
-            &mut c, &due, outcome, &attempt
+            &mut c,
+            &self.instance,
+            &due,
+            outcome,
+            &attempt
         )))
     }
 
@@ -355,6 +383,10 @@ impl Store for PgStore {
 
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
         settled(write!(self, |c| backup::restore(&mut c, &records)))
+    }
+
+    fn shared_rate_limit(&self) -> Option<Arc<dyn SharedRateLimit>> {
+        Some(Arc::clone(&self.limiter) as Arc<dyn SharedRateLimit>)
     }
 
     async fn is_empty(&self) -> Result<bool, StoreError> {
@@ -386,6 +418,17 @@ impl Store for PgStore {
     }
 
     async fn stop(&self) {
+        // The workers have stopped, so nothing this instance claimed is in flight any more:
+        // hand the claims back at once rather than let another instance wait out the lease
+        // (a rolling restart would otherwise delay those callbacks by up to the lease).
+        if let Ok(client) = self.client().await {
+            if let Err(e) = outbox::release_claims(&client, &self.instance).await {
+                log::warn!(
+                    "webhooks: releasing this instance's claims: {}",
+                    StoreError::from(e)
+                );
+            }
+        }
         self.pool.close();
     }
 }

@@ -1,6 +1,17 @@
 //! The outbox, read by the webhook worker (only committed rows exist to it), each attempt
 //! settled with its delivery log in one transaction; and the sweeper's deletion of expired
 //! key rows.
+//!
+//! Every instance runs the webhook worker, so a delivery is claimed before it is attempted:
+//! `claimed_by`/`claimed_until` on its outbox row, set by one conditional UPDATE that only one
+//! instance can win. A claim holds while its instance is alive, and at most `CLAIM_LEASE_MS`:
+//! an instance's connections carry its name (`application_name`), so a claim whose instance has
+//! no session left in `pg_stat_activity` (killed: the server ends its sessions as their sockets
+//! close) is taken over at once, and one whose instance still seems alive lapses after the
+//! lease (a machine gone without closing its sockets). The lease outlasts any attempt (an
+//! attempt times out after 10 s). The next instance to look attempts the delivery again, same
+//! event, same `webhook-id`. A transaction cannot be the claim here: it would hold a
+//! connection and row locks for as long as a receiver keeps the request open.
 
 use deadpool_postgres::{GenericClient, Object};
 use futures_util::TryStreamExt;
@@ -8,31 +19,58 @@ use tokio_postgres::types::ToSql;
 
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
-use super::tx::{execute, query_opt, Fault};
+use super::tx::{execute, query, query_opt, Fault};
 use crate::domain::event::{DeliveryAttempt, DeliveryEnd, DeliveryLog};
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 
-/// Up to `max` deliveries due at `now` that `take` accepts, oldest first, with their events
-/// and the accounts' secrets. One whose event or account is gone is dropped from the outbox.
+/// How long a claimed delivery stays this instance's at most: an attempt's 10 s timeout and
+/// the settling write, with room to spare; well inside the 30 s in which another instance must
+/// take over the work of one that died without closing its connections.
+pub const CLAIM_LEASE_MS: u64 = 20_000;
+
+/// The `application_name` of an instance's connections (`unclaimed!` matches it).
+pub fn application_name(instance: &str) -> String {
+    format!("orderly {instance}")
+}
+
+/// A row nobody holds at `$now`: never claimed, its lease run out, or its claimant gone (no
+/// session of it left).
+macro_rules! unclaimed {
+    ($now:literal) => {
+        concat!(
+            "(o.claimed_until IS NULL OR o.claimed_until <= ",
+            $now,
+            " OR NOT EXISTS (SELECT 1 FROM pg_stat_activity s
+                 WHERE s.application_name = 'orderly ' || o.claimed_by))"
+        )
+    };
+}
+
+/// Up to `max` deliveries due at `now` that `take` accepts and nobody holds, oldest first,
+/// with their events and the accounts' secrets, each claimed by `instance` for
+/// `CLAIM_LEASE_MS`. One whose event or account is gone is dropped from the outbox.
 pub async fn due_deliveries(
     c: &Object,
+    instance: &str,
     now: Millis,
     max: usize,
     mut take: DeliveryFilter,
 ) -> Result<Vec<DueDelivery>, Fault> {
     let statement = c
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT o.event_id, o.due_at, o.account_id, o.url, o.attempt, e.snapshot,
                     a.webhook_secret
              FROM outbox o
              LEFT JOIN events e ON e.id = o.event_id
              LEFT JOIN accounts a ON a.id = o.account_id
-             WHERE o.due_at <= $1 ORDER BY o.due_at, o.event_id",
-        )
+             WHERE o.due_at <= $1 AND ",
+            unclaimed!("$1"),
+            " ORDER BY o.due_at, o.event_id"
+        ))
         .await?;
-    let now = codec::time(now);
-    let params: [&(dyn ToSql + Sync); 1] = [&now];
+    let now_at = codec::time(now);
+    let params: [&(dyn ToSql + Sync); 1] = [&now_at];
     let mut due = Vec::new();
     let mut orphans = Vec::new();
     // The stream ends (and its unread rows are discarded) before the next statement.
@@ -77,11 +115,60 @@ pub async fn due_deliveries(
         )
         .await?;
     }
-    Ok(due)
+    claim(c, instance, now, due).await
 }
 
+/// The deliveries of `due` that this instance now holds: the read above took no lock, so
+/// another instance may have claimed some since; the row lock of this UPDATE lets exactly
+/// one of two claimers through, and the loser re-reads the row and finds it held.
+async fn claim(
+    c: &Object,
+    instance: &str,
+    now: Millis,
+    due: Vec<DueDelivery>,
+) -> Result<Vec<DueDelivery>, Fault> {
+    if due.is_empty() {
+        return Ok(due);
+    }
+    let ids: Vec<&str> = due.iter().map(|d| d.delivery.event_id.as_str()).collect();
+    let due_at: Vec<i64> = due.iter().map(|d| codec::time(d.due_at)).collect();
+    let now = codec::time(now);
+    let until = now.saturating_add(CLAIM_LEASE_MS as i64);
+    let won = query(
+        c,
+        concat!(
+            "UPDATE outbox o SET claimed_by = $1, claimed_until = $2
+             FROM unnest($3::text[], $4::bigint[]) AS d(event_id, due_at)
+             WHERE o.event_id = d.event_id AND o.due_at = d.due_at AND ",
+            unclaimed!("$5"),
+            " RETURNING o.event_id"
+        ),
+        &[&instance, &until, &ids, &due_at, &now],
+    )
+    .await?;
+    let won: std::collections::HashSet<String> = won.iter().map(|r| r.get(0)).collect();
+    Ok(due
+        .into_iter()
+        .filter(|d| won.contains(&d.delivery.event_id))
+        .collect())
+}
+
+/// Gives back every claim `instance` holds (it is stopping, with nothing in flight).
+pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
+    execute(
+        c,
+        "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = $1",
+        &[&instance],
+    )
+    .await
+}
+
+/// Settles an attempt of a delivery `instance` claimed. When the claim lapsed and another
+/// instance has taken the delivery over, the attempt is still logged, but the outbox row is
+/// the new holder's to settle.
 pub async fn settle_delivery(
     client: &mut Object,
+    instance: &str,
     due: &DueDelivery,
     outcome: DeliveryOutcome,
     attempt: &DeliveryAttempt,
@@ -91,8 +178,9 @@ pub async fn settle_delivery(
     let (removed, found) = futures_util::future::try_join(
         execute(
             &tx,
-            "DELETE FROM outbox WHERE event_id = $1 AND due_at = $2",
-            &[event_id, &codec::time(due.due_at)],
+            "DELETE FROM outbox WHERE event_id = $1 AND due_at = $2
+                 AND claimed_by IS NOT DISTINCT FROM $3",
+            &[event_id, &codec::time(due.due_at), &instance],
         ),
         query_opt(
             &tx,
@@ -101,13 +189,14 @@ pub async fn settle_delivery(
         ),
     )
     .await?;
-    let _ = removed;
+    let still_ours = removed > 0;
     let mut log: DeliveryLog = match found {
         Some(row) => codec::json(&row, "log")?,
         None => DeliveryLog::default(),
     };
     log.attempts.push(attempt.clone());
     match outcome {
+        DeliveryOutcome::Finished if !still_ours => {}
         DeliveryOutcome::Finished => {
             log.next_attempt_at = None;
             let delivered = attempt.status.is_some_and(|s| (200..300).contains(&s));
@@ -117,6 +206,7 @@ pub async fn settle_delivery(
                 DeliveryEnd::GivenUp
             });
         }
+        DeliveryOutcome::RetryAt(_) if !still_ours => {}
         DeliveryOutcome::RetryAt(at) => {
             log.next_attempt_at = Some(at);
             let mut next = due.delivery.clone();
@@ -129,13 +219,15 @@ pub async fn settle_delivery(
     Ok(())
 }
 
-/// Deletes up to `max` key rows whose expiry passed before `now`; returns how many.
+/// Deletes up to `max` key rows whose expiry passed before `now`; returns how many. The
+/// statement is the claim: rows another instance's sweep (or a use of the key) holds are
+/// skipped rather than waited for, and its locks end with it, even if its instance dies.
 pub async fn sweep_expired_keys(c: &Object, now: Millis, max: usize) -> Result<usize, Fault> {
     let deleted = execute(
         c,
         "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
              SELECT account_id, key FROM idempotency_keys WHERE expires_at < $1
-             ORDER BY expires_at LIMIT $2)",
+             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
         &[&codec::time(now), &(max.min(i64::MAX as usize) as i64)],
     )
     .await?;

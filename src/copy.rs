@@ -1,0 +1,67 @@
+//! `orderly copy --from-data-dir DIR --to-database-url URL`: a stopped sled deployment moved
+//! whole into an empty PostgreSQL database. It is a backup and a restore without the file in
+//! between: the embedded engine's snapshot (everything as of one instant) goes straight into
+//! the shared engine's restore, which migrates the schema, refuses a database with rows, and
+//! writes every record in one transaction that commits only once the counts and every
+//! ledger sum verify. So there is one path that moves data between engines, not two.
+
+use std::path::Path;
+
+use crate::store::postgres as shared;
+use crate::store::sled as embedded;
+use crate::store::{Record, RestoreCounts, StoreError};
+
+/// Why nothing was copied; the target is as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The source cannot be read: missing, not an orderly directory, or in use by a server
+    /// (sled holds a lock on its files while it runs).
+    #[error("cannot open {0}: {1}")]
+    Source(String, StoreError),
+    #[error("cannot read {0} (no server may be running on it): {1}")]
+    Snapshot(String, StoreError),
+    #[error("the database: {0}")]
+    Target(String),
+    #[error("into the database: {0}")]
+    Restore(StoreError),
+}
+
+pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> {
+    let source = from.display().to_string();
+    // An empty path would make sled create a fresh deployment and copy nothing.
+    if !from.join("db").is_file() {
+        return Err(CopyError::Source(
+            source,
+            StoreError::Refused("no sled database there".into()),
+        ));
+    }
+    let records = read_all(from)
+        .await
+        .map_err(|e| CopyError::Snapshot(source.clone(), e))?;
+    let target = shared::open(shared::Options {
+        url: to_url.to_string(),
+        pool_size: 2,
+        metrics: Default::default(),
+    })
+    .await
+    .map_err(|e| CopyError::Target(e.to_string()))?;
+    let restored = target.restore(records).await;
+    target.stop().await;
+    restored.map_err(CopyError::Restore)
+}
+
+/// Every record of the sled deployment at `dir`, as of one instant.
+async fn read_all(dir: &Path) -> Result<Vec<Record>, StoreError> {
+    let store = embedded::open(embedded::Options {
+        path: dir.to_path_buf(),
+        cache_bytes: 64 << 20,
+        metrics: Default::default(),
+        flush_hook: None,
+    })?;
+    let records = match store.snapshot().await {
+        Ok(snapshot) => snapshot.collect::<Result<Vec<Record>, StoreError>>(),
+        Err(e) => Err(e),
+    };
+    store.stop().await;
+    records
+}
