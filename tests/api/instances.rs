@@ -243,16 +243,26 @@ async fn two_instances_started_together_on_an_empty_database_apply_each_migratio
     for app in &apps {
         app.create_account(true, 0, "EU").await;
     }
-    let applied: Vec<String> = apps
-        .iter()
-        .flat_map(|app| app.logged())
-        .filter(|line| line.contains("database schema migrated to version"))
-        .collect();
     let versions = sql_i64(
         url.clone(),
         "SELECT count(*) FROM orderly_schema_migrations".into(),
     )
     .unwrap();
+    // Info lines reach the log within the logger's flush period: wait for them, bounded.
+    let migrated = || -> Vec<String> {
+        apps.iter()
+            .flat_map(|app| app.logged())
+            .filter(|line| line.contains("database schema migrated to version"))
+            .collect()
+    };
+    let mut applied = migrated();
+    for _ in 0..100 {
+        if applied.len() as i64 >= versions {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        applied = migrated();
+    }
     assert_eq!(applied.len() as i64, versions, "{applied:?}");
     assert!(versions >= 2);
     drop(apps);
