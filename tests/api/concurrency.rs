@@ -79,3 +79,32 @@ async fn parallel_orders_beyond_the_balance_never_overdraw() {
     let orders: Vec<Value> = app.orders(&p.api_key).await;
     assert_eq!(orders.len(), 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_orders_on_one_account_list_their_ledger_in_the_order_the_balance_moved() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(100_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let keys: Vec<String> = (0..60).map(|i| format!("chain-{i}")).collect();
+
+    let responses = join_all(
+        keys.iter()
+            .map(|k| app.post_order(Some(&p.api_key), Some(k), &body)),
+    )
+    .await;
+    for resp in responses {
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    // Newest first: each entry's balance before it is the next (older) entry's balance after.
+    let ledger = app.ledger(&p.api_key).await;
+    assert_eq!(ledger.len(), 61, "the credit and sixty charges");
+    for pair in ledger.windows(2) {
+        let (newer, older) = (&pair[0], &pair[1]);
+        assert_eq!(
+            newer["balanceAfter"].as_i64().unwrap() - newer["amount"].as_i64().unwrap(),
+            older["balanceAfter"].as_i64().unwrap(),
+            "{newer} listed right after {older}"
+        );
+    }
+}

@@ -43,7 +43,6 @@ use crate::store::{
 };
 use auth_cache::AuthCache;
 use events::Due;
-use orders::OrderPlan;
 use replay_cache::ReplayCache;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
@@ -268,9 +267,7 @@ impl Store for SledStore {
         &self,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        self.writer
-            .place_order(OrderPlan::new(order, now_millis()))
-            .await
+        self.writer.place_order(order).await
     }
 
     async fn cancel_order(

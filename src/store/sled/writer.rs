@@ -34,7 +34,9 @@ use super::orders::{OrderPlan, Placed};
 use super::trees::Trees;
 use super::visibility::{Stripe, Visibility};
 use super::{FlushHook, FlushStep};
+use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
+use crate::store::NewOrder;
 use crate::store::StoreError;
 
 /// What a job sees while it runs: the trees, and the batch it belongs to.
@@ -61,7 +63,7 @@ const MAX_ORDERS_PER_TRANSACTION: usize = 64;
 
 /// An order waiting for the writer, and where its outcome goes once it is on disk.
 struct OrderJob {
-    plan: OrderPlan,
+    new: NewOrder,
     reply: oneshot::Sender<Result<Placed, StoreError>>,
 }
 
@@ -148,10 +150,10 @@ impl Writer {
 
     /// Places an order, batched with the orders queued beside it, and resolves once its
     /// batch is on disk.
-    pub async fn place_order(&self, plan: OrderPlan) -> Result<Placed, StoreError> {
+    pub async fn place_order(&self, new: NewOrder) -> Result<Placed, StoreError> {
         self.visibility.failed()?;
         let (reply, answer) = oneshot::channel();
-        self.submit(Job::Order(Box::new(OrderJob { plan, reply })), answer)
+        self.submit(Job::Order(Box::new(OrderJob { new, reply })), answer)
             .await
     }
 
@@ -258,12 +260,18 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
     if orders.is_empty() || batch.visibility.failed().is_err() {
         return;
     }
-    for order in &orders {
-        let new = &order.plan.new;
+    // Ids and times are made here, in the order the orders are applied: an account's ledger
+    // then lists its entries in the order its balance moved (ids are time-ordered).
+    let (plans, replies): (Vec<OrderPlan>, Vec<_>) = orders
+        .into_iter()
+        .map(|order| (OrderPlan::new(order.new, now_millis()), order.reply))
+        .unzip();
+    for plan in &plans {
+        let new = &plan.new;
         batch.touches(Stripe::account(&new.account.id));
         batch.touches(Stripe::key(&new.account.id, &new.claim.key));
     }
-    let plans: Vec<&OrderPlan> = orders.iter().map(|o| &o.plan).collect();
+    let plans: Vec<&OrderPlan> = plans.iter().collect();
     let together = catch_unwind(AssertUnwindSafe(|| batch.trees.place_orders(&plans)));
     let outcomes = match together {
         Ok(Ok(outcomes)) => outcomes.into_iter().map(Ok).collect(),
@@ -279,11 +287,10 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
             })
             .collect::<Vec<_>>(),
     };
-    for (order, outcome) in orders.into_iter().zip(outcomes) {
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
         if let Err(StoreError::Failed(why)) = &outcome {
             batch.visibility.fail(why);
         }
-        let reply = order.reply;
         done.push(Box::new(move |flushed: Result<(), StoreError>| {
             let _ = reply.send(flushed.and(outcome));
         }));
