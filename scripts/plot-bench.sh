@@ -35,13 +35,15 @@ if ! command -v gnuplot >/dev/null; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox; } >&2
 fi
 
+DATA=$(mktemp -d)
+trap 'rm -rf "$DATA"' EXIT
 # One data file per scenario: connections, ceiling rps, orderly rps, ceiling p99, orderly p99
 # (for the replays, the /echo figures in two more columns).
-python3 - "$OUT" $CONNS <<'PY'
+python3 - "$OUT" "$DATA" $CONNS <<'PY'
 import json, sys
-out, conns = sys.argv[1], [int(c) for c in sys.argv[2:]]
+out, data, conns = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3:]]
 for name in ("new", "hot", "replay", "mixed"):
-    with open(f"{out}/{name}.dat", "w") as f:
+    with open(f"{data}/{name}.dat", "w") as f:
         f.write("# conns ceiling_rps orderly_rps ceiling_p99_ms orderly_p99_ms echo_rps echo_p99_ms\n")
         for c in conns:
             s = json.load(open(f"{out}/compare-c{c}.json"))
@@ -68,11 +70,11 @@ set yrange [0:*]
 do for [s in "new hot replay mixed"] {
   set title s
   if (s eq "replay") {
-    plot "$OUT/".s.".dat" using 1:$cc with linespoints lw 2 title "ceiling", \
+    plot "$DATA/".s.".dat" using 1:$cc with linespoints lw 2 title "ceiling", \
          "" using 1:$oc with linespoints lw 2 title "orderly", \
          "" using 1:$ec with linespoints lw 1 dt 2 title "/echo"
   } else {
-    plot "$OUT/".s.".dat" using 1:$cc with linespoints lw 2 title "ceiling", \
+    plot "$DATA/".s.".dat" using 1:$cc with linespoints lw 2 title "ceiling", \
          "" using 1:$oc with linespoints lw 2 title "orderly"
   }
 }

@@ -184,28 +184,7 @@ impl InProcess {
             json!({"name": "UC", "price": 999, "deliveryFields": ["username"]}),
         )
         .await;
-        let account = self
-            .admin(
-                reqwest::Method::POST,
-                "/admin/accounts",
-                json!({"name": "Acme", "wholesale": true, "region": "EU"}),
-            )
-            .await;
-        let id = account["account"]["id"].as_str().unwrap().to_string();
-        self.admin(
-            reqwest::Method::POST,
-            &format!("/admin/accounts/{id}/credits"),
-            json!({"amount": 100_000}),
-        )
-        .await;
-        let key = self
-            .admin(
-                reqwest::Method::POST,
-                &format!("/admin/accounts/{id}/api-keys"),
-                json!({}),
-            )
-            .await;
-        key["apiKey"]["key"].as_str().unwrap().to_string()
+        self.partner_with(100_000).await
     }
 
     fn order(
@@ -222,13 +201,13 @@ impl InProcess {
             .json(body)
     }
 
-    /// A second wholesale account with `funds` and its key (the product exists already).
+    /// A wholesale account with `funds` and its key (`partner` makes the product).
     async fn partner_with(&self, funds: i64) -> String {
         let account = self
             .admin(
                 reqwest::Method::POST,
                 "/admin/accounts",
-                json!({"name": "Thin", "wholesale": true, "region": "EU"}),
+                json!({"name": "Acme", "wholesale": true, "region": "EU"}),
             )
             .await;
         let id = account["account"]["id"].as_str().unwrap().to_string();
