@@ -243,6 +243,12 @@ impl InProcess {
             .unwrap_or(0.0)
     }
 
+    async fn get_json(&self, api_key: &str, path: &str) -> Value {
+        let resp = self.get(api_key, path).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        resp.json().await.unwrap()
+    }
+
     fn get(&self, api_key: &str, path: &str) -> reqwest::RequestBuilder {
         self.client.get(self.url(path)).header("X-Api-Key", api_key)
     }
@@ -496,35 +502,14 @@ async fn a_batch_is_answered_after_its_one_flush_and_fdatasync_and_a_402_inside_
         (flushed + 2, synced + 2),
         "the primer's flush and one flush and fdatasync for the nine queued behind it"
     );
-    let balance: Value = app
-        .get(&rich, "/b2b/balance")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let balance = app.get_json(&rich, "/b2b/balance").await;
     assert_eq!(
         balance["balance"]["available"],
         json!(100_000 - 999 * charged)
     );
-    let balance: Value = app
-        .get(&poor, "/b2b/balance")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let balance = app.get_json(&poor, "/b2b/balance").await;
     assert_eq!(balance["balance"]["available"], json!(500));
-    let ledger: Value = app
-        .get(&rich, "/b2b/transactions?limit=100")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ledger = app.get_json(&rich, "/b2b/transactions?limit=100").await;
     let charges = ledger["transactions"]
         .as_array()
         .unwrap()
