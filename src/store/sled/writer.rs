@@ -282,15 +282,18 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
         Ok(Err(_)) | Err(_) => plans
             .iter()
             .map(|plan| {
-                catch_unwind(AssertUnwindSafe(|| batch.trees.place_order(plan)))
-                    .unwrap_or_else(|_| Err(StoreError::Corrupt("an order panicked".into())))
+                // Once one of them fails the store, the rest are not applied either.
+                batch.visibility.failed()?;
+                let placed = catch_unwind(AssertUnwindSafe(|| batch.trees.place_order(plan)))
+                    .unwrap_or_else(|_| Err(StoreError::Corrupt("an order panicked".into())));
+                if let Err(StoreError::Failed(why)) = &placed {
+                    batch.visibility.fail(why);
+                }
+                placed
             })
             .collect::<Vec<_>>(),
     };
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
-        if let Err(StoreError::Failed(why)) = &outcome {
-            batch.visibility.fail(why);
-        }
         done.push(Box::new(move |flushed: Result<(), StoreError>| {
             let _ = reply.send(flushed.and(outcome));
         }));
