@@ -69,7 +69,16 @@ fn run(cli: Cli) -> std::process::ExitCode {
 /// `orderly restore`: one JSON object of counts per kind on stdout, exit 0; or one line on
 /// stderr and exit 1, with nothing written.
 fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
-    match actix_web::rt::System::new().block_on(orderly::restore::run(args)) {
+    let restored = actix_web::rt::System::new().block_on(orderly::restore::run(args));
+    report_counts("restore", restored)
+}
+
+/// The counts on stdout as one JSON object and exit 0, or one line on stderr and exit 1.
+fn report_counts(
+    what: &str,
+    outcome: Result<impl serde::Serialize, impl std::fmt::Display>,
+) -> std::process::ExitCode {
+    match outcome {
         Ok(counts) => {
             println!(
                 "{}",
@@ -78,7 +87,7 @@ fn restore(args: &orderly::config::RestoreArgs) -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("orderly: restore refused: {e}");
+            eprintln!("orderly: {what} refused: {e}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -91,19 +100,7 @@ fn copy(args: &orderly::config::CopyArgs) -> std::process::ExitCode {
         &args.from_data_dir,
         &args.to_database_url,
     ));
-    match copied {
-        Ok(counts) => {
-            println!(
-                "{}",
-                serde_json::to_string(&counts).expect("counts serialize")
-            );
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("orderly: copy refused: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    report_counts("copy", copied)
 }
 
 /// `orderly migrate`: the pending migrations applied, one line on stdout, exit 0; a schema
