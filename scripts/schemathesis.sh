@@ -44,7 +44,10 @@ key=$(grep -o 'gc_live_[0-9a-f]\{32\}' "$scratch/out" | head -1)
 curl -sf "$base/openapi.json" -o "$scratch/openapi.json"
 "$venv/bin/openapi-spec-validator" "$scratch/openapi.json"
 
-"$venv/bin/st" run "$base/openapi.json" \
+# From the scratch directory: schemathesis writes its cache (.schemathesis/) into the working
+# directory, and nothing CI writes belongs in the checkout.
+venv=$(realpath "$venv")
+(cd "$scratch" && "$venv/bin/st" run "$base/openapi.json" \
   --header "X-Api-Key: $key" \
   --header "Authorization: Bearer $admin" \
   --header "X-Idempotency-Key: schemathesis-run-1" \
@@ -54,4 +57,4 @@ curl -sf "$base/openapi.json" -o "$scratch/openapi.json"
   --request-timeout 10 \
   --workers 2 \
   --no-color \
-  --warnings off
+  --warnings off)
