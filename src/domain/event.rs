@@ -69,3 +69,102 @@ pub struct DeliveryLog {
     pub next_attempt_at: Option<Millis>,
     pub ended: Option<DeliveryEnd>,
 }
+
+/// What became of one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// Delivered, or given up: the callback leaves the outbox.
+    Finished,
+    /// The next attempt is due then, under the same event id.
+    RetryAt(Millis),
+}
+
+impl DeliveryLog {
+    /// The log after `attempt`. `settles` is false when the attempt no longer decides the
+    /// callback (its claim lapsed and another instance took the delivery over): the attempt
+    /// is logged, and what comes next is the new holder's to say.
+    pub fn after(
+        mut self,
+        attempt: DeliveryAttempt,
+        outcome: DeliveryOutcome,
+        settles: bool,
+    ) -> Self {
+        let delivered = attempt.status.is_some_and(|s| (200..300).contains(&s));
+        self.attempts.push(attempt);
+        if !settles {
+            return self;
+        }
+        match outcome {
+            DeliveryOutcome::Finished => {
+                self.next_attempt_at = None;
+                self.ended = Some(if delivered {
+                    DeliveryEnd::Delivered
+                } else {
+                    DeliveryEnd::GivenUp
+                });
+            }
+            DeliveryOutcome::RetryAt(at) => self.next_attempt_at = Some(at),
+        }
+        self
+    }
+}
+
+impl Delivery {
+    /// The callback's next attempt, when the outcome asks for one: due then, same event id.
+    pub fn next(&self, outcome: DeliveryOutcome) -> Option<(Millis, Delivery)> {
+        match outcome {
+            DeliveryOutcome::Finished => None,
+            DeliveryOutcome::RetryAt(at) => {
+                let mut next = self.clone();
+                next.attempt += 1;
+                Some((at, next))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(status: Option<u16>) -> DeliveryAttempt {
+        DeliveryAttempt {
+            attempt: 1,
+            at: 5,
+            status,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_finished_delivery_ends_delivered_on_a_2xx_and_given_up_otherwise() {
+        let done =
+            DeliveryLog::default().after(attempt(Some(204)), DeliveryOutcome::Finished, true);
+        assert_eq!(done.ended, Some(DeliveryEnd::Delivered));
+        let gone =
+            DeliveryLog::default().after(attempt(Some(500)), DeliveryOutcome::Finished, true);
+        assert_eq!(gone.ended, Some(DeliveryEnd::GivenUp));
+        assert_eq!(gone.next_attempt_at, None);
+    }
+
+    #[test]
+    fn an_attempt_that_no_longer_settles_is_logged_and_decides_nothing() {
+        let log = DeliveryLog::default().after(attempt(None), DeliveryOutcome::RetryAt(9), true);
+        let log = log.after(attempt(Some(200)), DeliveryOutcome::Finished, false);
+        assert_eq!(log.attempts.len(), 2);
+        assert_eq!((log.next_attempt_at, log.ended), (Some(9), None));
+    }
+
+    #[test]
+    fn a_retry_is_the_same_event_one_attempt_later() {
+        let delivery = Delivery {
+            event_id: "evt_1".into(),
+            account_id: AccountId::new(),
+            url: "https://p.example/cb".into(),
+            attempt: 2,
+        };
+        let (at, next) = delivery.next(DeliveryOutcome::RetryAt(40)).unwrap();
+        assert_eq!((at, next.attempt, next.event_id.as_str()), (40, 3, "evt_1"));
+        assert!(delivery.next(DeliveryOutcome::Finished).is_none());
+    }
+}

@@ -37,3 +37,42 @@ pub struct LedgerEntry {
     pub balance_after: i64,
     pub created_at: Millis,
 }
+
+/// Money coming in (an admin credit, a provider's payment) to a balance of `balance`: its
+/// ledger entry, whose `balance_after` is the new balance, or `None` when the sum would not
+/// fit in an i64 (refused, nothing written).
+pub fn money_in(
+    balance: i64,
+    amount: i64,
+    reason: LedgerReason,
+    reference: String,
+    txn: &super::ids::Id,
+    now: Millis,
+) -> Option<LedgerEntry> {
+    let after = balance.checked_add(amount)?;
+    Some(LedgerEntry {
+        id: txn.to_string(),
+        amount,
+        reason,
+        reference,
+        balance_after: after,
+        created_at: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{Id, IdKind};
+
+    #[test]
+    fn money_in_that_would_overflow_the_balance_is_refused() {
+        let txn = Id::new(IdKind::Transaction);
+        assert!(money_in(i64::MAX, 1, LedgerReason::Credit, "x".into(), &txn, 0).is_none());
+        let entry = money_in(5, 7, LedgerReason::Credit, "x".into(), &txn, 3).unwrap();
+        assert_eq!(
+            (entry.amount, entry.balance_after, entry.created_at),
+            (7, 12, 3)
+        );
+    }
+}

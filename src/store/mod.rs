@@ -93,11 +93,16 @@ pub trait Store: Send + Sync + 'static {
         &self,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError>;
+    /// The account as last committed; `None` when there is no such account.
     async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
+    /// The account's available balance as last made durable (0 for an unknown account).
     async fn balance(&self, id: AccountId) -> Result<i64, StoreError>;
 
     // --- the operator's writes
+    /// Writes a new account with a balance of 0. Resolves once durable.
     async fn create_account(&self, account: Account) -> Result<(), StoreError>;
+    /// Stores a key by its SHA-256 (never the key itself), found afterwards by `authenticate`
+    /// and, by its id, by `revoke_api_key`. Resolves once durable.
     async fn create_api_key(
         &self,
         key_hash: [u8; 32],
@@ -105,13 +110,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
     /// Marks the key revoked; false when no such key exists.
     async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError>;
+    /// Creates or replaces the product with this id. Orders placed after it is durable are
+    /// priced from it; orders placed before keep the prices they were charged.
     async fn put_product(&self, product: Product) -> Result<(), StoreError>;
-    /// Adds money (an admin credit, or the demo seed): a ledger entry, the new balance and,
-    /// with a claim, the key's row.
+    /// Adds money (an admin credit, or the demo seed), decided by `domain::ledger::money_in`:
+    /// a ledger entry, the new balance and, with a claim, the key's row holding the 200 body
+    /// (`credit.render`), which is returned. `BalanceOverflow` and `KeyTaken` write nothing.
+    /// Resolves once durable.
     async fn credit(&self, credit: NewCredit)
         -> Result<Result<Vec<u8>, CreditRefusal>, StoreError>;
 
     // --- the catalog
+    /// The product with this id, active or not.
     async fn product(&self, id: String) -> Result<Option<Product>, StoreError>;
     /// Active products in id order, strictly after the cursor (a product id).
     async fn active_products_page(
@@ -127,22 +137,48 @@ pub trait Store: Send + Sync + 'static {
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError>;
+    /// Places an order in one atomic write, decided by `domain::placing::place` on the
+    /// balance and catalog as the commit sees them: the order (`processing`), its debit and
+    /// ledger entry, and the key's row holding the exact 200 body (`order.render`), which is
+    /// returned. The ids and the time are made at commit, in commit order per account; the
+    /// key row expires `claim.ttl` after that time. Refusals write nothing: the basket or the
+    /// shortfall as decided; `KeyTaken` when a first use of the same key committed first (with
+    /// its row when the engine read it); `ConcurrentModification` when the engine's bounded
+    /// retries of a lost race ran out. Resolves once durable.
     async fn place_order(
         &self,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
+    /// Cancels one of the account's orders, decided by `domain::lifecycle::cancel` on the
+    /// order and balance as the commit sees them: the cancelled order, its whole total back
+    /// (ledger entry and balance), the `order.cancelled` event and its first callback, and,
+    /// with a claim, the key's row holding the 200 body (`cancel.render`), which is returned.
+    /// Refusals write nothing: `NotFound` (also for another account's order),
+    /// `NotCancellable`, `KeyTaken`. Resolves once durable.
     async fn cancel_order(
         &self,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError>;
+    /// Refunds part or all of one of the account's completed orders, decided by
+    /// `domain::lifecycle::refund`: the refund row, the order's new refunded total, the money
+    /// back, the `order.refunded` event and its first callback, and the key's row holding
+    /// the 200 body (`refund.render`), which is returned. Refusals write nothing: `NotFound`,
+    /// `NotRefundable`, `ExceedsRemaining` (with what is left), `KeyTaken`. Resolves once
+    /// durable.
     async fn refund_order(
         &self,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError>;
+    /// Credits a provider's payment notification once per `(provider, external_id)`: the
+    /// payment's row, the credit's ledger entry and the new balance in one write. A repeat,
+    /// sequential or concurrent, in this instance or another, is `Duplicate` and moves no
+    /// money (a unique row decides, not a check before the write). `BalanceOverflow` writes
+    /// nothing. Resolves once durable.
     async fn record_provider_payment(
         &self,
         payment: ProviderCredit,
     ) -> Result<Result<Recorded, ProviderRefusal>, StoreError>;
+    /// The order as last made durable, of any account: the caller checks the owner.
     async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError>;
     /// The account's orders (only those with `external_order_id` when given), newest first,
     /// strictly older than `before`.

@@ -14,9 +14,11 @@ use crate::domain::basket::{BasketRejection, RequestedLine};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
-use crate::domain::ids::{AccountId, OrderId};
+use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{BalanceView, Order, OrderLine, OrderStatus, Refund};
+use crate::domain::lifecycle::{CancelRefused, RefundAsk, RefundRefused};
+use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
+use crate::domain::placing::{OrderRefused, OrderTerms};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
@@ -66,32 +68,14 @@ pub struct NewOrder {
 }
 
 impl NewOrder {
-    /// The order as placed, `processing`, from the lines priced at commit.
-    pub fn order(&self, id: OrderId, items: Vec<OrderLine>, total: i64, now: Millis) -> Order {
-        Order {
-            id,
-            account_id: self.account.id,
-            status: OrderStatus::Processing,
-            items,
-            total,
-            currency: self.currency.clone(),
-            callback_url: self.callback_url.clone(),
-            external_order_id: self.external_order_id.clone(),
-            refunded: 0,
-            created_at: now,
-            updated_at: now,
-        }
-    }
-
-    /// The ledger entry that charges `order`, leaving `after` available.
-    pub fn charge(&self, order: &Order, txn: &str, after: i64) -> LedgerEntry {
-        LedgerEntry {
-            id: txn.to_string(),
-            amount: -order.total,
-            reason: LedgerReason::Order,
-            reference: order.id.to_string(),
-            balance_after: after,
-            created_at: order.created_at,
+    /// What `domain::placing::place` decides the order from.
+    pub fn terms(&self) -> OrderTerms<'_> {
+        OrderTerms {
+            account: &self.account,
+            lines: &self.lines,
+            currency: &self.currency,
+            callback_url: self.callback_url.as_deref(),
+            external_order_id: self.external_order_id.as_deref(),
         }
     }
 
@@ -120,6 +104,15 @@ pub enum OrderRefusal {
     ConcurrentModification,
 }
 
+impl From<OrderRefused> for OrderRefusal {
+    fn from(refused: OrderRefused) -> Self {
+        match refused {
+            OrderRefused::Basket(rejection) => OrderRefusal::Basket(rejection),
+            OrderRefused::Shortfall(shortfall) => OrderRefusal::Shortfall(shortfall),
+        }
+    }
+}
+
 pub struct CancelRequest {
     pub account: AccountId,
     pub order: OrderId,
@@ -132,6 +125,15 @@ pub enum CancelRefusal {
     NotFound,
     NotCancellable(OrderStatus),
     KeyTaken(Taken),
+}
+
+impl From<CancelRefused> for CancelRefusal {
+    fn from(refused: CancelRefused) -> Self {
+        match refused {
+            CancelRefused::NotFound => CancelRefusal::NotFound,
+            CancelRefused::NotCancellable(status) => CancelRefusal::NotCancellable(status),
+        }
+    }
 }
 
 pub struct RefundRequest {
@@ -150,6 +152,29 @@ pub enum RefundRefusal {
     NotRefundable(OrderStatus),
     ExceedsRemaining { remaining: i64 },
     KeyTaken(Taken),
+}
+
+impl RefundRequest {
+    /// What `domain::lifecycle::refund` decides the refund from, with the refund's new id.
+    pub fn ask(&self, id: Id) -> RefundAsk {
+        RefundAsk {
+            amount: self.amount,
+            reason: self.reason.clone(),
+            id,
+        }
+    }
+}
+
+impl From<RefundRefused> for RefundRefusal {
+    fn from(refused: RefundRefused) -> Self {
+        match refused {
+            RefundRefused::NotFound => RefundRefusal::NotFound,
+            RefundRefused::NotRefundable(status) => RefundRefusal::NotRefundable(status),
+            RefundRefused::ExceedsRemaining { remaining } => {
+                RefundRefusal::ExceedsRemaining { remaining }
+            }
+        }
+    }
 }
 
 pub struct NewCredit {
@@ -201,14 +226,8 @@ pub struct DueDelivery {
     pub webhook_secret: String,
 }
 
-/// What became of one attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryOutcome {
-    /// Delivered, or given up: the callback leaves the outbox.
-    Finished,
-    /// The next attempt is due then, under the same event id.
-    RetryAt(Millis),
-}
+/// What became of one attempt (decided in `domain::event`).
+pub use crate::domain::event::DeliveryOutcome;
 
 /// One record of a snapshot: everything orderly stores, engine-neutral (indexes are not
 /// records; an engine rebuilds them from these).

@@ -5,38 +5,15 @@
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
-use super::rows::{insert_key_row, insert_ledger, insert_provider_payment, key_row};
+use super::rows::{insert_key_row, insert_provider_payment, key_row, lock_balance, move_money};
 use super::tx::{execute, key_taken, query_opt, Fault};
-use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
+use crate::domain::ids::{Id, IdKind};
+use crate::domain::ledger::{money_in, LedgerReason};
 use crate::domain::order::BalanceView;
 use crate::domain::time::now_millis;
 use crate::store::{
     CreditRefusal, NewCredit, ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Recorded,
-    StoreError,
 };
-
-/// Adds `amount` to the balance in one statement; `None` when the sum would not fit.
-async fn add_to_balance(
-    tx: &deadpool_postgres::Transaction<'_>,
-    account: &AccountId,
-    amount: i64,
-) -> Result<Option<i64>, Fault> {
-    let added = query_opt(
-        tx,
-        "UPDATE balances SET available = available + $1 WHERE account_id = $2 RETURNING available",
-        &[&amount, &account.to_string()],
-    )
-    .await;
-    match added {
-        Ok(Some(row)) => Ok(Some(row.get(0))),
-        Ok(None) => {
-            Err(StoreError::Corrupt(format!("account {account} has no balance row")).into())
-        }
-        Err(fault) if fault.is(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) => Ok(None),
-        Err(fault) => Err(fault),
-    }
-}
 
 pub async fn credit(
     client: &mut Object,
@@ -49,20 +26,15 @@ pub async fn credit(
             return Ok(Err(CreditRefusal::KeyTaken(row)));
         }
     }
-    let Some(after) = add_to_balance(&tx, &account, credit.amount).await? else {
+    let balance = lock_balance(&tx, &account).await?;
+    let now = now_millis();
+    let txn = Id::new(IdKind::Transaction);
+    let reference = credit.reference.clone();
+    let Some(entry) = money_in(balance, credit.amount, credit.reason, reference, &txn, now) else {
         return Ok(Err(CreditRefusal::BalanceOverflow));
     };
-    let now = now_millis();
-    let entry = LedgerEntry {
-        id: Id::new(IdKind::Transaction).to_string(),
-        amount: credit.amount,
-        reason: credit.reason,
-        reference: credit.reference.clone(),
-        balance_after: after,
-        created_at: now,
-    };
     let body = (credit.render)(&BalanceView {
-        available: after,
+        available: entry.balance_after,
         credit_limit: credit.account.credit_limit,
         currency: credit.currency.clone(),
     });
@@ -70,12 +42,12 @@ pub async fn credit(
         Some(claim) => {
             let row = key_row(claim, now, body.clone());
             futures_util::future::try_join(
-                insert_ledger(&tx, &account, &entry),
+                move_money(&tx, &account, &entry),
                 insert_key_row(&tx, &account, claim.key.as_str(), &row),
             )
             .await?;
         }
-        None => insert_ledger(&tx, &account, &entry).await?,
+        None => move_money(&tx, &account, &entry).await?,
     }
     tx.commit().await?;
     Ok(Ok(body))
@@ -95,15 +67,18 @@ pub async fn record_provider_payment(
     if seen.is_some() {
         return Ok(Ok(Recorded::Duplicate));
     }
-    let Some(after) = add_to_balance(&tx, &payment.account, payment.amount).await? else {
+    let balance = lock_balance(&tx, &payment.account).await?;
+    let now = now_millis();
+    let txn = Id::new(IdKind::Transaction);
+    let reason = LedgerReason::ProviderPayment;
+    let reference = payment.external_id.clone();
+    let Some(entry) = money_in(balance, payment.amount, reason, reference, &txn, now) else {
         return Ok(Err(ProviderRefusal::BalanceOverflow));
     };
-    let now = now_millis();
-    let txn_id = Id::new(IdKind::Transaction).to_string();
     let record = ProviderPaymentRecord {
         provider: payment.provider.clone(),
         external_id: payment.external_id.clone(),
-        txn_id: txn_id.clone(),
+        txn_id: entry.id.clone(),
         account: payment.account,
         amount: payment.amount,
         received_at: now,
@@ -115,15 +90,7 @@ pub async fn record_provider_payment(
         Err(fault) if fault.is(&SqlState::UNIQUE_VIOLATION) => return Ok(Ok(Recorded::Duplicate)),
         Err(fault) => return Err(fault),
     }
-    let entry = LedgerEntry {
-        id: txn_id,
-        amount: payment.amount,
-        reason: LedgerReason::ProviderPayment,
-        reference: payment.external_id.clone(),
-        balance_after: after,
-        created_at: now,
-    };
-    insert_ledger(&tx, &payment.account, &entry).await?;
+    move_money(&tx, &payment.account, &entry).await?;
     tx.commit().await?;
     Ok(Ok(Recorded::Credited))
 }

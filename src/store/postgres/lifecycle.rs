@@ -1,96 +1,67 @@
 //! An order's life after it is placed: fulfillment completes it, a cancel returns its money,
-//! a refund returns part or all of it. Each change, its money, its event and its callback
-//! are one transaction; the order row is locked for it (`FOR UPDATE`), so a cancel and a
-//! completion of one order cannot both happen.
+//! a refund returns part or all of it, each decided in `domain::lifecycle`. Each change, its
+//! money, its event and its callback are one transaction. The order row and the balance row
+//! are locked for it (`FOR UPDATE`), so a cancel and a completion of one order cannot both
+//! happen and no other write moves the balance between the read and the write.
 
 use deadpool_postgres::{Object, Transaction};
 use futures_util::future::try_join_all;
 
 use super::codec;
 use super::rows::{
-    insert_delivery, insert_event, insert_key_row, insert_ledger, insert_refund, key_row,
-    update_order,
+    insert_delivery, insert_event, insert_key_row, insert_refund, key_row, lock_balance,
+    move_money, update_order,
 };
-use super::tx::{key_taken, lock_events, query, query_opt, Fault};
-use crate::domain::event::{Delivery, Event, EventKind};
+use super::tx::{key_taken, lock_events, pipelined3, query, query_opt, Fault};
+use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{Order, OrderStatus, Refund};
-use crate::domain::time::{now_millis, Millis};
+use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
+use crate::domain::order::Order;
+use crate::domain::time::now_millis;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
 
-/// The order, locked until the commit, if it belongs to `account`.
-async fn lock_own_order(
-    tx: &Transaction<'_>,
-    id: &OrderId,
-    account: &AccountId,
-) -> Result<Option<Order>, Fault> {
+/// The order, locked until the commit.
+async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>, Fault> {
     let sql = format!(
         "SELECT {} FROM orders WHERE id = $1 FOR UPDATE",
         codec::ORDER
     );
     match query_opt(tx, &sql, &[&id.to_string()]).await? {
-        Some(row) => Ok(Some(codec::order(&row)?).filter(|o| o.account_id == *account)),
+        Some(row) => Ok(Some(codec::order(&row)?)),
         None => Ok(None),
     }
 }
 
-/// Money going back to the account (a cancel's total, a refund's part): its ledger entry.
-async fn give_back(
+/// What a cancel or a refund decides from, read in one round trip with every lock its write
+/// needs: the order, the balance and the account's event lock (taken before the event's id
+/// is made, so ids follow the commits). The stamp is made once they are all held.
+async fn lock_view(
     tx: &Transaction<'_>,
+    order: &OrderId,
     account: &AccountId,
-    amount: i64,
-    reason: LedgerReason,
-    reference: String,
-    now: Millis,
-) -> Result<(), Fault> {
-    // The debit this undoes fitted, so adding it back fits too; saturate rather than fail.
-    let row = query_opt(
-        tx,
-        "UPDATE balances SET available = CASE WHEN available > 9223372036854775807 - $1
-                 THEN 9223372036854775807 ELSE available + $1 END
-         WHERE account_id = $2 RETURNING available",
-        &[&amount, &account.to_string()],
+) -> Result<(Option<Order>, i64, Stamp), Fault> {
+    let (order, balance, ()) = pipelined3(
+        lock_order(tx, order),
+        lock_balance(tx, account),
+        lock_events(tx, account),
     )
-    .await?
-    .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
-    let entry = LedgerEntry {
-        id: Id::new(IdKind::Transaction).to_string(),
-        amount,
-        reason,
-        reference,
-        balance_after: row.get(0),
-        created_at: now,
+    .await?;
+    let stamp = Stamp {
+        now: now_millis(),
+        txn: Id::new(IdKind::Transaction),
+        event: Id::new(IdKind::Event),
     };
-    insert_ledger(tx, account, &entry).await
+    Ok((order, balance, stamp))
 }
 
-/// The event of a change and its first callback, due at once, when the order has a
-/// callbackUrl. The caller holds the account's event lock, so the id follows the commits.
-fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> Event {
-    Event {
-        id: Id::new(IdKind::Event).to_string(),
-        kind,
-        account_id: order.account_id,
-        created_at: now,
-        order: order.clone(),
-        refund,
-    }
-}
-
-/// Writes the event and, when its order has a callbackUrl, its first delivery.
-async fn insert_event_and_callback(tx: &Transaction<'_>, event: &Event) -> Result<(), Fault> {
-    match &event.order.callback_url {
-        Some(url) => {
-            let delivery = Delivery {
-                event_id: event.id.clone(),
-                account_id: event.account_id,
-                url: url.clone(),
-                attempt: 1,
-            };
+/// Writes the event and, when it has one, its first callback.
+async fn insert_emitted(tx: &Transaction<'_>, emitted: &Emitted) -> Result<(), Fault> {
+    let event: &Event = &emitted.event;
+    match &emitted.delivery {
+        Some(delivery) => {
             futures_util::future::try_join(
                 insert_event(tx, event),
-                insert_delivery(tx, event.created_at, &delivery),
+                insert_delivery(tx, event.created_at, delivery),
             )
             .await?;
         }
@@ -99,16 +70,23 @@ async fn insert_event_and_callback(tx: &Transaction<'_>, event: &Event) -> Resul
     Ok(())
 }
 
-/// The event of one order's change, its id made under the account's event lock.
-async fn record_event(
-    tx: &Transaction<'_>,
-    kind: EventKind,
-    order: &Order,
-    refund: Option<Refund>,
-    now: Millis,
-) -> Result<(), Fault> {
-    lock_events(tx, &order.account_id).await?;
-    insert_event_and_callback(tx, &event_of(kind, order, refund, now)).await
+/// Writes a decided change, sent as one pipeline: the order, the refund, the money, the
+/// event.
+async fn write_change(tx: &Transaction<'_>, change: &Change) -> Result<(), Fault> {
+    let refund = async {
+        match &change.refund {
+            Some(refund) => insert_refund(tx, refund).await,
+            None => Ok(()),
+        }
+    };
+    futures_util::future::try_join4(
+        update_order(tx, &change.order),
+        refund,
+        move_money(tx, &change.order.account_id, &change.entry),
+        insert_emitted(tx, &change.emitted),
+    )
+    .await?;
+    Ok(())
 }
 
 pub async fn cancel_order(
@@ -122,30 +100,15 @@ pub async fn cancel_order(
             return Ok(Err(CancelRefusal::KeyTaken(row)));
         }
     }
-    let Some(mut order) = lock_own_order(&tx, &request.order, &account).await? else {
-        return Ok(Err(CancelRefusal::NotFound));
+    let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
+    let change = match lifecycle::cancel(order, account, balance, &stamp) {
+        Ok(change) => change,
+        Err(refused) => return Ok(Err(refused.into())),
     };
-    if order.status != OrderStatus::Processing {
-        return Ok(Err(CancelRefusal::NotCancellable(order.status)));
-    }
-    let now = now_millis();
-    order.status = OrderStatus::Cancelled;
-    order.updated_at = now;
-    update_order(&tx, &order).await?;
-    let reference = order.id.to_string();
-    give_back(
-        &tx,
-        &account,
-        order.total,
-        LedgerReason::Cancel,
-        reference,
-        now,
-    )
-    .await?;
-    record_event(&tx, EventKind::OrderCancelled, &order, None, now).await?;
-    let body = (request.render)(&order);
+    write_change(&tx, &change).await?;
+    let body = (request.render)(&change.order);
     if let Some(claim) = &request.claim {
-        let row = key_row(claim, now, body.clone());
+        let row = key_row(claim, stamp.now, body.clone());
         insert_key_row(&tx, &account, claim.key.as_str(), &row).await?;
     }
     tx.commit().await?;
@@ -161,47 +124,19 @@ pub async fn refund_order(
     if let Some(row) = key_taken(&tx, &account, &request.claim.key).await? {
         return Ok(Err(RefundRefusal::KeyTaken(row)));
     }
-    let Some(mut order) = lock_own_order(&tx, &request.order, &account).await? else {
-        return Ok(Err(RefundRefusal::NotFound));
+    let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
+    let ask = request.ask(Id::new(IdKind::Refund));
+    let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
+        Ok(change) => change,
+        Err(refused) => return Ok(Err(refused.into())),
     };
-    if order.status != OrderStatus::Completed {
-        return Ok(Err(RefundRefusal::NotRefundable(order.status)));
-    }
-    let remaining = order.refundable();
-    let amount = request.amount.unwrap_or(remaining);
-    if amount > remaining || amount < 1 {
-        return Ok(Err(RefundRefusal::ExceedsRemaining { remaining }));
-    }
-    let now = now_millis();
-    order.refunded += amount;
-    order.updated_at = now;
-    let refund = Refund {
-        id: Id::new(IdKind::Refund).to_string(),
-        order_id: order.id,
-        amount,
-        reason: request.reason.clone(),
-        created_at: now,
-    };
-    futures_util::future::try_join(update_order(&tx, &order), insert_refund(&tx, &refund)).await?;
-    give_back(
-        &tx,
-        &account,
-        amount,
-        LedgerReason::Refund,
-        refund.id.clone(),
-        now,
-    )
-    .await?;
-    record_event(
-        &tx,
-        EventKind::OrderRefunded,
-        &order,
-        Some(refund.clone()),
-        now,
-    )
-    .await?;
-    let body = (request.render)(&refund, &order);
-    let row = key_row(&request.claim, now, body.clone());
+    write_change(&tx, &change).await?;
+    let refund = change
+        .refund
+        .as_ref()
+        .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
+    let body = (request.render)(refund, &change.order);
+    let row = key_row(&request.claim, stamp.now, body.clone());
     insert_key_row(&tx, &account, request.claim.key.as_str(), &row).await?;
     tx.commit().await?;
     Ok(Ok(body))
@@ -212,7 +147,7 @@ pub async fn refund_order(
 /// waited for: the next pass sees what became of them.
 pub async fn complete_due_orders(
     client: &mut Object,
-    created_by: Millis,
+    created_by: crate::domain::time::Millis,
     max: usize,
 ) -> Result<usize, Fault> {
     let tx = client.transaction().await?;
@@ -231,27 +166,23 @@ pub async fn complete_due_orders(
         .collect::<Result<Vec<Order>, StoreError>>()?;
     // Event locks in one order, so that two passes never wait on each other in a cycle.
     due.sort_by_key(|o| (o.account_id, o.id));
-    let now = now_millis();
-    for order in &mut due {
-        order.status = OrderStatus::Completed;
-        order.updated_at = now;
-    }
     let mut accounts: Vec<AccountId> = due.iter().map(|o| o.account_id).collect();
     accounts.dedup();
-    // Sent as one pipeline each: the updates, the event locks (in account order), then the
-    // events, whose ids are made once every lock is held.
-    try_join_all(due.iter().map(|order| update_order(&tx, order))).await?;
     try_join_all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
-    let events: Vec<Event> = due
-        .iter()
-        .map(|order| event_of(EventKind::OrderCompleted, order, None, now))
+    // Decided once every event lock is held, so the events' ids follow the commits.
+    let now = now_millis();
+    let completed: Vec<(Order, Emitted)> = due
+        .into_iter()
+        .filter_map(|order| lifecycle::complete(order, Id::new(IdKind::Event), now))
         .collect();
+    // Sent as one pipeline: the updates, then the events and their callbacks.
+    try_join_all(completed.iter().map(|(order, _)| update_order(&tx, order))).await?;
     try_join_all(
-        events
+        completed
             .iter()
-            .map(|event| insert_event_and_callback(&tx, event)),
+            .map(|(_, emitted)| insert_emitted(&tx, emitted)),
     )
     .await?;
     tx.commit().await?;
-    Ok(due.len())
+    Ok(completed.len())
 }

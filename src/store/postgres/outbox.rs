@@ -20,7 +20,7 @@ use tokio_postgres::types::ToSql;
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
 use super::tx::{execute, query, query_opt, Fault};
-use crate::domain::event::{DeliveryAttempt, DeliveryEnd, DeliveryLog};
+use crate::domain::event::{DeliveryAttempt, DeliveryLog};
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 
@@ -190,29 +190,13 @@ pub async fn settle_delivery(
     )
     .await?;
     let still_ours = removed > 0;
-    let mut log: DeliveryLog = match found {
+    let log: DeliveryLog = match found {
         Some(row) => codec::json(&row, "log")?,
         None => DeliveryLog::default(),
     };
-    log.attempts.push(attempt.clone());
-    match outcome {
-        DeliveryOutcome::Finished if !still_ours => {}
-        DeliveryOutcome::Finished => {
-            log.next_attempt_at = None;
-            let delivered = attempt.status.is_some_and(|s| (200..300).contains(&s));
-            log.ended = Some(if delivered {
-                DeliveryEnd::Delivered
-            } else {
-                DeliveryEnd::GivenUp
-            });
-        }
-        DeliveryOutcome::RetryAt(_) if !still_ours => {}
-        DeliveryOutcome::RetryAt(at) => {
-            log.next_attempt_at = Some(at);
-            let mut next = due.delivery.clone();
-            next.attempt += 1;
-            insert_delivery(&tx, at, &next).await?;
-        }
+    let log = log.after(attempt.clone(), outcome, still_ours);
+    if let (true, Some((at, next))) = (still_ours, due.delivery.next(outcome)) {
+        insert_delivery(&tx, at, &next).await?;
     }
     upsert_delivery_log(&tx, event_id, &log).await?;
     tx.commit().await?;

@@ -13,7 +13,7 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
-use crate::store::{KeyRecord, ProviderPaymentRecord};
+use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError};
 
 pub async fn insert_account<C: GenericClient>(
     c: &C,
@@ -124,6 +124,49 @@ pub async fn update_order<C: GenericClient>(c: &C, order: &Order) -> Result<(), 
             &order.refunded,
             &time(order.updated_at),
         ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The account's balance, its row locked until the commit: what a decision that moves money
+/// reads, so that no other transaction moves it in between.
+pub async fn lock_balance<C: GenericClient>(c: &C, account: &AccountId) -> Result<i64, Fault> {
+    let row = super::tx::query_opt(
+        c,
+        "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
+        &[&account.to_string()],
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
+    Ok(row.get(0))
+}
+
+/// Writes money a decision moved: the new balance and its ledger entry, whose
+/// `balance_after` it is. The caller holds the balance row's lock (`lock_balance`).
+pub async fn move_money<C: GenericClient>(
+    c: &C,
+    account: &AccountId,
+    entry: &LedgerEntry,
+) -> Result<(), Fault> {
+    futures_util::future::try_join(
+        set_balance(c, account, entry.balance_after),
+        insert_ledger(c, account, entry),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The balance as a decision left it; the caller holds its row's lock (`lock_balance`).
+pub async fn set_balance<C: GenericClient>(
+    c: &C,
+    account: &AccountId,
+    available: i64,
+) -> Result<(), Fault> {
+    execute(
+        c,
+        "UPDATE balances SET available = $1 WHERE account_id = $2",
+        &[&available, &account.to_string()],
     )
     .await?;
     Ok(())

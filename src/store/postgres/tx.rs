@@ -67,6 +67,30 @@ impl Fault {
     }
 }
 
+/// Of the outcomes of statements sent together in one transaction, the fault that caused the
+/// others: once one statement fails, every later one fails with 25P02 ("current transaction
+/// is aborted"), which is neither the reason nor retryable. `None` when all succeeded.
+pub fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<Fault> {
+    let mut faults: Vec<Fault> = faults.into_iter().flatten().collect();
+    let cause = faults
+        .iter()
+        .position(|f| !f.is(&SqlState::IN_FAILED_SQL_TRANSACTION))
+        .unwrap_or(0);
+    (!faults.is_empty()).then(|| faults.swap_remove(cause))
+}
+
+/// Three statements sent together; the first cause when any failed (see `first_cause`).
+pub async fn pipelined3<A, B, C>(
+    a: impl std::future::Future<Output = Result<A, Fault>>,
+    b: impl std::future::Future<Output = Result<B, Fault>>,
+    c: impl std::future::Future<Output = Result<C, Fault>>,
+) -> Result<(A, B, C), Fault> {
+    match futures_util::future::join3(a, b, c).await {
+        (Ok(a), Ok(b), Ok(c)) => Ok((a, b, c)),
+        (a, b, c) => Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
+    }
+}
+
 impl From<Fault> for StoreError {
     fn from(fault: Fault) -> Self {
         match fault {

@@ -9,7 +9,7 @@ use super::tx::{refuse, settle, tx, TxResult};
 use super::{codec, keys};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::LedgerEntry;
+use crate::domain::ledger::{money_in, LedgerEntry};
 use crate::domain::order::BalanceView;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
@@ -129,18 +129,14 @@ impl Trees {
                     credit.claim.as_ref(),
                     CreditRefusal::KeyTaken(None),
                 )?;
-                let before = read_balance(balances, &account)?;
-                let Some(after) = before.checked_add(credit.amount) else {
+                let balance = read_balance(balances, &account)?;
+                let reference = credit.reference.clone();
+                let Some(entry) =
+                    money_in(balance, credit.amount, credit.reason, reference, &txn, now)
+                else {
                     return refuse(CreditRefusal::BalanceOverflow);
                 };
-                let entry = LedgerEntry {
-                    id: txn.to_string(),
-                    amount: credit.amount,
-                    reason: credit.reason,
-                    reference: credit.reference.clone(),
-                    balance_after: after,
-                    created_at: now,
-                };
+                let after = entry.balance_after;
                 move_money(balances, ledger, &account, &txn, &entry)?;
                 let body = (credit.render)(&BalanceView {
                     available: after,

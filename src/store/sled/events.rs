@@ -10,8 +10,9 @@ use super::keys::child_key;
 use super::trees::Trees;
 use super::tx::{settle, tx, TxResult};
 use crate::domain::account::Account;
-use crate::domain::event::{Delivery, DeliveryAttempt, DeliveryEnd, DeliveryLog, Event};
+use crate::domain::event::{Delivery, DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::lifecycle::Emitted;
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
 
@@ -24,27 +25,20 @@ pub fn event_id(id: &str) -> Result<Id, StoreError> {
     Id::parse(IdKind::Event, id).ok_or_else(|| StoreError::Corrupt(format!("bad event id {id:?}")))
 }
 
-/// Records `event` (whose id is `id`, of `account`) and, when the order has a callbackUrl,
-/// its first delivery, due at once.
+/// Records a decided event (whose id is `id`) and its first callback, when it has one.
 pub fn record_event<R>(
     events: &TransactionalTree,
     outbox: &TransactionalTree,
-    account: &AccountId,
     id: &Id,
-    event: &Event,
+    emitted: &Emitted,
 ) -> TxResult<(), R> {
+    let event = &emitted.event;
     tx(events.insert(
-        child_key(&account.bytes(), &id.bytes()),
+        child_key(&event.account_id.bytes(), &id.bytes()),
         codec::encode(event)?,
     ))?;
-    if let Some(url) = &event.order.callback_url {
-        let delivery = Delivery {
-            event_id: event.id.clone(),
-            account_id: event.account_id,
-            url: url.clone(),
-            attempt: 1,
-        };
-        tx(outbox.insert(outbox_key(event.created_at, id), codec::encode(&delivery)?))?;
+    if let Some(delivery) = &emitted.delivery {
+        tx(outbox.insert(outbox_key(event.created_at, id), codec::encode(delivery)?))?;
     }
     Ok(())
 }
@@ -192,29 +186,13 @@ impl Trees {
         attempt: &DeliveryAttempt,
     ) -> Result<(), StoreError> {
         let id = event_id(&due.delivery.event_id)?;
-        let mut log: DeliveryLog = Trees::get(&self.delivery_logs, id.bytes())?.unwrap_or_default();
-        log.attempts.push(attempt.clone());
-        match outcome {
-            DeliveryOutcome::Finished => {
-                log.next_attempt_at = None;
-                let delivered = attempt.status.is_some_and(|s| (200..300).contains(&s));
-                log.ended = Some(if delivered {
-                    DeliveryEnd::Delivered
-                } else {
-                    DeliveryEnd::GivenUp
-                });
-            }
-            DeliveryOutcome::RetryAt(at) => log.next_attempt_at = Some(at),
-        }
-        let log = codec::encode(&log)?;
+        let log: DeliveryLog = Trees::get(&self.delivery_logs, id.bytes())?.unwrap_or_default();
+        // One process holds every delivery it took: each attempt settles its callback.
+        let log = codec::encode(&log.after(attempt.clone(), outcome, true))?;
         let current = outbox_key(due.due_at, &id);
-        let next = match outcome {
-            DeliveryOutcome::Finished => None,
-            DeliveryOutcome::RetryAt(at) => {
-                let mut next = due.delivery.clone();
-                next.attempt += 1;
-                Some((outbox_key(at, &id), codec::encode(&next)?))
-            }
+        let next = match due.delivery.next(outcome) {
+            Some((at, next)) => Some((outbox_key(at, &id), codec::encode(&next)?)),
+            None => None,
         };
         let outcome =
             (&self.outbox, &self.delivery_logs).transaction(|(outbox, logs)| -> TxResult<(), ()> {

@@ -1,6 +1,8 @@
 //! An order's life after it is placed: fulfillment completes it, a cancel returns its money,
-//! a refund returns part or all of it. Each change, its money and its event are one transaction.
+//! a refund returns part or all of it, each decided in `domain::lifecycle`. Each change, its
+//! money and its event are one transaction.
 
+use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_balance};
@@ -9,10 +11,9 @@ use super::events::record_event;
 use super::idempotency::KeyTrees;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
-use crate::domain::event::{Event, EventKind};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
-use crate::domain::order::{Order, OrderStatus, Refund};
+use crate::domain::lifecycle::{self, Change, Stamp};
+use crate::domain::order::Order;
 use crate::domain::time::Millis;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
 
@@ -22,66 +23,56 @@ pub struct DueOrder {
     pub account: AccountId,
 }
 
-fn read_order<R>(
-    orders: &sled::transaction::TransactionalTree,
-    id: &OrderId,
-) -> TxResult<Option<Order>, R> {
+fn read_order<R>(orders: &TransactionalTree, id: &OrderId) -> TxResult<Option<Order>, R> {
     match tx(orders.get(id.bytes()))? {
         Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
         None => Ok(None),
     }
 }
 
-/// The order if it belongs to `account_id`; another account's order does not exist for it.
-fn read_own_order<R>(
-    orders: &sled::transaction::TransactionalTree,
-    id: &OrderId,
-    account: &AccountId,
-) -> TxResult<Option<Order>, R> {
-    Ok(read_order(orders, id)?.filter(|o| o.account_id == *account))
-}
-
-/// Money going back to the account: a cancel's whole total or a refund's part of it.
-struct Returned {
-    amount: i64,
-    reason: LedgerReason,
-    reference: String,
-}
-
-impl Returned {
-    fn credit<R>(
-        self,
-        balances: &sled::transaction::TransactionalTree,
-        ledger: &sled::transaction::TransactionalTree,
-        account: &AccountId,
-        txn: &Id,
-        now: Millis,
-    ) -> TxResult<(), R> {
-        let before = read_balance(balances, account)?;
-        let entry = LedgerEntry {
-            id: txn.to_string(),
-            amount: self.amount,
-            reason: self.reason,
-            reference: self.reference,
-            // The debit this undoes fitted, so adding it back fits too.
-            balance_after: before.saturating_add(self.amount),
-            created_at: now,
-        };
-        move_money(balances, ledger, account, txn, &entry)
+/// The stamp of one write: its ids made outside the transaction, which sled may run more
+/// than once (a rerun must decide with the same ids).
+fn stamp(now: Millis) -> Stamp {
+    Stamp {
+        now,
+        txn: Id::new(IdKind::Transaction),
+        event: Id::new(IdKind::Event),
     }
 }
 
-fn event_of(kind: EventKind, order: &Order, refund: Option<Refund>, now: Millis) -> (Id, Event) {
-    let id = Id::new(IdKind::Event);
-    let event = Event {
-        id: id.to_string(),
-        kind,
-        account_id: order.account_id,
-        created_at: now,
-        order: order.clone(),
-        refund,
-    };
-    (id, event)
+/// Writes a decided change: the order's row, the refund's, the money and the event.
+/// `refund_id` is the id the refund (if any) was decided with.
+fn write_change<R>(
+    view: &ChangeView<'_>,
+    stamp: &Stamp,
+    change: &Change,
+    refund_id: Option<&Id>,
+) -> TxResult<(), R> {
+    let order_key = change.order.id.bytes();
+    tx(view
+        .orders
+        .insert(&order_key[..], codec::encode(&change.order)?))?;
+    if let (Some(refund), Some(id)) = (&change.refund, refund_id) {
+        tx(view.refunds.insert(&id.bytes()[..], codec::encode(refund)?))?;
+    }
+    move_money(
+        view.balances,
+        view.ledger,
+        &change.order.account_id,
+        &stamp.txn,
+        &change.entry,
+    )?;
+    record_event(view.events, view.outbox, &stamp.event, &change.emitted)
+}
+
+/// The trees a cancel or a refund writes, as seen inside its transaction.
+struct ChangeView<'a> {
+    orders: &'a TransactionalTree,
+    refunds: &'a TransactionalTree,
+    balances: &'a TransactionalTree,
+    ledger: &'a TransactionalTree,
+    events: &'a TransactionalTree,
+    outbox: &'a TransactionalTree,
 }
 
 impl Trees {
@@ -114,22 +105,20 @@ impl Trees {
     /// load of the orders themselves), each with its `order.completed` event. Orders a cancel
     /// got to first are left as they are. Returns how many were completed.
     pub fn complete_orders(&self, due: &[DueOrder], now: Millis) -> Result<usize, StoreError> {
+        let event_ids: Vec<Id> = due.iter().map(|_| Id::new(IdKind::Event)).collect();
         let outcome = (&self.orders, &self.processing, &self.events, &self.outbox).transaction(
             |(orders, processing, events, outbox)| -> TxResult<usize, ()> {
                 let mut completed = 0;
-                for DueOrder { order_id, account } in due {
+                for (DueOrder { order_id, .. }, event_id) in due.iter().zip(&event_ids) {
                     tx(processing.remove(&order_id.bytes()[..]))?;
-                    let Some(mut order) = read_order(orders, order_id)? else {
+                    let Some(order) = read_order(orders, order_id)? else {
                         continue;
                     };
-                    if order.status != OrderStatus::Processing {
+                    let Some((order, emitted)) = lifecycle::complete(order, *event_id, now) else {
                         continue;
-                    }
-                    order.status = OrderStatus::Completed;
-                    order.updated_at = now;
+                    };
                     tx(orders.insert(&order_id.bytes()[..], codec::encode(&order)?))?;
-                    let (event_id, event) = event_of(EventKind::OrderCompleted, &order, None, now);
-                    record_event(events, outbox, account, &event_id, &event)?;
+                    record_event(events, outbox, event_id, &emitted)?;
                     completed += 1;
                 }
                 Ok(completed)
@@ -146,11 +135,12 @@ impl Trees {
         now: Millis,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
         let account = request.account;
-        let txn_id = Id::new(IdKind::Transaction);
+        let stamp = stamp(now);
         let (keys, expiry) = self.key_trees();
         let trees = (
             &self.orders,
             &self.processing,
+            &self.refunds,
             &self.balances,
             &self.ledger,
             &self.events,
@@ -159,32 +149,30 @@ impl Trees {
             expiry,
         );
         let outcome = trees.transaction(
-            |(orders, processing, balances, ledger, events, outbox, keys, expiry)| {
+            |(orders, processing, refunds, balances, ledger, events, outbox, keys, expiry)| {
                 let key_trees = KeyTrees { keys, expiry };
                 key_trees.require_free(
                     &account,
                     request.claim.as_ref(),
                     CancelRefusal::KeyTaken(None),
                 )?;
-                let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
-                    return refuse(CancelRefusal::NotFound);
+                let order = read_order(orders, &request.order)?;
+                let balance = read_balance(balances, &account)?;
+                let change = match lifecycle::cancel(order, account, balance, &stamp) {
+                    Ok(change) => change,
+                    Err(refused) => return refuse(refused.into()),
                 };
-                if order.status != OrderStatus::Processing {
-                    return refuse(CancelRefusal::NotCancellable(order.status));
-                }
-                order.status = OrderStatus::Cancelled;
-                order.updated_at = now;
-                tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
+                let view = ChangeView {
+                    orders,
+                    refunds,
+                    balances,
+                    ledger,
+                    events,
+                    outbox,
+                };
+                write_change(&view, &stamp, &change, None)?;
                 tx(processing.remove(&request.order.bytes()[..]))?;
-                let returned = Returned {
-                    amount: order.total,
-                    reason: LedgerReason::Cancel,
-                    reference: order.id.to_string(),
-                };
-                returned.credit(balances, ledger, &account, &txn_id, now)?;
-                let (event_id, event) = event_of(EventKind::OrderCancelled, &order, None, now);
-                record_event(events, outbox, &account, &event_id, &event)?;
-                let body = (request.render)(&order);
+                let body = (request.render)(&change.order);
                 if let Some(claim) = &request.claim {
                     key_trees.record(&account, claim, now, body.clone())?;
                 }
@@ -202,7 +190,7 @@ impl Trees {
         now: Millis,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
         let account = request.account;
-        let txn_id = Id::new(IdKind::Transaction);
+        let stamp = stamp(now);
         let refund_id = Id::new(IdKind::Refund);
         let (keys, expiry) = self.key_trees();
         let trees = (
@@ -223,38 +211,27 @@ impl Trees {
                     Some(&request.claim),
                     RefundRefusal::KeyTaken(None),
                 )?;
-                let Some(mut order) = read_own_order(orders, &request.order, &account)? else {
-                    return refuse(RefundRefusal::NotFound);
+                let order = read_order(orders, &request.order)?;
+                let balance = read_balance(balances, &account)?;
+                let ask = request.ask(refund_id);
+                let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
+                    Ok(change) => change,
+                    Err(refused) => return refuse(refused.into()),
                 };
-                if order.status != OrderStatus::Completed {
-                    return refuse(RefundRefusal::NotRefundable(order.status));
-                }
-                let remaining = order.refundable();
-                let amount = request.amount.unwrap_or(remaining);
-                if amount > remaining || amount < 1 {
-                    return refuse(RefundRefusal::ExceedsRemaining { remaining });
-                }
-                order.refunded += amount;
-                order.updated_at = now;
-                let refund = Refund {
-                    id: refund_id.to_string(),
-                    order_id: order.id,
-                    amount,
-                    reason: request.reason.clone(),
-                    created_at: now,
+                let view = ChangeView {
+                    orders,
+                    refunds,
+                    balances,
+                    ledger,
+                    events,
+                    outbox,
                 };
-                tx(orders.insert(&request.order.bytes()[..], codec::encode(&order)?))?;
-                tx(refunds.insert(&refund_id.bytes()[..], codec::encode(&refund)?))?;
-                let returned = Returned {
-                    amount,
-                    reason: LedgerReason::Refund,
-                    reference: refund.id.clone(),
-                };
-                returned.credit(balances, ledger, &account, &txn_id, now)?;
-                let (event_id, event) =
-                    event_of(EventKind::OrderRefunded, &order, Some(refund.clone()), now);
-                record_event(events, outbox, &account, &event_id, &event)?;
-                let body = (request.render)(&refund, &order);
+                write_change(&view, &stamp, &change, Some(&refund_id))?;
+                let refund = change
+                    .refund
+                    .as_ref()
+                    .expect("a refund's change has its refund");
+                let body = (request.render)(refund, &change.order);
                 key_trees.record(&account, &request.claim, now, body.clone())?;
                 Ok(body)
             },

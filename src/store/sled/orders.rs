@@ -10,10 +10,9 @@ use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
 use super::trees::{newest_first, trailing_id, Trees};
 use super::tx::{settle, tx, TxResult};
-use crate::domain::account::debit;
-use crate::domain::basket::price_basket;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::order::Order;
+use crate::domain::placing::{self, place, OrderStamp};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
@@ -67,23 +66,23 @@ fn place_one(view: &OrderView, plan: &OrderPlan) -> TxResult<Placed, OrderRefusa
     if key_trees.is_taken(&account, &new.claim)? {
         return Ok(Err(OrderRefusal::KeyTaken(None)));
     }
-    let region = new.account.region.as_deref();
     let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
         match tx(products.get(id.as_bytes()))? {
             Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
             None => Ok(None),
         }
     };
-    let (items, total) = match price_basket(&new.lines, region, lookup)? {
-        Ok(priced) => priced,
-        Err(rejection) => return Ok(Err(OrderRefusal::Basket(rejection))),
+    let stamp = OrderStamp {
+        now: plan.now,
+        order: plan.order_id,
+        txn: plan.txn,
     };
     let before = read_balance(balances, &account)?;
-    let after = match debit(before, new.account.credit_limit, total) {
-        Ok(after) => after,
-        Err(shortfall) => return Ok(Err(OrderRefusal::Shortfall(shortfall))),
+    let placing::Placed { order, entry } = match place(&new.terms(), lookup, before, stamp)? {
+        Ok(placed) => placed,
+        Err(refused) => return Ok(Err(refused.into())),
     };
-    let order = new.order(plan.order_id, items, total, plan.now);
+    let after = entry.balance_after;
     let order_key = plan.order_id.bytes();
     let account_key = account.bytes();
     tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
@@ -93,7 +92,6 @@ fn place_one(view: &OrderView, plan: &OrderPlan) -> TxResult<Placed, OrderRefusa
         let prefix = external_prefix(&account_key, external);
         tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
     }
-    let entry = new.charge(&order, &plan.txn.to_string(), after);
     move_money(balances, ledger, &order.account_id, &plan.txn, &entry)?;
     let body = new.answer(&order, after);
     key_trees.record(&order.account_id, &new.claim, plan.now, body.clone())?;

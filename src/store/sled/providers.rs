@@ -10,7 +10,7 @@ use super::codec;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx};
 use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::{LedgerEntry, LedgerReason};
+use crate::domain::ledger::{money_in, LedgerReason};
 use crate::domain::time::Millis;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
@@ -45,8 +45,11 @@ impl Trees {
                 if tx(payments.get(&key))?.is_some() {
                     return Ok(Recorded::Duplicate);
                 }
-                let before = read_balance(balances, &account)?;
-                let Some(after) = before.checked_add(credit.amount) else {
+                let balance = read_balance(balances, &account)?;
+                let reason = LedgerReason::ProviderPayment;
+                let reference = credit.external_id.to_string();
+                let Some(entry) = money_in(balance, credit.amount, reason, reference, &txn_id, now)
+                else {
                     return refuse(ProviderRefusal::BalanceOverflow);
                 };
                 let payment = ProviderPayment {
@@ -56,14 +59,6 @@ impl Trees {
                     received_at: now,
                 };
                 tx(payments.insert(key.as_slice(), codec::encode(&payment)?))?;
-                let entry = LedgerEntry {
-                    id: txn_id.to_string(),
-                    amount: credit.amount,
-                    reason: LedgerReason::ProviderPayment,
-                    reference: credit.external_id.to_string(),
-                    balance_after: after,
-                    created_at: now,
-                };
                 move_money(balances, ledger, &account, &txn_id, &entry)?;
                 Ok(Recorded::Credited)
             },
