@@ -20,8 +20,7 @@ use orderly::domain::ledger::LedgerReason;
 use orderly::domain::product::Product;
 use orderly::domain::time::now_millis;
 use orderly::metrics::Metrics;
-use orderly::store::sled as embedded;
-use orderly::store::{KeyClaim, NewCredit, NewOrder, Store};
+use orderly::store::{Engine, KeyClaim, NewCredit, NewOrder, Store};
 use orderly::views::order_placed;
 
 const ACCOUNTS: usize = 100;
@@ -33,13 +32,14 @@ struct Bench {
 }
 
 async fn setup(dir: &std::path::Path) -> Bench {
-    let store = embedded::open(embedded::Options {
+    let engine = Engine::Embedded {
         path: dir.join("db"),
         cache_bytes: 128 << 20,
-        metrics: Arc::new(Metrics::default()),
         flush_hook: None,
-    })
-    .expect("open");
+    };
+    let store = orderly::store::open(engine, Arc::new(Metrics::default()))
+        .await
+        .expect("open");
     store
         .put_product(Product {
             id: "prd_bench".into(),

@@ -7,9 +7,7 @@
 
 use std::path::Path;
 
-use crate::store::postgres as shared;
-use crate::store::sled as embedded;
-use crate::store::{Record, RestoreCounts, StoreError};
+use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts, StoreError};
 
 /// Why nothing was copied; the target is as it was.
 #[derive(Debug, thiserror::Error)]
@@ -38,13 +36,16 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
     let records = read_all(from)
         .await
         .map_err(|e| CopyError::Snapshot(source.clone(), e))?;
-    let target = shared::open(shared::Options {
+    let engine = Engine::Shared {
         url: to_url.to_string(),
         pool_size: 2,
-        metrics: Default::default(),
-    })
-    .await
-    .map_err(|e| CopyError::Target(e.to_string()))?;
+    };
+    let target = store::open(engine, Default::default())
+        .await
+        .map_err(|e| match e {
+            OpenError::Shared(e) => CopyError::Target(e.to_string()),
+            other => CopyError::Target(other.to_string()),
+        })?;
     let restored = target.restore(records).await;
     target.stop().await;
     restored.map_err(CopyError::Restore)
@@ -52,12 +53,7 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
 
 /// Every record of the sled deployment at `dir`, as of one instant.
 async fn read_all(dir: &Path) -> Result<Vec<Record>, StoreError> {
-    let store = embedded::open(embedded::Options {
-        path: dir.to_path_buf(),
-        cache_bytes: 64 << 20,
-        metrics: Default::default(),
-        flush_hook: None,
-    })?;
+    let store = open_embedded(dir, 64 << 20).await?;
     let records = match store.snapshot().await {
         Ok(snapshot) => snapshot.collect::<Result<Vec<Record>, StoreError>>(),
         Err(e) => Err(e),

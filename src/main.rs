@@ -6,7 +6,6 @@ use clap::Parser;
 use orderly::config::{Cli, Command};
 use orderly::startup::{Application, RunError, StartupError};
 use orderly::store::postgres as shared;
-use orderly::store::sled as embedded;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -125,12 +124,7 @@ fn migrate(url: &str) -> std::process::ExitCode {
 /// `orderly stats`: rows per keyspace of a database no server is using.
 fn print_stats(data_dir: &std::path::Path) -> std::process::ExitCode {
     let counted = actix_web::rt::System::new().block_on(async {
-        let store = embedded::open(embedded::Options {
-            path: data_dir.to_path_buf(),
-            cache_bytes: 16 << 20,
-            metrics: Default::default(),
-            flush_hook: None,
-        })?;
+        let store = orderly::store::open_embedded(data_dir, 16 << 20).await?;
         let counts = store.row_counts().await;
         store.stop().await;
         counts

@@ -6,9 +6,7 @@
 use std::path::Path;
 
 use crate::config::RestoreArgs;
-use crate::store::postgres as shared;
-use crate::store::sled as embedded;
-use crate::store::RestoreCounts;
+use crate::store::{self, open_embedded, Engine, OpenError, RestoreCounts};
 
 /// Why a restore did not happen; nothing was left behind.
 #[derive(Debug, thiserror::Error)]
@@ -47,17 +45,16 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
         std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
     let records = crate::backup::read(&bytes)?;
     let target = "the database".to_string();
-    let store = shared::open(shared::Options {
+    let engine = Engine::Shared {
         url: url.to_string(),
         pool_size: 2,
-        metrics: Default::default(),
-    })
-    .await
-    .map_err(|e| {
-        RestoreError::Store(
-            target.clone(),
-            crate::store::StoreError::Refused(e.to_string()),
-        )
+    };
+    let store = store::open(engine, Default::default()).await.map_err(|e| {
+        let why = match e {
+            OpenError::Shared(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
     })?;
     let restored = store.restore(records).await;
     store.stop().await;
@@ -74,12 +71,7 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     let records = crate::backup::read(&bytes)?;
     let existed = data_dir.exists();
     let outcome = async {
-        let store = embedded::open(embedded::Options {
-            path: data_dir.to_path_buf(),
-            cache_bytes: 64 << 20,
-            metrics: Default::default(),
-            flush_hook: None,
-        })?;
+        let store = open_embedded(data_dir, 64 << 20).await?;
         let restored = store.restore(records).await;
         store.stop().await;
         restored

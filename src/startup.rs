@@ -23,7 +23,7 @@ use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
 use crate::store::postgres as shared;
 use crate::store::sled as embedded;
-use crate::store::{Store, StoreError};
+use crate::store::{self, Engine, OpenError, Store, StoreError};
 use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
 use crate::workers::{fulfillment, pruner, sweeper, Periodic};
@@ -82,27 +82,24 @@ impl Application {
             _ => None,
         };
         let metrics = Arc::new(Metrics::default());
-        let store = match &settings.database_url {
+        let engine = match &settings.database_url {
             // The schema is migrated before anything listens.
-            Some(url) => {
-                shared::open(shared::Options {
-                    url: url.clone(),
-                    pool_size: settings.database_pool_size as usize,
-                    metrics: Arc::clone(&metrics),
-                })
-                .await?
-            }
-            None => embedded::open(embedded::Options {
+            Some(url) => Engine::Shared {
+                url: url.clone(),
+                pool_size: settings.database_pool_size as usize,
+            },
+            None => Engine::Embedded {
                 path: settings.data_dir.clone(),
                 cache_bytes: settings.cache_mb * 1024 * 1024,
-                metrics: Arc::clone(&metrics),
                 flush_hook,
-            })
-            .map_err(|source| StartupError::Store {
-                path: settings.data_dir.display().to_string(),
-                source,
-            })?,
+            },
         };
+        let store = store::open(engine, Arc::clone(&metrics))
+            .await
+            .map_err(|e| match e {
+                OpenError::Embedded { path, source } => StartupError::Store { path, source },
+                OpenError::Shared(e) => StartupError::Database(e),
+            })?;
         if settings.demo {
             crate::demo::seed_and_announce(
                 &*store,

@@ -8,6 +8,7 @@
 //! the embedded engine (one binary, nothing else to run), `postgres` the shared one
 //! (a database that operators already run, replicate and back up).
 
+mod open;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
 pub mod postgres;
 mod records;
@@ -15,6 +16,8 @@ mod records;
 pub mod sled;
 
 use async_trait::async_trait;
+
+pub use open::{open, open_embedded, Engine, OpenError};
 
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};

@@ -1,0 +1,80 @@
+//! The one place an engine is chosen: the server, `orderly restore`, `orderly copy`,
+//! `orderly stats`, the benchmarks and the port's conformance suite all open their store
+//! here, from an `Engine` that says where the data lives.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+// By their roles, not their crates' names: only the engines' folders name sled or
+// tokio-postgres (CI checks it).
+use super::postgres as shared;
+use super::sled as embedded;
+use super::{Store, StoreError};
+use crate::metrics::Metrics;
+
+/// Where the data lives, and what opening it needs.
+pub enum Engine {
+    /// sled files in a directory of this machine: one process, nothing else to run.
+    Embedded {
+        path: PathBuf,
+        /// Bound on sled's page cache.
+        cache_bytes: u64,
+        /// A step run before every group flush (tests stall or fail it); `None` in the binary.
+        flush_hook: Option<embedded::FlushHook>,
+    },
+    /// A PostgreSQL database, shared by any number of instances; migrated on open.
+    Shared { url: String, pool_size: usize },
+}
+
+/// Why no store could be opened, by engine: callers word each for their own users.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the database in {path}: {source}")]
+    Embedded { path: String, source: StoreError },
+    #[error("PostgreSQL: {0}")]
+    Shared(#[from] shared::OpenError),
+}
+
+/// Opens the store `engine` names; `metrics` counts its commits.
+pub async fn open(engine: Engine, metrics: Arc<Metrics>) -> Result<Arc<dyn Store>, OpenError> {
+    match engine {
+        Engine::Embedded {
+            path,
+            cache_bytes,
+            flush_hook,
+        } => embedded::open(embedded::Options {
+            path: path.clone(),
+            cache_bytes,
+            metrics,
+            flush_hook,
+        })
+        .map_err(|source| OpenError::Embedded {
+            path: path.display().to_string(),
+            source,
+        }),
+        Engine::Shared { url, pool_size } => Ok(shared::open(shared::Options {
+            url,
+            pool_size,
+            metrics,
+        })
+        .await?),
+    }
+}
+
+/// The embedded store at `path` for a command that reads or fills it outside a server
+/// (restore, copy, stats): no flush hook, its own metrics. Its error is the engine's own.
+pub async fn open_embedded(
+    path: &std::path::Path,
+    cache_bytes: u64,
+) -> Result<Arc<dyn Store>, StoreError> {
+    let engine = Engine::Embedded {
+        path: path.to_path_buf(),
+        cache_bytes,
+        flush_hook: None,
+    };
+    match open(engine, Default::default()).await {
+        Ok(store) => Ok(store),
+        Err(OpenError::Embedded { source, .. }) => Err(source),
+        Err(other) => Err(StoreError::Failed(other.to_string())),
+    }
+}

@@ -1,0 +1,84 @@
+//! The engines the conformance suite runs on, each opened through `orderly::store::open`:
+//! sled in a fresh directory, PostgreSQL in a fresh database on the server that
+//! `ORDERLY_TEST_DATABASE_URL` names (migrated on open), dropped afterwards.
+
+use std::sync::Arc;
+
+use orderly::store::{Engine, Store};
+
+/// An open store and what must outlive it.
+pub struct Opened {
+    pub store: Arc<dyn Store>,
+    _dir: Option<tempfile::TempDir>,
+    database: Option<(String, String)>,
+}
+
+impl Opened {
+    /// Stops the store (its queued writes finish) and removes its data.
+    pub async fn close(self) {
+        self.store.stop().await;
+        drop(self.store);
+        if let Some((maintenance, name)) = &self.database {
+            sql(
+                maintenance,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            )
+            .await;
+        }
+    }
+}
+
+pub async fn embedded() -> Opened {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::Embedded {
+        path: dir.path().join("db"),
+        cache_bytes: 16 << 20,
+        flush_hook: None,
+    };
+    let store = orderly::store::open(engine, Default::default())
+        .await
+        .expect("sled opens");
+    Opened {
+        store,
+        _dir: Some(dir),
+        database: None,
+    }
+}
+
+pub async fn shared() -> Opened {
+    let maintenance = std::env::var("ORDERLY_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .expect("the PostgreSQL half of the port suite needs ORDERLY_TEST_DATABASE_URL");
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let name = format!(
+        "orderly_port_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
+    sql(&maintenance, &format!("CREATE DATABASE {name}")).await;
+    let mut url = url::Url::parse(&maintenance).expect("a URL");
+    url.set_path(&format!("/{name}"));
+    let engine = Engine::Shared {
+        url: url.to_string(),
+        pool_size: 8,
+    };
+    let store = orderly::store::open(engine, Default::default())
+        .await
+        .expect("PostgreSQL opens");
+    Opened {
+        store,
+        _dir: None,
+        database: Some((maintenance, name)),
+    }
+}
+
+async fn sql(url: &str, statement: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("the maintenance database answers");
+    let connection = tokio::spawn(connection);
+    client.batch_execute(statement).await.expect(statement);
+    drop(client);
+    let _ = connection.await;
+}

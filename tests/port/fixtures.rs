@@ -1,0 +1,149 @@
+//! What the cases build their requests from: an account with money, a product, a key claim,
+//! and the port's requests as the handlers make them (with the real renderers, so the bytes
+//! stored are the bytes a partner gets).
+
+use std::time::Duration;
+
+use orderly::domain::account::Account;
+use orderly::domain::basket::RequestedLine;
+use orderly::domain::fingerprint::{Fingerprint, Operation};
+use orderly::domain::idempotency_key::IdempotencyKey;
+use orderly::domain::ids::{AccountId, OrderId};
+use orderly::domain::ledger::LedgerReason;
+use orderly::domain::product::Product;
+use orderly::domain::time::now_millis;
+use orderly::store::{CancelRequest, KeyClaim, NewCredit, NewOrder, RefundRequest, Store};
+use orderly::views::{balance_only, order_only, order_placed, refund_made};
+
+pub const PRODUCT: &str = "prd_port";
+pub const PRICE: i64 = 100;
+
+pub async fn product(store: &dyn Store) {
+    store
+        .put_product(Product {
+            id: PRODUCT.into(),
+            name: "port".into(),
+            price: PRICE,
+            regions: vec![],
+            delivery_fields: vec![],
+            active: true,
+            updated_at: now_millis(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A new account holding `balance`, with the product in the catalog.
+pub async fn account_with(store: &dyn Store, balance: i64, credit_limit: i64) -> Account {
+    product(store).await;
+    let account = Account {
+        id: AccountId::new(),
+        name: "port partner".into(),
+        wholesale: true,
+        credit_limit,
+        region: None,
+        webhook_secret: "whsec_cG9ydA==".into(),
+        created_at: now_millis(),
+    };
+    store.create_account(account.clone()).await.unwrap();
+    if balance > 0 {
+        store
+            .credit(credit(&account, balance, None))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    account
+}
+
+pub fn claim(key: &str, operation: Operation, ttl: Duration) -> KeyClaim {
+    KeyClaim {
+        key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
+        operation,
+        fingerprint: Fingerprint([7; 32]),
+        ttl,
+    }
+}
+
+pub fn credit(account: &Account, amount: i64, claim: Option<KeyClaim>) -> NewCredit {
+    NewCredit {
+        account: account.clone(),
+        amount,
+        reason: LedgerReason::Credit,
+        reference: "port".into(),
+        currency: "USD".into(),
+        claim,
+        render: balance_only,
+    }
+}
+
+pub fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
+    order_with(account, key, quantity, None)
+}
+
+pub fn order_with(account: &Account, key: &str, quantity: u64, url: Option<&str>) -> NewOrder {
+    NewOrder {
+        account: account.clone(),
+        lines: vec![RequestedLine {
+            product_id: PRODUCT.into(),
+            quantity,
+            delivery_data: Default::default(),
+        }],
+        currency: "USD".into(),
+        callback_url: url.map(str::to_string),
+        external_order_id: None,
+        claim: claim(key, Operation::PlaceOrder, Duration::from_secs(3600)),
+        render: order_placed,
+    }
+}
+
+pub fn cancel(account: &Account, order: OrderId) -> CancelRequest {
+    CancelRequest {
+        account: account.id,
+        order,
+        claim: None,
+        render: order_only,
+    }
+}
+
+pub fn refund(account: &Account, order: OrderId, key: &str, amount: Option<i64>) -> RefundRequest {
+    RefundRequest {
+        account: account.id,
+        order,
+        amount,
+        reason: None,
+        claim: claim(key, Operation::RefundOrder, Duration::from_secs(3600)),
+        render: refund_made,
+    }
+}
+
+/// The id of the order an accepted `place_order` answered with (from its stored body).
+pub fn placed_id(body: &[u8]) -> OrderId {
+    let json: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let id = json["order"]["id"]
+        .as_str()
+        .expect("the body names the order");
+    OrderId::parse(id).expect("an order id")
+}
+
+/// Every ledger entry of the account, newest first, through the port's pages.
+pub async fn ledger(
+    store: &dyn Store,
+    account: &Account,
+) -> Vec<orderly::domain::ledger::LedgerEntry> {
+    let mut all = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store.ledger_page(account.id, before, 7).await.unwrap();
+        all.extend(page.items);
+        match page.next_cursor {
+            Some(cursor) => {
+                before = orderly::domain::ids::Id::parse(
+                    orderly::domain::ids::IdKind::Transaction,
+                    &cursor,
+                )
+            }
+            None => return all,
+        }
+    }
+}
