@@ -17,7 +17,33 @@ conformance!(
     a_refused_order_writes_nothing_and_leaves_its_key_free,
     concurrent_orders_of_one_account_never_spend_the_same_money_twice,
     the_credit_line_is_spent_to_its_limit_and_named_in_the_refusal,
+    one_key_used_ten_times_at_once_places_one_order,
 );
+
+async fn one_key_used_ten_times_at_once_places_one_order(store: &dyn Store) {
+    let account = account_with(store, 1_000, 0).await;
+    let uses = (0..10).map(|_| store.place_order(order(&account, "same", 1)));
+    let outcomes = futures::future::join_all(uses).await;
+    let placed: Vec<&Vec<u8>> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok()?.as_ref().ok())
+        .collect();
+    assert_eq!(placed.len(), 1, "{outcomes:?}");
+    for outcome in &outcomes {
+        match outcome {
+            Ok(Ok(_)) => {}
+            Ok(Err(OrderRefusal::KeyTaken(Some(row)))) => {
+                assert_eq!(
+                    &row.response.body, placed[0],
+                    "the taken key's row is the answer"
+                )
+            }
+            Ok(Err(OrderRefusal::KeyTaken(None))) => {}
+            other => panic!("a use of a taken key answered {other:?}"),
+        }
+    }
+    assert_eq!(store.balance(account.id).await.unwrap(), 1_000 - PRICE);
+}
 
 async fn an_orders_answer_is_its_keys_replay_byte_for_byte_expiring_ttl_after_the_commit(
     store: &dyn Store,

@@ -17,6 +17,7 @@
 
 mod accounts;
 mod backup;
+mod batch;
 mod codec;
 mod connect;
 mod lifecycle;
@@ -124,6 +125,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     migrated(&pool).await?;
     Ok(Arc::new(PgStore {
         limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
+        orders: batch::Batcher::new(pool.clone()),
         instance,
         pool,
         metrics: options.metrics,
@@ -135,6 +137,8 @@ struct PgStore {
     metrics: Arc<Metrics>,
     /// The per-client rate budget, on the same connections.
     limiter: Arc<rate_limit::PgRateLimit>,
+    /// New orders, placed in batches (one COMMIT each).
+    orders: Arc<batch::Batcher>,
     /// Names this process in the outbox claims it holds (unique per start), and in the
     /// `application_name` of its connections, by which the others know it is alive.
     instance: String,
@@ -248,7 +252,8 @@ impl Store for PgStore {
         &self,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        match write!(self, |c| orders::place_order(&mut c, &order)) {
+        let started = Instant::now();
+        match self.committed(started, self.orders.place(order).await) {
             // The balance kept changing under every try: the partner retries with the key.
             Err(fault) if fault.retryable() => Ok(Err(OrderRefusal::ConcurrentModification)),
             outcome => settled(outcome),
