@@ -117,6 +117,26 @@ pub fn refund(account: &Account, order: OrderId, key: &str, amount: Option<i64>)
     }
 }
 
+/// Places an order (with `url` as its callbackUrl) and cancels it: one event, and one
+/// callback when there is a url.
+pub async fn placed_and_cancelled(
+    store: &dyn Store,
+    account: &Account,
+    key: &str,
+    url: Option<&str>,
+) {
+    let body = store
+        .place_order(order_with(account, key, 1, url))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .cancel_order(cancel(account, placed_id(&body)))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 /// The id of the order an accepted `place_order` answered with (from its stored body).
 pub fn placed_id(body: &[u8]) -> OrderId {
     let json: serde_json::Value = serde_json::from_slice(body).unwrap();

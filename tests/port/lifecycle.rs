@@ -127,16 +127,7 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
 async fn events_are_listed_oldest_first_strictly_after_the_cursor(store: &dyn Store) {
     let account = account_with(store, 10_000, 0).await;
     for i in 0..5 {
-        let body = store
-            .place_order(order(&account, &format!("e-{i}"), 1))
-            .await
-            .unwrap()
-            .unwrap();
-        store
-            .cancel_order(cancel(&account, placed_id(&body)))
-            .await
-            .unwrap()
-            .unwrap();
+        placed_and_cancelled(store, &account, &format!("e-{i}"), None).await;
     }
     let all = store
         .events_page(account.id, None, 100)

@@ -22,17 +22,7 @@ async fn a_callback_retried_is_due_again_under_the_same_event_and_its_log_keeps_
     store: &dyn Store,
 ) {
     let account = account_with(store, 1_000, 0).await;
-    let url = Some("https://partner.example/cb");
-    let body = store
-        .place_order(order_with(&account, "w-1", 1, url))
-        .await
-        .unwrap()
-        .unwrap();
-    store
-        .cancel_order(cancel(&account, placed_id(&body)))
-        .await
-        .unwrap()
-        .unwrap();
+    placed_and_cancelled(store, &account, "w-1", Some("https://partner.example/cb")).await;
     let now = now_millis();
     let due = store
         .due_deliveries(now, 10, Box::new(|_| true))
