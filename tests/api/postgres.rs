@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, on_postgres, spawn_app, sql_on, start, TestDatabase};
+use crate::helpers::{basket, on_postgres, spawn_app, sql_i64, sql_on, start, TestDatabase};
 
 fn skip_on_sled(why: &str) -> bool {
     if !on_postgres() {
@@ -116,6 +116,66 @@ async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_con
         app.assert_ledger_matches_balance(&p.api_key).await,
         10_000 - 999
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_queued_behind_batches_waiting_on_a_held_balance_row_are_answered_first() {
+    if skip_on_sled("sled never waits on a balance row") {
+        return;
+    }
+    let app = Arc::new(spawn_app().await);
+    let held_partner = app.partner_with_balance(10_000).await;
+    let free_partner = app.partner_with_balance(100_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let url = app.database_url().unwrap();
+    let held = hold_balance_row(url.clone(), held_partner.account_id.clone());
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    let send = |held_account: bool, key: String| {
+        let (app, answered, body) = (Arc::clone(&app), Arc::clone(&answered), body.clone());
+        let api_key = if held_account {
+            held_partner.api_key.clone()
+        } else {
+            free_partner.api_key.clone()
+        };
+        tokio::spawn(async move {
+            let resp = app.post_order(Some(&api_key), Some(&key), &body).await;
+            answered.lock().unwrap().push((held_account, resp.status()));
+        })
+    };
+    // Four orders of the held account: as many as there are batch runners, each waiting on
+    // the row. Then twenty orders of another account, queued behind them.
+    let mut sends: Vec<_> = (0..4).map(|i| send(true, format!("held-{i}"))).collect();
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE wait_event_type = 'Lock' AND datname = current_database()";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sql_i64(url.clone(), waiting.into()).unwrap() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the held orders never waited on the row"
+        );
+        tokio::task::yield_now().await;
+    }
+    sends.extend((0..20).map(|i| send(false, format!("free-{i}"))));
+    for send in sends {
+        send.await.unwrap();
+    }
+    drop(held);
+    let answered = answered.lock().unwrap().clone();
+    let first_held = answered.iter().position(|(held, _)| *held).unwrap();
+    assert_eq!(
+        first_held, 20,
+        "every other order is answered first: {answered:?}"
+    );
+    for (held_account, status) in &answered {
+        let expected = if *held_account {
+            StatusCode::PAYMENT_REQUIRED
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(*status, expected, "{answered:?}");
+    }
+    assert_eq!(app.balance(&free_partner.api_key).await, 100_000 - 20 * 999);
+    assert_eq!(app.balance(&held_partner.api_key).await, 10_000);
 }
 
 pub fn cluster(command: &str, dir: &std::path::Path) -> String {

@@ -11,9 +11,11 @@
 //! nothing. The accepted orders' rows go in as one pipeline, then the COMMIT; every order
 //! is answered once it is durable.
 //!
-//! A batch that loses a race (serialization failure, deadlock, lock timeout) is run again,
-//! a bounded number of times; a batch that still fails before its COMMIT is split, and each
-//! order runs alone (`orders::place_order`), so one bad order cannot fail the others. A
+//! A batch that loses a race (serialization failure, deadlock) is run again, a bounded
+//! number of times; a batch that still fails before its COMMIT, or that waited past the lock
+//! timeout (a row held elsewhere), is split: each order runs alone (`orders::place_order`),
+//! at once and off the runner, so neither one bad order nor one held row holds the others
+//! of its batch or the batches queued behind it. A
 //! COMMIT whose outcome is unknown fails every order of the batch with that fault: the
 //! partner's retry with the same key replays what did commit or places it then.
 
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use deadpool_postgres::{Object, Pool, Transaction};
 use futures_util::future::try_join_all;
 use tokio::sync::oneshot;
+use tokio_postgres::error::SqlState;
 
 use super::codec;
 use super::rows::{insert_key_row, insert_ledger, insert_order, key_row, set_balance};
@@ -113,9 +116,9 @@ impl Batcher {
         }
     }
 
-    /// Runs one batch to its answers: retried when it loses a race, split when it fails
-    /// before its COMMIT.
-    async fn settle(&self, batch: Vec<Pending>) {
+    /// Runs one batch to its answers: re-run when it loses a race (a serialization failure
+    /// or a deadlock), split when it fails before its COMMIT.
+    async fn settle(self: &Arc<Self>, batch: Vec<Pending>) {
         let orders: Vec<&NewOrder> = batch.iter().map(|p| &p.order).collect();
         let mut tries = 0;
         let outcome = loop {
@@ -124,7 +127,9 @@ impl Batcher {
                 Err(e) => Err(Failure::BeforeCommit(e.into())),
             };
             match outcome {
-                Err(Failure::BeforeCommit(fault)) if fault.retryable() && tries + 1 < MAX_TRIES => {
+                Err(Failure::BeforeCommit(fault))
+                    if fault.retryable() && !waited(&fault) && tries + 1 < MAX_TRIES =>
+                {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
                 }
@@ -137,15 +142,25 @@ impl Batcher {
                     let _ = pending.answer.send(Ok(answer));
                 }
             }
-            Err(Failure::BeforeCommit(fault)) if batch.len() == 1 => {
+            Err(Failure::BeforeCommit(fault)) if batch.len() == 1 && !waited(&fault) => {
                 let pending = batch.into_iter().next().expect("one order");
                 let _ = pending.answer.send(Err(fault));
             }
-            Err(Failure::BeforeCommit(_)) => {
-                for pending in batch {
-                    let answer = self.alone(&pending.order).await;
-                    let _ = pending.answer.send(answer);
-                }
+            Err(Failure::BeforeCommit(fault)) => {
+                // Each order alone, at once, each on a connection of its own, as if it had
+                // never been batched, and off this runner: an order waiting out a lock (a
+                // row held elsewhere past the lock timeout) holds neither the others of its
+                // batch nor the batches queued behind it. The lock wait already spent counts
+                // as one of its tries.
+                let spent = u32::from(waited(&fault));
+                let batcher = Arc::clone(self);
+                self.runtime.spawn(async move {
+                    let alone = batch.iter().map(|p| batcher.alone(&p.order, spent));
+                    let answers = futures_util::future::join_all(alone).await;
+                    for (pending, answer) in batch.into_iter().zip(answers) {
+                        let _ = pending.answer.send(answer);
+                    }
+                });
             }
             Err(Failure::AtCommit(fault)) => {
                 let why = StoreError::from(fault).to_string();
@@ -158,9 +173,10 @@ impl Batcher {
         }
     }
 
-    /// One order in a transaction of its own, with the bounded retries of a lost race.
-    async fn alone(&self, order: &NewOrder) -> Answer {
-        let mut tries = 0;
+    /// One order in a transaction of its own, with the bounded retries of a lost race
+    /// (`spent` of them already used).
+    async fn alone(&self, order: &NewOrder, spent: u32) -> Answer {
+        let mut tries = spent;
         loop {
             let outcome = match self.pool.get().await {
                 Ok(mut client) => super::orders::place_order(&mut client, order).await,
@@ -175,6 +191,12 @@ impl Batcher {
             }
         }
     }
+}
+
+/// A lock waited for past the lock timeout: a row or key held elsewhere, which running the
+/// batch again at once would only wait for again.
+fn waited(fault: &Fault) -> bool {
+    fault.is(&SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// Where a batch failed: before its COMMIT nothing was written; at its COMMIT the outcome is
