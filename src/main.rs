@@ -6,6 +6,7 @@ use clap::Parser;
 use orderly::config::{Cli, Command};
 use orderly::startup::{Application, RunError, StartupError};
 use orderly::store::postgres as shared;
+use orderly::store::OpenError;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -40,8 +41,9 @@ fn run(cli: Cli) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // A schema newer than this binary: one line, and the usage status.
-            if let Some(StartupError::Database(why @ shared::OpenError::SchemaTooNew(_))) =
-                e.downcast_ref::<StartupError>()
+            if let Some(StartupError::Store(OpenError::Shared(
+                why @ shared::OpenError::SchemaTooNew(_),
+            ))) = e.downcast_ref::<StartupError>()
             {
                 eprintln!("orderly: {why}");
                 return std::process::ExitCode::from(2);

@@ -21,19 +21,17 @@ use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::edge::request_log::log_requests;
 use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
-use crate::store::postgres as shared;
 use crate::store::sled as embedded;
-use crate::store::{self, Engine, OpenError, Store, StoreError};
+use crate::store::{self, Engine, OpenError, Store};
 use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
 use crate::workers::{fulfillment, pruner, sweeper, Periodic};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("cannot open the database in {path}: {source}")]
-    Store { path: String, source: StoreError },
-    #[error("PostgreSQL: {0}")]
-    Database(#[from] shared::OpenError),
+    /// Its message names the engine: "cannot open the database in …" or "PostgreSQL: …".
+    #[error(transparent)]
+    Store(#[from] OpenError),
     #[error("cannot bind {0}: {1}")]
     Bind(String, std::io::Error),
     #[error("{0}")]
@@ -94,12 +92,7 @@ impl Application {
                 flush_hook,
             },
         };
-        let store = store::open(engine, Arc::clone(&metrics))
-            .await
-            .map_err(|e| match e {
-                OpenError::Embedded { path, source } => StartupError::Store { path, source },
-                OpenError::Shared(e) => StartupError::Database(e),
-            })?;
+        let store = store::open(engine, Arc::clone(&metrics)).await?;
         if settings.demo {
             crate::demo::seed_and_announce(
                 &*store,

@@ -67,14 +67,10 @@ pub async fn open_embedded(
     path: &std::path::Path,
     cache_bytes: u64,
 ) -> Result<Arc<dyn Store>, StoreError> {
-    let engine = Engine::Embedded {
+    embedded::open(embedded::Options {
         path: path.to_path_buf(),
         cache_bytes,
+        metrics: Default::default(),
         flush_hook: None,
-    };
-    match open(engine, Default::default()).await {
-        Ok(store) => Ok(store),
-        Err(OpenError::Embedded { source, .. }) => Err(source),
-        Err(other) => Err(StoreError::Failed(other.to_string())),
-    }
+    })
 }

@@ -119,10 +119,8 @@ async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_con
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn orders_queued_behind_batches_waiting_on_a_held_balance_row_are_answered_first() {
-    if skip_on_sled("sled never waits on a balance row") {
-        return;
-    }
     let app = Arc::new(spawn_app().await);
     let held_partner = app.partner_with_balance(10_000).await;
     let free_partner = app.partner_with_balance(100_000).await;

@@ -20,7 +20,7 @@
 //! partner's retry with the same key replays what did commit or places it then.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use deadpool_postgres::{Object, Pool, Transaction};
 use futures_util::future::try_join_all;
@@ -29,7 +29,7 @@ use tokio_postgres::error::SqlState;
 
 use super::codec;
 use super::rows::{insert_key_row, insert_ledger, insert_order, key_row, set_balance};
-use super::tx::{first_cause, query, Fault, MAX_TRIES};
+use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::Order;
@@ -122,9 +122,9 @@ impl Batcher {
         let orders: Vec<&NewOrder> = batch.iter().map(|p| &p.order).collect();
         let mut tries = 0;
         let outcome = loop {
-            let outcome = match self.pool.get().await {
+            let outcome = match self.client().await {
                 Ok(mut client) => place_batch(&mut client, &orders).await,
-                Err(e) => Err(Failure::BeforeCommit(e.into())),
+                Err(fault) => Err(Failure::BeforeCommit(fault)),
             };
             match outcome {
                 Err(Failure::BeforeCommit(fault))
@@ -173,23 +173,16 @@ impl Batcher {
         }
     }
 
+    async fn client(&self) -> Result<Object, Fault> {
+        Ok(self.pool.get().await?)
+    }
+
     /// One order in a transaction of its own, with the bounded retries of a lost race
     /// (`spent` of them already used).
     async fn alone(&self, order: &NewOrder, spent: u32) -> Answer {
-        let mut tries = spent;
-        loop {
-            let outcome = match self.pool.get().await {
-                Ok(mut client) => super::orders::place_order(&mut client, order).await,
-                Err(e) => Err(e.into()),
-            };
-            match outcome {
-                Err(fault) if fault.retryable() && tries + 1 < MAX_TRIES => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
-                }
-                done => return done,
-            }
-        }
+        retried!(self, spent = spent, |c| super::orders::place_order(
+            &mut c, order
+        ))
     }
 }
 
@@ -206,21 +199,30 @@ enum Failure {
     AtCommit(Fault),
 }
 
-/// What a batch is decided on: the rows its transaction read under its locks.
-struct View {
-    balances: HashMap<AccountId, i64>,
-    taken: HashMap<(AccountId, String), Box<KeyRecord>>,
-    catalog: HashMap<String, Product>,
+/// What a batch is decided on: the rows its transaction read under its locks, and what the
+/// orders decided before the current one left (balances, keys now taken).
+#[derive(Default)]
+pub struct View {
+    pub balances: HashMap<AccountId, i64>,
+    /// Key rows that were stored before the batch.
+    pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
+    /// Keys an accepted order of this batch took: the index of that order.
+    taken_here: HashMap<(AccountId, String), usize>,
+    pub catalog: HashMap<String, Product>,
 }
 
 /// An accepted order's rows.
-struct Accepted {
+pub struct Accepted {
     order: Order,
     entry: LedgerEntry,
-    /// The idempotency key it used, and the key's row.
+    /// The idempotency key it used, and the key's row (which holds the 200 body).
     key_name: String,
     key: KeyRecord,
 }
+
+/// How one order of a batch was decided: accepted (an index into the accepted orders) or
+/// refused.
+pub type Decided = Result<usize, OrderRefusal>;
 
 async fn place_batch(
     client: &mut Object,
@@ -233,16 +235,31 @@ async fn place_batch(
     // Made under every lock of the batch, in batch order: ids and times follow the commits.
     let now = now_millis();
     let mut accepted: Vec<Accepted> = Vec::with_capacity(orders.len());
-    let mut answers = Vec::with_capacity(orders.len());
+    let mut decided = Vec::with_capacity(orders.len());
     for new in orders {
-        let answer = decide(&mut view, new, now, &mut accepted).map_err(before)?;
-        answers.push(answer);
+        decided.push(decide(&mut view, new, now, &mut accepted).map_err(before)?);
     }
     write_accepted(&tx, &view, &accepted)
         .await
         .map_err(Failure::BeforeCommit)?;
     tx.commit().await.map_err(|e| Failure::AtCommit(e.into()))?;
-    Ok(answers)
+    Ok(answers(decided, accepted))
+}
+
+/// Each order's answer, once its batch is durable: the accepted ones' bodies are moved out
+/// of their key rows (written, so no longer needed), not copied.
+pub fn answers(
+    decided: Vec<Decided>,
+    accepted: Vec<Accepted>,
+) -> Vec<Result<Vec<u8>, OrderRefusal>> {
+    let mut bodies: Vec<Option<Vec<u8>>> = accepted
+        .into_iter()
+        .map(|a| Some(a.key.response.body))
+        .collect();
+    decided
+        .into_iter()
+        .map(|d| d.map(|i| bodies[i].take().expect("one answer per accepted order")))
+        .collect()
 }
 
 fn before(e: impl Into<Fault>) -> Failure {
@@ -250,16 +267,20 @@ fn before(e: impl Into<Fault>) -> Failure {
 }
 
 /// Decides one order on the view as the orders before it in the batch left it.
-fn decide(
+pub fn decide(
     view: &mut View,
     new: &NewOrder,
     now: crate::domain::time::Millis,
     accepted: &mut Vec<Accepted>,
-) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
+) -> Result<Decided, StoreError> {
     let account = new.account.id;
     let key = (account, new.claim.key.as_str().to_string());
-    if let Some(row) = view.taken.get(&key) {
+    if let Some(row) = view.stored.get(&key) {
         return Ok(Err(OrderRefusal::KeyTaken(Some(row.clone()))));
+    }
+    if let Some(&first) = view.taken_here.get(&key) {
+        let row = Box::new(accepted[first].key.clone());
+        return Ok(Err(OrderRefusal::KeyTaken(Some(row))));
     }
     let balance = *view
         .balances
@@ -277,17 +298,34 @@ fn decide(
         Err(refused) => return Ok(Err(refused.into())),
     };
     let body = new.answer(&order, entry.balance_after);
-    let row = key_row(&new.claim, now, body.clone());
     view.balances.insert(account, entry.balance_after);
-    view.taken.insert(key.clone(), Box::new(row.clone()));
+    view.taken_here.insert(key.clone(), accepted.len());
     accepted.push(Accepted {
         order,
         entry,
         key_name: key.1,
-        key: row,
+        key: key_row(&new.claim, now, body),
     });
-    Ok(Ok(body))
+    Ok(Ok(accepted.len() - 1))
 }
+
+/// The stored rows of a batch's keys, by (account, key) pairs.
+static KEY_ROWS_SQL: LazyLock<String> = LazyLock::new(|| {
+    let columns: Vec<String> = codec::KEY_ROW
+        .split(", ")
+        .map(|c| format!("i.{c}"))
+        .collect();
+    format!(
+        "SELECT i.account_id, i.key, {} FROM idempotency_keys i
+         JOIN unnest($1::text[], $2::text[]) AS u(account_id, key)
+           ON i.account_id = u.account_id AND i.key = u.key",
+        columns.join(", ")
+    )
+});
+
+/// The products a batch's lines name.
+pub static PRODUCTS_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
 
 /// The batch's view in one round trip, its locks taken in one order.
 async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, Fault> {
@@ -308,17 +346,6 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
         .collect();
     wanted.sort();
     wanted.dedup();
-    let key_sql = format!(
-        "SELECT i.account_id, i.key, {} FROM idempotency_keys i
-         JOIN unnest($1::text[], $2::text[]) AS u(account_id, key)
-           ON i.account_id = u.account_id AND i.key = u.key",
-        codec::KEY_ROW
-            .split(", ")
-            .map(|c| format!("i.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let products_sql = format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT);
     // Sent together, in this order: the keys' locks (by hash), the balance rows' (by account
     // id), then the reads they guard.
     let (locked, balances, key_rows, products) = futures_util::future::join4(
@@ -334,8 +361,8 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
              ORDER BY account_id FOR UPDATE",
             &[&accounts],
         ),
-        query(tx, &key_sql, &[&key_accounts, &keys]),
-        query(tx, &products_sql, &[&wanted]),
+        query(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
+        query(tx, &PRODUCTS_SQL, &[&wanted]),
     )
     .await;
     let (balances, key_rows, products) = match (locked, balances, key_rows, products) {
@@ -344,11 +371,7 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
             return Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed"))
         }
     };
-    let mut view = View {
-        balances: HashMap::with_capacity(balances.len()),
-        taken: HashMap::with_capacity(key_rows.len()),
-        catalog: HashMap::with_capacity(products.len()),
-    };
+    let mut view = View::default();
     for row in &balances {
         let account: String = row.get("account_id");
         let account = AccountId::parse(&account)
@@ -360,7 +383,7 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
         let account = AccountId::parse(&account)
             .ok_or_else(|| StoreError::Corrupt("a key row of a bad account id".into()))?;
         let key: String = row.get("key");
-        view.taken
+        view.stored
             .insert((account, key), Box::new(codec::key_record(row)?));
     }
     for row in &products {
@@ -371,7 +394,7 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
 }
 
 /// The accepted orders' rows and each account's final balance, sent as one pipeline.
-async fn write_accepted(
+pub async fn write_accepted(
     tx: &Transaction<'_>,
     view: &View,
     accepted: &[Accepted],

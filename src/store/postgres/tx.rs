@@ -182,9 +182,14 @@ pub async fn lock_events<C: GenericClient>(c: &C, account: &AccountId) -> Result
 
 /// Runs `$body` (an async expression using the pooled connection `$client`) until it
 /// succeeds, fails for good, or has lost `MAX_TRIES` races; evaluates to its last result.
+/// `retried!($store, spent = N, …)` starts with `N` of the tries already used (a batch's
+/// lock wait counts as one of its orders' tries).
 macro_rules! retried {
-    ($store:expr, |$client:ident| $body:expr) => {{
-        let mut tries = 0u32;
+    ($store:expr, |$client:ident| $body:expr) => {
+        $crate::store::postgres::tx::retried!($store, spent = 0u32, |$client| $body)
+    };
+    ($store:expr, spent = $spent:expr, |$client:ident| $body:expr) => {{
+        let mut tries: u32 = $spent;
         loop {
             let outcome = match $store.client().await {
                 Ok(client) => {

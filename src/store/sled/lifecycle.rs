@@ -13,7 +13,7 @@ use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
-use crate::domain::order::Order;
+use crate::domain::order::{Order, OrderStatus};
 use crate::domain::time::Millis;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
 
@@ -40,39 +40,77 @@ fn stamp(now: Millis) -> Stamp {
     }
 }
 
-/// Writes a decided change: the order's row, the refund's, the money and the event.
-/// `refund_id` is the id the refund (if any) was decided with.
-fn write_change<R>(
-    view: &ChangeView<'_>,
-    stamp: &Stamp,
-    change: &Change,
-    refund_id: Option<&Id>,
-) -> TxResult<(), R> {
-    let order_key = change.order.id.bytes();
-    tx(view
-        .orders
-        .insert(&order_key[..], codec::encode(&change.order)?))?;
-    if let (Some(refund), Some(id)) = (&change.refund, refund_id) {
-        tx(view.refunds.insert(&id.bytes()[..], codec::encode(refund)?))?;
-    }
-    move_money(
-        view.balances,
-        view.ledger,
-        &change.order.account_id,
-        &stamp.txn,
-        &change.entry,
-    )?;
-    record_event(view.events, view.outbox, &stamp.event, &change.emitted)
-}
+/// The trees a cancel or a refund touches, as their transaction sees them.
+type ChangeTrees = (
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+);
 
-/// The trees a cancel or a refund writes, as seen inside its transaction.
+/// `ChangeTrees` by name.
 struct ChangeView<'a> {
     orders: &'a TransactionalTree,
+    processing: &'a TransactionalTree,
     refunds: &'a TransactionalTree,
     balances: &'a TransactionalTree,
     ledger: &'a TransactionalTree,
     events: &'a TransactionalTree,
     outbox: &'a TransactionalTree,
+    keys: KeyTrees<'a>,
+}
+
+impl<'a> ChangeView<'a> {
+    fn of(trees: &'a ChangeTrees) -> Self {
+        let (orders, processing, refunds, balances, ledger, events, outbox, keys, expiry) = trees;
+        ChangeView {
+            orders,
+            processing,
+            refunds,
+            balances,
+            ledger,
+            events,
+            outbox,
+            keys: KeyTrees { keys, expiry },
+        }
+    }
+
+    /// The order and the account's balance a decision reads.
+    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, i64), R> {
+        Ok((
+            read_order(self.orders, order)?,
+            read_balance(self.balances, account)?,
+        ))
+    }
+
+    /// Writes a decided change: the order's row (out of the `processing` queue once it left
+    /// that status), the refund's, the money and the event. `refund_id` is the id the refund
+    /// (if any) was decided with.
+    fn write<R>(&self, stamp: &Stamp, change: &Change, refund_id: Option<&Id>) -> TxResult<(), R> {
+        let order_key = change.order.id.bytes();
+        tx(self
+            .orders
+            .insert(&order_key[..], codec::encode(&change.order)?))?;
+        if change.order.status != OrderStatus::Processing {
+            tx(self.processing.remove(&order_key[..]))?;
+        }
+        if let (Some(refund), Some(id)) = (&change.refund, refund_id) {
+            tx(self.refunds.insert(&id.bytes()[..], codec::encode(refund)?))?;
+        }
+        move_money(
+            self.balances,
+            self.ledger,
+            &change.order.account_id,
+            &stamp.txn,
+            &change.entry,
+        )?;
+        record_event(self.events, self.outbox, &stamp.event, &change.emitted)
+    }
 }
 
 impl Trees {
@@ -129,15 +167,9 @@ impl Trees {
 
     /// Cancels a `processing` order and returns its money, with an `order.cancelled` event.
     /// `request.render` makes the 200 body from the cancelled order.
-    pub fn cancel_order(
-        &self,
-        request: &CancelRequest,
-        now: Millis,
-    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        let account = request.account;
-        let stamp = stamp(now);
+    fn change_trees(&self) -> [&sled::Tree; 9] {
         let (keys, expiry) = self.key_trees();
-        let trees = (
+        [
             &self.orders,
             &self.processing,
             &self.refunds,
@@ -147,38 +179,34 @@ impl Trees {
             &self.outbox,
             keys,
             expiry,
-        );
-        let outcome = trees.transaction(
-            |(orders, processing, refunds, balances, ledger, events, outbox, keys, expiry)| {
-                let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(
-                    &account,
-                    request.claim.as_ref(),
-                    CancelRefusal::KeyTaken(None),
-                )?;
-                let order = read_order(orders, &request.order)?;
-                let balance = read_balance(balances, &account)?;
-                let change = match lifecycle::cancel(order, account, balance, &stamp) {
-                    Ok(change) => change,
-                    Err(refused) => return refuse(refused.into()),
-                };
-                let view = ChangeView {
-                    orders,
-                    refunds,
-                    balances,
-                    ledger,
-                    events,
-                    outbox,
-                };
-                write_change(&view, &stamp, &change, None)?;
-                tx(processing.remove(&request.order.bytes()[..]))?;
-                let body = (request.render)(&change.order);
-                if let Some(claim) = &request.claim {
-                    key_trees.record(&account, claim, now, body.clone())?;
-                }
-                Ok(body)
-            },
-        );
+        ]
+    }
+
+    pub fn cancel_order(
+        &self,
+        request: &CancelRequest,
+        now: Millis,
+    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
+        let account = request.account;
+        let stamp = stamp(now);
+        let [a, b, c, d, e, f, g, h, i] = self.change_trees();
+        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
+            let view = ChangeView::of(trees);
+            let taken = CancelRefusal::KeyTaken(None);
+            view.keys
+                .require_free(&account, request.claim.as_ref(), taken)?;
+            let (order, balance) = view.read(&request.order, &account)?;
+            let change = match lifecycle::cancel(order, account, balance, &stamp) {
+                Ok(change) => change,
+                Err(refused) => return refuse(refused.into()),
+            };
+            view.write(&stamp, &change, None)?;
+            let body = (request.render)(&change.order);
+            if let Some(claim) = &request.claim {
+                view.keys.record(&account, claim, now, body.clone())?;
+            }
+            Ok(body)
+        });
         settle(outcome)
     }
 
@@ -192,50 +220,28 @@ impl Trees {
         let account = request.account;
         let stamp = stamp(now);
         let refund_id = Id::new(IdKind::Refund);
-        let (keys, expiry) = self.key_trees();
-        let trees = (
-            &self.orders,
-            &self.refunds,
-            &self.balances,
-            &self.ledger,
-            &self.events,
-            &self.outbox,
-            keys,
-            expiry,
-        );
-        let outcome = trees.transaction(
-            |(orders, refunds, balances, ledger, events, outbox, keys, expiry)| {
-                let key_trees = KeyTrees { keys, expiry };
-                key_trees.require_free(
-                    &account,
-                    Some(&request.claim),
-                    RefundRefusal::KeyTaken(None),
-                )?;
-                let order = read_order(orders, &request.order)?;
-                let balance = read_balance(balances, &account)?;
-                let ask = request.ask(refund_id);
-                let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
-                    Ok(change) => change,
-                    Err(refused) => return refuse(refused.into()),
-                };
-                let view = ChangeView {
-                    orders,
-                    refunds,
-                    balances,
-                    ledger,
-                    events,
-                    outbox,
-                };
-                write_change(&view, &stamp, &change, Some(&refund_id))?;
-                let refund = change
-                    .refund
-                    .as_ref()
-                    .expect("a refund's change has its refund");
-                let body = (request.render)(refund, &change.order);
-                key_trees.record(&account, &request.claim, now, body.clone())?;
-                Ok(body)
-            },
-        );
+        let [a, b, c, d, e, f, g, h, i] = self.change_trees();
+        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
+            let view = ChangeView::of(trees);
+            let taken = RefundRefusal::KeyTaken(None);
+            view.keys
+                .require_free(&account, Some(&request.claim), taken)?;
+            let (order, balance) = view.read(&request.order, &account)?;
+            let ask = request.ask(refund_id);
+            let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
+                Ok(change) => change,
+                Err(refused) => return refuse(refused.into()),
+            };
+            view.write(&stamp, &change, Some(&refund_id))?;
+            let refund = change
+                .refund
+                .as_ref()
+                .expect("a refund's change has its refund");
+            let body = (request.render)(refund, &change.order);
+            view.keys
+                .record(&account, &request.claim, now, body.clone())?;
+            Ok(body)
+        });
         settle(outcome)
     }
 }
