@@ -10,7 +10,7 @@ use super::codec;
 use super::events::record_event;
 use super::idempotency::KeyTrees;
 use super::trees::Trees;
-use super::tx::{refuse, settle, tx, TxResult};
+use super::tx::{refuse, settle, tx, NineTrees, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
 use crate::domain::order::{Order, OrderStatus};
@@ -41,17 +41,7 @@ fn stamp(now: Millis) -> Stamp {
 }
 
 /// The trees a cancel or a refund touches, as their transaction sees them.
-type ChangeTrees = (
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-);
+type ChangeTrees = NineTrees;
 
 /// `ChangeTrees` by name.
 struct ChangeView<'a> {

@@ -1,7 +1,6 @@
 //! Orders: the one transaction that prices, charges and records an order together with its
 //! idempotency rows, and the reads partners make of their orders.
 
-use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_balance};
@@ -9,7 +8,7 @@ use super::codec;
 use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
 use super::trees::{newest_first, trailing_id, Trees};
-use super::tx::{settle, tx, TxResult};
+use super::tx::{settle, tx, NineTrees, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::order::Order;
 use crate::domain::placing::{self, place, OrderStamp};
@@ -18,17 +17,7 @@ use crate::domain::time::Millis;
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
 
 /// The trees an order's transaction touches, as seen inside it.
-type OrderView = (
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-    TransactionalTree,
-);
+type OrderView = NineTrees;
 
 /// One order to place with what is made for it outside the transaction (which sled may run
 /// more than once): its ids and its time.

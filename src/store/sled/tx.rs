@@ -3,7 +3,7 @@
 //! reads and writes.
 
 use sled::transaction::{
-    ConflictableTransactionError, TransactionError, UnabortableTransactionError,
+    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
 use super::codec::CodecError;
@@ -61,3 +61,16 @@ pub fn settle<T, R>(
 pub fn tx<T, R>(r: Result<T, UnabortableTransactionError>) -> TxResult<T, R> {
     r.map_err(ConflictableTransactionError::from)
 }
+
+/// Nine trees as one transaction sees them: an order's, a cancel's or a refund's.
+pub type NineTrees = (
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+    TransactionalTree,
+);
