@@ -8,6 +8,8 @@
 //! the embedded engine (one binary, nothing else to run), `postgres` the shared one
 //! (a database that operators already run, replicate and back up).
 
+/// The pipeline every engine runs its orders through: read a view, decide, write, answer.
+mod batch;
 mod open;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
 pub mod postgres;

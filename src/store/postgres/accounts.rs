@@ -5,12 +5,13 @@
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
-use super::rows::{insert_key_row, insert_provider_payment, key_row, lock_balance, move_money};
+use super::rows::{insert_key_row, insert_provider_payment, lock_balance, move_money};
 use super::tx::{execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::ledger::{money_in, LedgerReason};
 use crate::domain::order::BalanceView;
 use crate::domain::time::now_millis;
+use crate::store::batch::first_use;
 use crate::store::{
     CreditRefusal, NewCredit, ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Recorded,
 };
@@ -40,7 +41,7 @@ pub async fn credit(
     });
     match &credit.claim {
         Some(claim) => {
-            let row = key_row(claim, now, body.clone());
+            let row = first_use(claim, now, body.clone());
             futures_util::future::try_join(
                 move_money(&tx, &account, &entry),
                 insert_key_row(&tx, &account, claim.key.as_str(), &row),

@@ -5,18 +5,15 @@
 //! A batch reads its view in one round trip, with every lock it needs taken in one order
 //! (the keys' advisory locks by hash, then the balance rows by account id, so batches of
 //! different instances never wait on each other in a cycle): the balances, the key rows
-//! and the catalog. Each order is then decided in turn by `domain::placing::place` on that
-//! view as the orders before it left it: the second order of an account sees the first
-//! one's debit, a second use of a key in the batch finds it taken, and a refusal writes
-//! nothing. The accepted orders' rows go in as one pipeline, then the COMMIT; every order
-//! is answered once it is durable.
+//! and the catalog. The orders are decided on that view by the engine-neutral pipeline
+//! (`store::batch::decide`); the accepted orders' rows go in as one pipeline, then the
+//! COMMIT; every order is answered once it is durable.
 //!
 //! A batch that loses a race (serialization failure, deadlock) is run again, a bounded
 //! number of times; a batch that still fails before its COMMIT, or that waited past the lock
 //! timeout (a row held elsewhere), is split: each order runs alone (`orders::place_order`),
 //! at once and off the runner, so neither one bad order nor one held row holds the others
-//! of its batch or the batches queued behind it. A
-//! COMMIT whose outcome is unknown fails every order of the batch with that fault: the
+//! of its batch or the batches queued behind it. A COMMIT whose outcome is unknown fails every order of the batch with that fault: the
 //! partner's retry with the same key replays what did commit or places it then.
 
 use std::collections::{HashMap, VecDeque};
@@ -28,19 +25,13 @@ use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
 use super::codec;
-use super::rows::{insert_key_row, insert_ledger, insert_order, key_row, set_balance};
+use super::rows::{insert_key_row, insert_ledger, insert_order, set_balance};
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
-use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
-use crate::domain::ledger::LedgerEntry;
-use crate::domain::order::Order;
-use crate::domain::placing::{place, OrderStamp, Placed};
+use crate::domain::ids::AccountId;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::store::{KeyRecord, NewOrder, OrderRefusal, StoreError};
-
-/// Orders in one transaction at most: past this, a batch holds its locks longer than the
-/// flush it saves.
-const MAX_BATCH: usize = 64;
+use crate::store::batch::{decide, Decisions, OrderView, Wants, MAX_ORDERS};
+use crate::store::{NewOrder, OrderRefusal, StoreError};
 /// Batches in flight at once, per instance: enough to keep the database busy while one
 /// batch waits for its flush, few enough that batches stay large under load.
 const MAX_RUNNERS: usize = 4;
@@ -109,7 +100,7 @@ impl Batcher {
                     queue.runners -= 1;
                     return;
                 }
-                let n = queue.waiting.len().min(MAX_BATCH);
+                let n = queue.waiting.len().min(MAX_ORDERS);
                 queue.waiting.drain(..n).collect()
             };
             self.settle(batch).await;
@@ -199,114 +190,25 @@ enum Failure {
     AtCommit(Fault),
 }
 
-/// What a batch is decided on: the rows its transaction read under its locks, and what the
-/// orders decided before the current one left (balances, keys now taken).
-#[derive(Default)]
-pub struct View {
-    pub balances: HashMap<AccountId, i64>,
-    /// Key rows that were stored before the batch.
-    pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
-    /// Keys an accepted order of this batch took: the index of that order.
-    taken_here: HashMap<(AccountId, String), usize>,
-    pub catalog: HashMap<String, Product>,
-}
-
-/// An accepted order's rows.
-pub struct Accepted {
-    order: Order,
-    entry: LedgerEntry,
-    /// The idempotency key it used, and the key's row (which holds the 200 body).
-    key_name: String,
-    key: KeyRecord,
-}
-
-/// How one order of a batch was decided: accepted (an index into the accepted orders) or
-/// refused.
-pub type Decided = Result<usize, OrderRefusal>;
-
 async fn place_batch(
     client: &mut Object,
     orders: &[&NewOrder],
 ) -> Result<Vec<Result<Vec<u8>, OrderRefusal>>, Failure> {
     let tx = client.transaction().await.map_err(before)?;
-    let mut view = read_view(&tx, orders)
+    let view = read_view(&tx, &Wants::of(orders))
         .await
         .map_err(Failure::BeforeCommit)?;
-    // Made under every lock of the batch, in batch order: ids and times follow the commits.
-    let now = now_millis();
-    let mut accepted: Vec<Accepted> = Vec::with_capacity(orders.len());
-    let mut decided = Vec::with_capacity(orders.len());
-    for new in orders {
-        decided.push(decide(&mut view, new, now, &mut accepted).map_err(before)?);
-    }
-    write_accepted(&tx, &view, &accepted)
+    // Read under every lock of the batch: ids and times follow the commits.
+    let decisions = decide(view, orders, now_millis()).map_err(before)?;
+    write_decisions(&tx, &decisions)
         .await
         .map_err(Failure::BeforeCommit)?;
     tx.commit().await.map_err(|e| Failure::AtCommit(e.into()))?;
-    Ok(answers(decided, accepted))
-}
-
-/// Each order's answer, once its batch is durable: the accepted ones' bodies are moved out
-/// of their key rows (written, so no longer needed), not copied.
-pub fn answers(
-    decided: Vec<Decided>,
-    accepted: Vec<Accepted>,
-) -> Vec<Result<Vec<u8>, OrderRefusal>> {
-    let mut bodies: Vec<Option<Vec<u8>>> = accepted
-        .into_iter()
-        .map(|a| Some(a.key.response.body))
-        .collect();
-    decided
-        .into_iter()
-        .map(|d| d.map(|i| bodies[i].take().expect("one answer per accepted order")))
-        .collect()
+    Ok(decisions.answers())
 }
 
 fn before(e: impl Into<Fault>) -> Failure {
     Failure::BeforeCommit(e.into())
-}
-
-/// Decides one order on the view as the orders before it in the batch left it.
-pub fn decide(
-    view: &mut View,
-    new: &NewOrder,
-    now: crate::domain::time::Millis,
-    accepted: &mut Vec<Accepted>,
-) -> Result<Decided, StoreError> {
-    let account = new.account.id;
-    let key = (account, new.claim.key.as_str().to_string());
-    if let Some(row) = view.stored.get(&key) {
-        return Ok(Err(OrderRefusal::KeyTaken(Some(row.clone()))));
-    }
-    if let Some(&first) = view.taken_here.get(&key) {
-        let row = Box::new(accepted[first].key.clone());
-        return Ok(Err(OrderRefusal::KeyTaken(Some(row))));
-    }
-    let balance = *view
-        .balances
-        .get(&account)
-        .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
-    let stamp = OrderStamp {
-        now,
-        order: OrderId::new(),
-        txn: Id::new(IdKind::Transaction),
-    };
-    let catalog = &view.catalog;
-    let lookup = |id: &str| Ok::<_, StoreError>(catalog.get(id).cloned());
-    let Placed { order, entry } = match place(&new.terms(), lookup, balance, stamp)? {
-        Ok(placed) => placed,
-        Err(refused) => return Ok(Err(refused.into())),
-    };
-    let body = new.answer(&order, entry.balance_after);
-    view.balances.insert(account, entry.balance_after);
-    view.taken_here.insert(key.clone(), accepted.len());
-    accepted.push(Accepted {
-        order,
-        entry,
-        key_name: key.1,
-        key: key_row(&new.claim, now, body),
-    });
-    Ok(Ok(accepted.len() - 1))
 }
 
 /// The stored rows of a batch's keys, by (account, key) pairs.
@@ -328,24 +230,17 @@ pub static PRODUCTS_SQL: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
 
 /// The batch's view in one round trip, its locks taken in one order.
-async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, Fault> {
-    let mut accounts: Vec<String> = orders.iter().map(|o| o.account.id.to_string()).collect();
-    accounts.sort();
-    accounts.dedup();
-    let key_accounts: Vec<String> = orders.iter().map(|o| o.account.id.to_string()).collect();
-    let keys: Vec<&str> = orders.iter().map(|o| o.claim.key.as_str()).collect();
+async fn read_view(tx: &Transaction<'_>, wants: &Wants) -> Result<OrderView, Fault> {
+    let accounts: Vec<String> = wants.accounts.iter().map(|a| a.to_string()).collect();
+    let key_accounts: Vec<String> = wants.keys.iter().map(|(a, _)| a.to_string()).collect();
+    let keys: Vec<&str> = wants.keys.iter().map(|(_, k)| k.as_str()).collect();
     // The account id has a fixed length, so the concatenation names one pair (as in
     // `tx::key_taken`, whose lock this is).
-    let scoped: Vec<String> = orders
+    let scoped: Vec<String> = wants
+        .keys
         .iter()
-        .map(|o| format!("{}{}", o.account.id, o.claim.key.as_str()))
+        .map(|(account, key)| format!("{account}{}", key.as_str()))
         .collect();
-    let mut wanted: Vec<String> = orders
-        .iter()
-        .flat_map(|o| o.lines.iter().map(|l| l.product_id.trim().to_string()))
-        .collect();
-    wanted.sort();
-    wanted.dedup();
     // Sent together, in this order: the keys' locks (by hash), the balance rows' (by account
     // id), then the reads they guard.
     let (locked, balances, key_rows, products) = futures_util::future::join4(
@@ -362,7 +257,7 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
             &[&accounts],
         ),
         query(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
-        query(tx, &PRODUCTS_SQL, &[&wanted]),
+        query(tx, &PRODUCTS_SQL, &[&wants.products]),
     )
     .await;
     let (balances, key_rows, products) = match (locked, balances, key_rows, products) {
@@ -371,52 +266,52 @@ async fn read_view(tx: &Transaction<'_>, orders: &[&NewOrder]) -> Result<View, F
             return Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed"))
         }
     };
-    let mut view = View::default();
+    let mut view = OrderView::default();
     for row in &balances {
-        let account: String = row.get("account_id");
-        let account = AccountId::parse(&account)
-            .ok_or_else(|| StoreError::Corrupt("a balance of a bad account id".into()))?;
-        view.balances.insert(account, row.get("available"));
+        view.balances
+            .insert(account_of(row, "a balance")?, row.get("available"));
     }
     for row in &key_rows {
-        let account: String = row.get("account_id");
-        let account = AccountId::parse(&account)
-            .ok_or_else(|| StoreError::Corrupt("a key row of a bad account id".into()))?;
         let key: String = row.get("key");
-        view.stored
-            .insert((account, key), Box::new(codec::key_record(row)?));
+        view.stored.insert(
+            (account_of(row, "a key row")?, key),
+            Box::new(codec::key_record(row)?),
+        );
     }
-    for row in &products {
-        let product = codec::product(row)?;
-        view.catalog.insert(product.id.clone(), product);
-    }
+    view.catalog = catalog(&products)?;
     Ok(view)
 }
 
+fn account_of(row: &tokio_postgres::Row, what: &str) -> Result<AccountId, StoreError> {
+    let account: String = row.get("account_id");
+    AccountId::parse(&account)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what} of a bad account id")))
+}
+
+/// The products of `rows`, by id.
+pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>, StoreError> {
+    rows.iter()
+        .map(|row| codec::product(row).map(|p| (p.id.clone(), p)))
+        .collect()
+}
+
 /// The accepted orders' rows and each account's final balance, sent as one pipeline.
-pub async fn write_accepted(
-    tx: &Transaction<'_>,
-    view: &View,
-    accepted: &[Accepted],
-) -> Result<(), Fault> {
-    if accepted.is_empty() {
+pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Result<(), Fault> {
+    if decisions.accepted.is_empty() {
         return Ok(());
     }
-    let mut debited: Vec<AccountId> = accepted.iter().map(|a| a.order.account_id).collect();
-    debited.sort();
-    debited.dedup();
     let balances = try_join_all(
-        debited
+        decisions
+            .balances
             .iter()
-            .map(|account| set_balance(tx, account, view.balances[account])),
+            .map(|(account, balance)| set_balance(tx, account, *balance)),
     );
-    let rows = try_join_all(accepted.iter().map(|a| async move {
+    let rows = try_join_all(decisions.accepted.iter().map(|a| async move {
         let account = &a.order.account_id;
-        let key = &a.key;
         futures_util::future::try_join3(
             insert_order(tx, &a.order),
             insert_ledger(tx, account, &a.entry),
-            insert_key_row(tx, account, &a.key_name, key),
+            insert_key_row(tx, account, a.key_name.as_str(), &a.key),
         )
         .await
     }));

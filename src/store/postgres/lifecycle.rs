@@ -9,8 +9,8 @@ use futures_util::future::try_join_all;
 
 use super::codec;
 use super::rows::{
-    insert_delivery, insert_event, insert_key_row, insert_refund, key_row, lock_balance,
-    move_money, update_order,
+    insert_delivery, insert_event, insert_key_row, insert_refund, lock_balance, move_money,
+    update_order,
 };
 use super::tx::{key_taken, lock_events, pipelined3, query, query_opt, Fault};
 use crate::domain::event::Event;
@@ -18,6 +18,7 @@ use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
+use crate::store::batch::first_use;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
 
 /// The order, locked until the commit.
@@ -108,7 +109,7 @@ pub async fn cancel_order(
     write_change(&tx, &change).await?;
     let body = (request.render)(&change.order);
     if let Some(claim) = &request.claim {
-        let row = key_row(claim, stamp.now, body.clone());
+        let row = first_use(claim, stamp.now, body.clone());
         insert_key_row(&tx, &account, claim.key.as_str(), &row).await?;
     }
     tx.commit().await?;
@@ -136,7 +137,7 @@ pub async fn refund_order(
         .as_ref()
         .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
     let body = (request.render)(refund, &change.order);
-    let row = key_row(&request.claim, stamp.now, body.clone());
+    let row = first_use(&request.claim, stamp.now, body.clone());
     insert_key_row(&tx, &account, request.claim.key.as_str(), &row).await?;
     tx.commit().await?;
     Ok(Ok(body))

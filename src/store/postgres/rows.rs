@@ -307,17 +307,3 @@ pub async fn insert_key_row<C: GenericClient>(
     .await?;
     Ok(())
 }
-
-/// A first use's key row: what the key was used for and the exact 200 sent.
-pub fn key_row(claim: &crate::store::KeyClaim, now: Millis, body: Vec<u8>) -> KeyRecord {
-    KeyRecord {
-        operation: claim.operation,
-        fingerprint: claim.fingerprint,
-        expires_at: crate::domain::time::expiry_after(now, claim.ttl),
-        response: crate::store::StoredResponse {
-            status: 200,
-            content_type: "application/json".into(),
-            body,
-        },
-    }
-}

@@ -17,7 +17,8 @@ use super::tx::{refuse, settle, tx, TxResult};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
-use crate::domain::time::{expiry_after, Millis};
+use crate::domain::time::Millis;
+use crate::store::batch::first_use;
 use crate::store::{KeyClaim, KeyRecord, StoreError, StoredResponse};
 
 /// The key trees as seen inside an operation's transaction.
@@ -42,13 +43,7 @@ impl KeyTrees<'_> {
         }
     }
 
-    /// Whether another use already holds the key: an order decides this as a value so that,
-    /// in a batch, its refusal leaves the other orders' writes standing.
-    pub fn is_taken<R>(&self, account: &AccountId, claim: &KeyClaim) -> TxResult<bool, R> {
-        Ok(tx(self.keys.get(scoped_key(&account.bytes(), &claim.key)))?.is_some())
-    }
-
-    /// Writes the key's row and its expiry entry; `body` is the exact 200 being sent.
+    /// A first use's row (`body` is the exact 200 being sent) and its expiry entry.
     pub fn record<R>(
         &self,
         account: &AccountId,
@@ -56,20 +51,21 @@ impl KeyTrees<'_> {
         now: Millis,
         body: Vec<u8>,
     ) -> TxResult<(), R> {
-        let scoped = scoped_key(&account.bytes(), &claim.key);
-        let expires_at = expiry_after(now, claim.ttl);
-        let row = KeyRecord {
-            operation: claim.operation,
-            fingerprint: claim.fingerprint,
-            expires_at,
-            response: StoredResponse {
-                status: 200,
-                content_type: "application/json".into(),
-                body,
-            },
-        };
-        tx(self.keys.insert(scoped.as_slice(), codec::encode(&row)?))?;
-        tx(self.expiry.insert(expiry_key(expires_at, &scoped), &[][..]))?;
+        self.write(account, &claim.key, &first_use(claim, now, body))
+    }
+
+    /// Writes the key's row and its expiry entry.
+    pub fn write<R>(
+        &self,
+        account: &AccountId,
+        key: &IdempotencyKey,
+        row: &KeyRecord,
+    ) -> TxResult<(), R> {
+        let scoped = scoped_key(&account.bytes(), key);
+        tx(self
+            .expiry
+            .insert(expiry_key(row.expires_at, &scoped), &[][..]))?;
+        tx(self.keys.insert(scoped, codec::encode(row)?))?;
         Ok(())
     }
 }

@@ -3,130 +3,97 @@
 
 use sled::Transactional;
 
-use super::accounts::{move_money, read_balance};
+use super::accounts::move_money;
 use super::codec;
 use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
 use super::trees::{newest_first, trailing_id, Trees};
-use super::tx::{settle, tx, NineTrees, TxResult};
-use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
+use super::tx::{settle, tx, TxResult};
+use crate::domain::ids::{AccountId, OrderId};
 use crate::domain::order::Order;
-use crate::domain::placing::{self, place, OrderStamp};
-use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::store::batch::{decide, Decisions, OrderView, Wants};
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
-
-/// The trees an order's transaction touches, as seen inside it.
-type OrderView = NineTrees;
-
-/// One order to place with what is made for it outside the transaction (which sled may run
-/// more than once): its ids and its time.
-pub struct OrderPlan {
-    pub new: NewOrder,
-    order_id: OrderId,
-    txn: Id,
-    now: Millis,
-}
-
-impl OrderPlan {
-    pub fn new(new: NewOrder, now: Millis) -> Self {
-        OrderPlan {
-            new,
-            order_id: OrderId::new(),
-            txn: Id::new(IdKind::Transaction),
-            now,
-        }
-    }
-}
 
 /// What placing one order decided: the 200 body, or a refusal that wrote nothing.
 pub type Placed = Result<Vec<u8>, OrderRefusal>;
 
-/// Decides one order on the transaction's own view (so it sees the orders placed before it
-/// in the same transaction) and writes it. Every refusal is decided before the first write,
-/// so a refused order returns its refusal as a value and leaves the transaction as it was:
-/// the other orders of a batch are unaffected.
-fn place_one(view: &OrderView, plan: &OrderPlan) -> TxResult<Placed, OrderRefusal> {
-    let (processing, products, balances, orders, by_account, by_external, ledger, keys, expiry) =
-        view;
-    let new = &plan.new;
-    let account = new.account.id;
-    let key_trees = KeyTrees { keys, expiry };
-    if key_trees.is_taken(&account, &new.claim)? {
-        return Ok(Err(OrderRefusal::KeyTaken(None)));
-    }
-    let lookup = |id: &str| -> TxResult<Option<Product>, OrderRefusal> {
-        match tx(products.get(id.as_bytes()))? {
-            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
-            None => Ok(None),
-        }
-    };
-    let stamp = OrderStamp {
-        now: plan.now,
-        order: plan.order_id,
-        txn: plan.txn,
-    };
-    let before = read_balance(balances, &account)?;
-    let placing::Placed { order, entry } = match place(&new.terms(), lookup, before, stamp)? {
-        Ok(placed) => placed,
-        Err(refused) => return Ok(Err(refused.into())),
-    };
-    let after = entry.balance_after;
-    let order_key = plan.order_id.bytes();
-    let account_key = account.bytes();
-    tx(orders.insert(&order_key[..], codec::encode(&order)?))?;
-    tx(processing.insert(&order_key[..], &[][..]))?;
-    tx(by_account.insert(child_key(&account_key, &order_key), &[][..]))?;
-    if let Some(external) = &new.external_order_id {
-        let prefix = external_prefix(&account_key, external);
-        tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
-    }
-    move_money(balances, ledger, &order.account_id, &plan.txn, &entry)?;
-    let body = new.answer(&order, after);
-    key_trees.record(&order.account_id, &new.claim, plan.now, body.clone())?;
-    Ok(Ok(body))
-}
-
 impl Trees {
-    fn order_trees(&self) -> [&sled::Tree; 9] {
-        let (keys, expiry) = self.key_trees();
-        [
+    /// Places a batch of orders through the engine-neutral pipeline: the view read directly
+    /// (the writer thread, which runs this, is the only writer, so nothing moves it until
+    /// the write below), decided by `store::batch::decide`, then one transaction that only
+    /// writes. One transaction per batch is what the writer saves: sled's global transaction
+    /// lock, its batch marker in the log and, on a hot account, all but one write of the
+    /// balance row. An error decides nothing and writes nothing; the writer then places the
+    /// orders one by one so that one bad order cannot fail the others.
+    pub fn place_orders(
+        &self,
+        orders: &[&NewOrder],
+        now: Millis,
+    ) -> Result<Vec<Placed>, StoreError> {
+        let decisions = decide(self.order_view(&Wants::of(orders))?, orders, now)?;
+        self.write_decisions(&decisions)?;
+        Ok(decisions.answers())
+    }
+
+    fn order_view(&self, wants: &Wants) -> Result<OrderView, StoreError> {
+        let mut view = OrderView::default();
+        for account in &wants.accounts {
+            view.balances.insert(*account, self.balance(account)?);
+        }
+        for (account, key) in &wants.keys {
+            if let Some(row) = self.replay_lookup(account, key)? {
+                view.stored
+                    .insert((*account, key.as_str().to_string()), Box::new(row));
+            }
+        }
+        for id in &wants.products {
+            if let Some(product) = self.product(id)? {
+                view.catalog.insert(id.clone(), product);
+            }
+        }
+        Ok(view)
+    }
+
+    /// The accepted orders (`processing`, indexed by account and by external id), their
+    /// debits and ledger entries, and their key rows.
+    fn write_decisions(&self, decisions: &Decisions) -> Result<(), StoreError> {
+        if decisions.accepted.is_empty() {
+            return Ok(());
+        }
+        let trees = (
             &self.processing,
-            &self.products,
             &self.balances,
             &self.orders,
             &self.orders_by_account,
             &self.orders_by_external,
             &self.ledger,
-            keys,
-            expiry,
-        ]
-    }
-
-    /// Places many orders in one transaction, each decided in turn on the transaction's own
-    /// view: the second order of an account sees the first one's debit, and a second use of
-    /// a key within the batch finds it taken. A refusal writes nothing and does not abort the
-    /// others. One transaction per batch is what the writer saves: sled's global transaction
-    /// lock, its batch marker in the log and, on a hot account, all but one write of the
-    /// balance row. A storage or codec error aborts the whole transaction; the caller then
-    /// places the orders one by one so that one bad order cannot fail the others.
-    ///
-    /// `new.render` turns each order and its new balance into the 200 body, which is stored
-    /// as the replay and returned.
-    pub fn place_orders(&self, plans: &[&OrderPlan]) -> Result<Vec<Placed>, StoreError> {
-        let [a, b, c, d, e, f, g, h, i] = self.order_trees();
-        let outcome = (a, b, c, d, e, f, g, h, i)
-            .transaction(|view| plans.iter().map(|plan| place_one(view, plan)).collect());
-        settle(outcome)?.map_err(|_: OrderRefusal| {
-            StoreError::Corrupt("a batched order aborted its transaction".into())
-        })
-    }
-
-    /// One order in a transaction of its own.
-    pub fn place_order(&self, plan: &OrderPlan) -> Result<Placed, StoreError> {
-        let [a, b, c, d, e, f, g, h, i] = self.order_trees();
-        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|view| place_one(view, plan));
-        Ok(settle(outcome)?.unwrap_or_else(Err))
+            &self.idem_keys,
+            &self.idem_expiry,
+        );
+        let outcome = trees.transaction(
+            |(processing, balances, orders, by_account, by_external, ledger, keys, expiry)| -> TxResult<(), ()> {
+                let key_trees = KeyTrees { keys, expiry };
+                for accepted in &decisions.accepted {
+                    let order = &accepted.order;
+                    let order_key = order.id.bytes();
+                    let account_key = order.account_id.bytes();
+                    tx(orders.insert(&order_key[..], codec::encode(order)?))?;
+                    tx(processing.insert(&order_key[..], &[][..]))?;
+                    tx(by_account.insert(child_key(&account_key, &order_key), &[][..]))?;
+                    if let Some(external) = &order.external_order_id {
+                        let prefix = external_prefix(&account_key, external);
+                        tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
+                    }
+                    // An account's later debits in the batch overwrite its balance in the
+                    // transaction, which leaves the last one.
+                    move_money(balances, ledger, &order.account_id, &accepted.txn, &accepted.entry)?;
+                    key_trees.write(&order.account_id, &accepted.key_name, &accepted.key)?;
+                }
+                Ok(())
+            },
+        );
+        settle(outcome)?.map_err(|()| StoreError::Corrupt("a batch's write refused".into()))
     }
 
     pub fn order(&self, order_id: &OrderId) -> Result<Option<Order>, StoreError> {
@@ -179,6 +146,7 @@ mod tests {
     use crate::domain::fingerprint::{Fingerprint, Operation};
     use crate::domain::idempotency_key::IdempotencyKey;
     use crate::domain::order::BalanceView;
+    use crate::domain::product::Product;
     use crate::store::KeyClaim;
 
     fn account(name: &str) -> Account {
@@ -197,8 +165,8 @@ mod tests {
         format!("{} {}", order.id, balance.available).into_bytes()
     }
 
-    fn plan(account: &Account, key: &str, quantity: u64) -> OrderPlan {
-        let new = NewOrder {
+    fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
+        NewOrder {
             account: account.clone(),
             lines: vec![RequestedLine {
                 product_id: "prd_three".into(),
@@ -215,8 +183,7 @@ mod tests {
                 ttl: Duration::from_secs(3600),
             },
             render,
-        };
-        OrderPlan::new(new, 1)
+        }
     }
 
     #[test]
@@ -241,15 +208,15 @@ mod tests {
             let encoded = codec::encode(&balance).unwrap();
             trees.balances.insert(who.id.bytes(), encoded).unwrap();
         }
-        let plans = [
-            plan(&rich, "first", 1),  // 10 -> 7
-            plan(&poor, "poor", 1),   // 1 < 3: refused
-            plan(&rich, "second", 2), // 7 -> 1: sees the first debit
-            plan(&rich, "first", 1),  // the key the first order took in this batch
-            plan(&rich, "third", 1),  // 1 < 3: refused, because of the second debit
+        let orders = [
+            order(&rich, "first", 1),  // 10 -> 7
+            order(&poor, "poor", 1),   // 1 < 3: refused
+            order(&rich, "second", 2), // 7 -> 1: sees the first debit
+            order(&rich, "first", 1),  // the key the first order took in this batch
+            order(&rich, "third", 1),  // 1 < 3: refused, because of the second debit
         ];
         let outcomes = trees
-            .place_orders(&plans.iter().collect::<Vec<_>>())
+            .place_orders(&orders.iter().collect::<Vec<_>>(), 1)
             .unwrap();
 
         assert!(outcomes[0].is_ok());
@@ -258,7 +225,7 @@ mod tests {
             Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance))
         ));
         assert!(outcomes[2].is_ok());
-        assert!(matches!(outcomes[3], Err(OrderRefusal::KeyTaken(None))));
+        assert!(matches!(outcomes[3], Err(OrderRefusal::KeyTaken(Some(_)))));
         assert!(matches!(outcomes[4], Err(OrderRefusal::Shortfall(_))));
         assert_eq!(trees.balance(&rich.id).unwrap(), 1);
         assert_eq!(trees.balance(&poor.id).unwrap(), 1);

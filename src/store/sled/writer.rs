@@ -6,7 +6,7 @@
 //!   hands the batch to the commit thread. sled takes one process-wide lock per transaction
 //!   anyway, so one thread loses no parallelism and saves the lock hand-offs.
 //! - Orders that come one after another in the queue are placed in one transaction of up to
-//!   `MAX_ORDERS_PER_TRANSACTION` (see `Trees::place_orders`): new orders are most of the
+//!   `store::batch::MAX_ORDERS` (see `Trees::place_orders`): new orders are most of the
 //!   writes, and their transaction's fixed costs are most of what a batch can save.
 //! - The commit thread takes every batch the writer has finished, calls sled's `flush()` once
 //!   and `fdatasync`s its data file once, publishes the newest batch number on disk, then
@@ -30,12 +30,13 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::orders::{OrderPlan, Placed};
+use super::orders::Placed;
 use super::trees::Trees;
 use super::visibility::{Stripe, Visibility};
 use super::{FlushHook, FlushStep};
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
+use crate::store::batch::MAX_ORDERS;
 use crate::store::NewOrder;
 use crate::store::StoreError;
 
@@ -56,10 +57,6 @@ impl Batch<'_> {
 /// What to do once the job's batch is on disk (or could not be made so).
 type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 type Work = Box<dyn FnOnce(&Batch) -> Completion + Send>;
-
-/// Orders placed in one transaction at most: a transaction holds sled's global lock, which
-/// every read waits for, so an unbounded one would stall replays behind a deep queue.
-const MAX_ORDERS_PER_TRANSACTION: usize = 64;
 
 /// An order waiting for the writer, and where its outcome goes once it is on disk.
 struct OrderJob {
@@ -226,7 +223,7 @@ fn run_writer(
             match job {
                 Job::Order(order) => {
                     orders.push(*order);
-                    if orders.len() == MAX_ORDERS_PER_TRANSACTION {
+                    if orders.len() == MAX_ORDERS {
                         place_orders(&batch, std::mem::take(&mut orders), &mut done);
                     }
                 }
@@ -253,39 +250,40 @@ fn run_writer(
     let _ = batches.send(Finished::Stop);
 }
 
-/// Places `orders` in one transaction and queues each one's answer for the flush. When the
-/// transaction fails for a reason other than the disk (an order that does not encode, a
-/// panic), each order is placed again on its own, so that only the bad one is refused.
+/// Places `orders` as one batch and queues each one's answer for the flush. When the batch
+/// fails for a reason other than the disk (an order that does not encode, a panic), each
+/// order is placed again as a batch of its own, so that only the bad one is refused.
 fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>) {
     if orders.is_empty() || batch.visibility.failed().is_err() {
         return;
     }
-    // Ids and times are made here, in the order the orders are applied: an account's ledger
-    // then lists its entries in the order its balance moved (ids are time-ordered).
-    let (plans, replies): (Vec<OrderPlan>, Vec<_>) = orders
-        .into_iter()
-        .map(|order| (OrderPlan::new(order.new, now_millis()), order.reply))
-        .unzip();
-    for plan in &plans {
-        let new = &plan.new;
+    let (orders, replies): (Vec<NewOrder>, Vec<_>) =
+        orders.into_iter().map(|job| (job.new, job.reply)).unzip();
+    for new in &orders {
         batch.touches(Stripe::account(&new.account.id));
         batch.touches(Stripe::key(&new.account.id, &new.claim.key));
     }
-    let plans: Vec<&OrderPlan> = plans.iter().collect();
-    let together = catch_unwind(AssertUnwindSafe(|| batch.trees.place_orders(&plans)));
-    let outcomes = match together {
-        Ok(Ok(outcomes)) => outcomes.into_iter().map(Ok).collect(),
-        Ok(Err(StoreError::Failed(why))) => {
+    let orders: Vec<&NewOrder> = orders.iter().collect();
+    // The batch's time is read here, in the order batches are applied: an account's ledger
+    // then lists its entries in the order its balance moved (ids are time-ordered).
+    let place = |orders: &[&NewOrder]| {
+        catch_unwind(AssertUnwindSafe(|| {
+            batch.trees.place_orders(orders, now_millis())
+        }))
+        .unwrap_or_else(|_| Err(StoreError::Corrupt("an order panicked".into())))
+    };
+    let outcomes = match place(&orders) {
+        Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+        Err(StoreError::Failed(why)) => {
             batch.visibility.fail(&why);
             return;
         }
-        Ok(Err(_)) | Err(_) => plans
+        Err(_) => orders
             .iter()
-            .map(|plan| {
+            .map(|order| {
                 // Once one of them fails the store, the rest are not applied either.
                 batch.visibility.failed()?;
-                let placed = catch_unwind(AssertUnwindSafe(|| batch.trees.place_order(plan)))
-                    .unwrap_or_else(|_| Err(StoreError::Corrupt("an order panicked".into())));
+                let placed = place(&[order]).map(|mut one| one.pop().expect("one answer"));
                 if let Err(StoreError::Failed(why)) = &placed {
                     batch.visibility.fail(why);
                 }

@@ -1,0 +1,199 @@
+//! The batching pipeline both engines run their orders through: what a batch must read, the
+//! decision of each order in turn on what it read, and the rows and answers that decision
+//! leaves. An engine only reads the view (`Wants` in, `OrderView` out) and writes the rows
+//! (`Decisions`) as one atomic write, then answers once that write is durable:
+//!
+//! ```text
+//! queue ──drain──▶ Wants::of ──engine reads──▶ OrderView ──decide──▶ Decisions
+//!        ──engine writes, one commit──▶ durable ──▶ Decisions::answers
+//! ```
+//!
+//! The decision is `domain::placing::place`'s, taken here for every order of every engine:
+//! the second order of an account sees the first one's debit, a second use of a key in the
+//! batch finds it taken, and a refusal writes nothing and leaves the others standing.
+//!
+//! The queue in front stays each engine's own, because what it must order differs: sled
+//! runs every write of the process on one writer thread (orders beside cancels, credits and
+//! key revocations, each marked for the reads that wait on it), while PostgreSQL runs a few
+//! batches at once on pooled connections and lets the row locks order them.
+
+use std::collections::HashMap;
+
+use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
+use crate::domain::ledger::LedgerEntry;
+use crate::domain::order::Order;
+use crate::domain::placing::{place, OrderStamp, Placed};
+use crate::domain::product::Product;
+use crate::domain::time::{expiry_after, Millis};
+use crate::store::{KeyRecord, NewOrder, OrderRefusal, StoreError, StoredResponse};
+
+/// Orders in one batch at most: a batch holds its locks (sled's one transaction lock, which
+/// every read waits for; PostgreSQL's row locks) until it is written, so past this it holds
+/// them longer than the commit it saves.
+pub const MAX_ORDERS: usize = 64;
+
+/// What a batch of orders must read before it is decided.
+pub struct Wants {
+    /// The accounts whose balances it debits, sorted and without repeats: the order in which
+    /// an engine that locks them must lock them.
+    pub accounts: Vec<AccountId>,
+    /// The key of each order, in batch order (repeats included).
+    pub keys: Vec<(AccountId, IdempotencyKey)>,
+    /// The products its lines name, sorted and without repeats.
+    pub products: Vec<String>,
+}
+
+impl Wants {
+    pub fn of(orders: &[&NewOrder]) -> Self {
+        let mut accounts: Vec<AccountId> = orders.iter().map(|o| o.account.id).collect();
+        accounts.sort();
+        accounts.dedup();
+        let keys = orders
+            .iter()
+            .map(|o| (o.account.id, o.claim.key.clone()))
+            .collect();
+        let mut products: Vec<String> = orders
+            .iter()
+            .flat_map(|o| o.lines.iter().map(|l| l.product_id.trim().to_string()))
+            .collect();
+        products.sort();
+        products.dedup();
+        Wants {
+            accounts,
+            keys,
+            products,
+        }
+    }
+}
+
+/// What the engine read for a batch, as of one instant that no other write moves until the
+/// batch is written (sled: its one writer; PostgreSQL: the locks taken while reading).
+#[derive(Default)]
+pub struct OrderView {
+    /// Every wanted account's balance (an account missing here is a corrupt store).
+    pub balances: HashMap<AccountId, i64>,
+    /// The wanted keys that already have a row, expired or not.
+    pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
+    /// The wanted products that exist, by id.
+    pub catalog: HashMap<String, Product>,
+}
+
+/// An accepted order's rows: the order, its debit, and its key's row holding the 200 body.
+pub struct Accepted {
+    pub order: Order,
+    pub entry: LedgerEntry,
+    /// The ledger entry's id (`entry.id` parsed), which sled keys its ledger by.
+    pub txn: Id,
+    pub key_name: IdempotencyKey,
+    pub key: KeyRecord,
+}
+
+/// How each order of a batch was decided, and the rows of those accepted.
+pub struct Decisions {
+    /// Per order, in batch order: an index into `accepted`, or the refusal.
+    decided: Vec<Result<usize, OrderRefusal>>,
+    pub accepted: Vec<Accepted>,
+    /// Each debited account's balance after the whole batch, sorted by account.
+    pub balances: Vec<(AccountId, i64)>,
+}
+
+/// Decides each order in turn on `view` as the orders before it left it. `now` is the
+/// batch's time, read by the engine once it holds what keeps the view still, so that an
+/// account's ids and times follow its commits. An error (a balance missing from the view, a
+/// product that does not decode) decides nothing: the engine then places the orders one by
+/// one, so that only the bad one fails.
+pub fn decide(
+    mut view: OrderView,
+    orders: &[&NewOrder],
+    now: Millis,
+) -> Result<Decisions, StoreError> {
+    let mut taken_here: HashMap<(AccountId, String), usize> = HashMap::new();
+    let mut accepted: Vec<Accepted> = Vec::with_capacity(orders.len());
+    let mut decided = Vec::with_capacity(orders.len());
+    for new in orders {
+        let account = new.account.id;
+        let key = (account, new.claim.key.as_str().to_string());
+        if let Some(row) = view.stored.get(&key) {
+            decided.push(Err(OrderRefusal::KeyTaken(Some(row.clone()))));
+            continue;
+        }
+        if let Some(&first) = taken_here.get(&key) {
+            let row = Box::new(accepted[first].key.clone());
+            decided.push(Err(OrderRefusal::KeyTaken(Some(row))));
+            continue;
+        }
+        let balance = *view
+            .balances
+            .get(&account)
+            .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance")))?;
+        let txn = Id::new(IdKind::Transaction);
+        let stamp = OrderStamp {
+            now,
+            order: OrderId::new(),
+            txn,
+        };
+        let catalog = &view.catalog;
+        let lookup = |id: &str| Ok::<_, StoreError>(catalog.get(id).cloned());
+        let Placed { order, entry } = match place(&new.terms(), lookup, balance, stamp)? {
+            Ok(placed) => placed,
+            Err(refused) => {
+                decided.push(Err(refused.into()));
+                continue;
+            }
+        };
+        let body = new.answer(&order, entry.balance_after);
+        view.balances.insert(account, entry.balance_after);
+        taken_here.insert(key, accepted.len());
+        decided.push(Ok(accepted.len()));
+        accepted.push(Accepted {
+            order,
+            entry,
+            txn,
+            key_name: new.claim.key.clone(),
+            key: first_use(&new.claim, now, body),
+        });
+    }
+    let mut balances: Vec<(AccountId, i64)> = accepted
+        .iter()
+        .map(|a| (a.order.account_id, view.balances[&a.order.account_id]))
+        .collect();
+    balances.sort_by_key(|(account, _)| *account);
+    balances.dedup_by_key(|(account, _)| *account);
+    Ok(Decisions {
+        decided,
+        accepted,
+        balances,
+    })
+}
+
+impl Decisions {
+    /// Each order's answer, to send once the batch is durable: the accepted ones' bodies
+    /// are moved out of their key rows (written by then), not copied.
+    pub fn answers(self) -> Vec<Result<Vec<u8>, OrderRefusal>> {
+        let mut bodies: Vec<Option<Vec<u8>>> = self
+            .accepted
+            .into_iter()
+            .map(|a| Some(a.key.response.body))
+            .collect();
+        self.decided
+            .into_iter()
+            .map(|d| d.map(|i| bodies[i].take().expect("one answer per accepted order")))
+            .collect()
+    }
+}
+
+/// A first use's key row: what the key was used for and the exact 200 sent, expiring the
+/// claim's TTL after the commit's time.
+pub fn first_use(claim: &crate::store::KeyClaim, now: Millis, body: Vec<u8>) -> KeyRecord {
+    KeyRecord {
+        operation: claim.operation,
+        fingerprint: claim.fingerprint,
+        expires_at: expiry_after(now, claim.ttl),
+        response: StoredResponse {
+            status: 200,
+            content_type: "application/json".into(),
+            body,
+        },
+    }
+}
