@@ -76,6 +76,10 @@ pub struct StatsArgs {
     /// The sled database directory (the server must not be running on it).
     #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
     pub data_dir: PathBuf,
+    /// Or a PostgreSQL database (instances may be running on it; migrated first, as by
+    /// `serve`): postgres://user:password@host:port/dbname.
+    #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
 }
 
 #[derive(Clone, Debug, Args)]

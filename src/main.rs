@@ -6,7 +6,7 @@ use clap::Parser;
 use orderly::config::{Cli, Command};
 use orderly::startup::{Application, RunError, StartupError};
 use orderly::store::postgres as shared;
-use orderly::store::OpenError;
+use orderly::store::{Engine, OpenError};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> std::process::ExitCode {
     let settings = match cli.command {
         Command::Serve(settings) => *settings,
-        Command::Stats(args) => return print_stats(&args.data_dir),
+        Command::Stats(args) => return print_stats(&args),
         Command::Restore(args) => return restore(&args),
         Command::Migrate(args) => return migrate(&args.database_url),
         Command::Copy(args) => return copy(&args),
@@ -123,23 +123,36 @@ fn migrate(url: &str) -> std::process::ExitCode {
     }
 }
 
-/// `orderly stats`: rows per keyspace of a database no server is using.
-fn print_stats(data_dir: &std::path::Path) -> std::process::ExitCode {
+/// `orderly stats`: rows per keyspace (sled trees or PostgreSQL tables), one per line.
+fn print_stats(args: &orderly::config::StatsArgs) -> std::process::ExitCode {
+    let engine = match &args.database_url {
+        Some(url) => Engine::Shared {
+            url: url.clone(),
+            pool_size: 2,
+        },
+        None => Engine::Embedded {
+            path: args.data_dir.clone(),
+            cache_bytes: 16 << 20,
+            flush_hook: None,
+        },
+    };
     let counted = actix_web::rt::System::new().block_on(async {
-        let store = orderly::store::open_embedded(data_dir, 16 << 20).await?;
+        let store = orderly::store::open(engine, Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
         let counts = store.row_counts().await;
         store.stop().await;
-        counts
+        counts.map_err(|e| e.to_string())
     });
     match counted {
         Ok(counts) => {
-            for (tree, rows) in counts {
-                println!("{tree}\t{rows}");
+            for (keyspace, rows) in counts {
+                println!("{keyspace}\t{rows}");
             }
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("orderly: cannot open {}: {e}", data_dir.display());
+            eprintln!("orderly: stats: {e}");
             std::process::ExitCode::FAILURE
         }
     }

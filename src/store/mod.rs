@@ -36,11 +36,23 @@ pub use records::{
     Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, StoredResponse, Taken,
 };
 
+/// Why a call on the port did not complete, by what the caller can do about it. Every variant
+/// is the opaque 500 on the wire (SPEC 20); they differ in whether the same call may succeed
+/// when made again, which `retryable` answers.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// The storage failed under us (an I/O error, a full disk, a failed flush). On the
-    /// embedded engine this is fatal: the process stops, because nothing it holds in memory
-    /// can be trusted to match the disk any more.
+    /// The storage cannot be reached now (no connection to be had): nothing was done, and
+    /// the engine reconnects by itself.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The write lost a race with another (a serialization failure, a deadlock, a lock held
+    /// past the lock timeout) more often than the engine retries it: nothing was written.
+    #[error("write conflict: {0}")]
+    Conflict(String),
+    /// The storage failed under us (an I/O error, a full disk, a failed flush), or a commit's
+    /// outcome is unknown: the key of the write decides its retry. On the embedded engine
+    /// this is fatal: the process stops, because nothing it holds in memory can be trusted
+    /// to match the disk any more.
     #[error("storage failed: {0}")]
     Failed(String),
     /// A record that does not decode, or an index that points nowhere.
@@ -50,6 +62,24 @@ pub enum StoreError {
     /// data, or one whose result does not verify).
     #[error("{0}")]
     Refused(String),
+}
+
+impl StoreError {
+    /// Whether the same call, made again later, may succeed: nothing was written, and what
+    /// stopped it passes by itself.
+    pub fn retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Conflict(_))
+    }
+
+    /// Logs a background worker's failed pass: a retryable one is a warning (the next pass
+    /// tries again), any other an error.
+    pub fn log(&self, worker: &str) {
+        if self.retryable() {
+            log::warn!("{worker}: {self}");
+        } else {
+            log::error!("{worker}: {self}");
+        }
+    }
 }
 
 /// Decides, for each due callback in order, whether this pass takes it.

@@ -29,7 +29,7 @@ pub async fn complete_due_orders(store: &dyn Store, delay: Duration) {
                 }
             }
             Err(e) => {
-                log::error!("fulfillment: {e}");
+                e.log("fulfillment");
                 break;
             }
         }

@@ -18,7 +18,7 @@ pub async fn sweep_expired_keys(store: &dyn Store, metrics: &Metrics) {
             Ok(0) => break,
             Ok(n) => total += n,
             Err(e) => {
-                log::error!("sweeper: {e}");
+                e.log("sweeper");
                 break;
             }
         }

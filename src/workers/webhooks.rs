@@ -207,7 +207,7 @@ impl WebhookSender {
         let due = match self.store.due_deliveries(now_millis(), BATCH, take).await {
             Ok(due) => due,
             Err(e) => {
-                log::error!("webhooks: reading the outbox: {e}");
+                e.log("webhooks: reading the outbox");
                 return;
             }
         };

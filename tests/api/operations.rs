@@ -284,3 +284,39 @@ async fn sigint_lets_a_request_in_flight_finish() {
     let status = app.signal("INT", Duration::from_secs(30));
     assert_eq!(status.and_then(|s| s.code()), Some(0));
 }
+
+#[tokio::test]
+async fn stats_counts_the_rows_of_the_database_the_server_wrote_on_either_engine() {
+    let mut app = spawn_app().await;
+    let partner = app.partner_with_balance(5_000).await;
+    let body = basket("prd_uc", 2, "stats");
+    let response = app
+        .post_order(Some(&partner.api_key), Some("stats-1"), &body)
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let database_url = app.database_url();
+    let status = app.signal("TERM", Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "a graceful stop");
+    let mut stats = Command::new(env!("CARGO_BIN_EXE_orderly"));
+    stats.arg("stats").env_remove("ORDERLY_DATABASE_URL");
+    match &database_url {
+        Some(url) => stats.args(["--database-url", url]),
+        None => stats.arg("--data-dir").arg(&app.data_dir),
+    };
+    let out = stats.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counts: HashMap<String, u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (name, rows) = line.split_once('\t')?;
+            Some((name.to_string(), rows.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(counts.get("accounts"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("orders"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("products"), Some(&3), "{counts:?}");
+}

@@ -93,9 +93,11 @@ pub async fn pipelined3<A, B, C>(
 
 impl From<Fault> for StoreError {
     fn from(fault: Fault) -> Self {
+        let retryable = fault.retryable();
         match fault {
+            Fault::Db(e) if retryable => StoreError::Conflict(describe(&e)),
             Fault::Db(e) => StoreError::Failed(describe(&e)),
-            Fault::Pool(why) => StoreError::Failed(format!("no database connection: {why}")),
+            Fault::Pool(why) => StoreError::Unavailable(format!("no database connection: {why}")),
             Fault::Store(e) => e,
         }
     }
@@ -212,3 +214,19 @@ macro_rules! retried {
     }};
 }
 pub(crate) use retried;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_connection_is_unavailable_and_retryable_while_a_store_fault_keeps_its_kind() {
+        let unavailable = StoreError::from(Fault::Pool("timed out".into()));
+        assert!(matches!(unavailable, StoreError::Unavailable(_)));
+        assert!(unavailable.retryable());
+        let corrupt = StoreError::from(Fault::Store(StoreError::Corrupt("bad row".into())));
+        assert!(matches!(corrupt, StoreError::Corrupt(_)));
+        assert!(!corrupt.retryable());
+        assert!(!StoreError::Failed("commit outcome unknown".into()).retryable());
+    }
+}
