@@ -11,6 +11,7 @@ mod fixtures;
 mod lifecycle;
 mod orders;
 mod outbox;
+mod visibility;
 
 /// Two tests of one case: one per engine.
 macro_rules! conformance {
