@@ -22,6 +22,8 @@ use crate::domain::placing::{OrderRefused, OrderTerms};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
+use super::StoreError;
+
 /// The exact response of a key's first successful use, replayed byte for byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
@@ -298,5 +300,117 @@ impl Record {
             Record::IdempotencyKey { .. } => "idempotencyKey",
             Record::DeliveryLog { .. } => "deliveryLog",
         }
+    }
+}
+
+/// A backup's records per kind, once the backup is checked whole before anything of it is
+/// written: every account's ledger sums to its balance, and every ledger entry belongs to an
+/// account of the backup. Each engine then checks only that it wrote as many rows as this
+/// counts (a record that overwrote another shows there).
+pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
+    let mut counts = RestoreCounts::new();
+    // Per account: its balance (once its record is seen) and what its ledger sums to.
+    let mut books: std::collections::HashMap<AccountId, (Option<i64>, i64)> = Default::default();
+    for record in records {
+        *counts.entry(record.kind()).or_insert(0) += 1;
+        match record {
+            Record::Account { account, balance } => {
+                books.entry(account.id).or_default().0 = Some(*balance);
+            }
+            Record::Ledger { account, entry } => {
+                let sum = &mut books.entry(*account).or_default().1;
+                *sum = sum.saturating_add(entry.amount);
+            }
+            _ => {}
+        }
+    }
+    for (account, (balance, sum)) in books {
+        let Some(balance) = balance else {
+            return Err(StoreError::Refused(format!(
+                "account {account}: ledger entries of an account the backup does not hold"
+            )));
+        };
+        if sum != balance {
+            return Err(StoreError::Refused(format!(
+                "account {account}: the ledger sums to {sum}, the balance is {balance}"
+            )));
+        }
+    }
+    Ok(counts)
+}
+
+/// The rows an engine found after writing `expected`'s records, kind by kind: the restore is
+/// refused (and rolled back or removed) when any differs.
+pub fn verify_counts(
+    expected: &RestoreCounts,
+    found: impl IntoIterator<Item = (&'static str, u64)>,
+) -> Result<(), StoreError> {
+    for (kind, rows) in found {
+        let meant = expected.get(kind).copied().unwrap_or(0);
+        if rows != meant {
+            return Err(StoreError::Refused(format!(
+                "{kind}: {meant} records restored but {rows} rows found"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::IdKind;
+
+    fn account(balance: i64) -> (AccountId, Record) {
+        let account = Account {
+            id: AccountId::new(),
+            name: "a".into(),
+            wholesale: true,
+            credit_limit: 0,
+            region: None,
+            webhook_secret: "whsec_x".into(),
+            created_at: 0,
+        };
+        (account.id, Record::Account { account, balance })
+    }
+
+    fn entry(account: AccountId, amount: i64) -> Record {
+        Record::Ledger {
+            account,
+            entry: LedgerEntry {
+                id: Id::new(IdKind::Transaction).to_string(),
+                amount,
+                reason: LedgerReason::Credit,
+                reference: "r".into(),
+                balance_after: 0,
+                created_at: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_backup_whose_ledgers_sum_to_their_balances_is_counted_by_kind() {
+        let (id, record) = account(70);
+        let records = [record, entry(id, 100), entry(id, -30)];
+        let counts = checked_counts(&records).unwrap();
+        assert_eq!(counts.get("account"), Some(&1));
+        assert_eq!(counts.get("ledger"), Some(&2));
+    }
+
+    #[test]
+    fn a_backup_whose_ledger_does_not_sum_to_the_balance_is_refused_before_anything_is_written() {
+        let (id, record) = account(71);
+        let refused = checked_counts(&[record, entry(id, 100), entry(id, -30)]);
+        assert!(
+            matches!(&refused, Err(StoreError::Refused(why)) if why.contains("sums to 70")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn ledger_entries_of_an_account_the_backup_does_not_hold_are_refused() {
+        let (_, record) = account(0);
+        let refused = checked_counts(&[record, entry(AccountId::new(), 5)]);
+        assert!(matches!(refused, Err(StoreError::Refused(_))), "{refused:?}");
     }
 }

@@ -5,7 +5,7 @@
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
-use super::rows::{insert_key_row, insert_provider_payment, lock_balance, move_money};
+use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
 use super::tx::{execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::ledger::{money_in, LedgerReason};
@@ -44,7 +44,7 @@ pub async fn credit(
             let row = first_use(claim, now, body.clone());
             futures_util::future::try_join(
                 move_money(&tx, &account, &entry),
-                insert_key_row(&tx, &account, claim.key.as_str(), &row),
+                insert_key_rows(&tx, &[(&account, claim.key.as_str(), &row)]),
             )
             .await?;
         }

@@ -1,7 +1,8 @@
 //! Snapshots and restores on PostgreSQL. A snapshot reads every table in one REPEATABLE READ,
 //! READ ONLY transaction: one instant, no write half in it, and no write waits for it. A
-//! restore writes every record into an empty database in one transaction and checks the
-//! counts and every ledger against its balance before it commits: all or nothing.
+//! restore checks the backup whole (`records::checked_counts`), writes every record into an
+//! empty database in one transaction and checks each kind's rows before it commits: all or
+//! nothing.
 
 use deadpool_postgres::{Object, Transaction};
 use futures_util::future::try_join_all;
@@ -10,7 +11,8 @@ use tokio_postgres::IsolationLevel;
 use super::codec;
 use super::reads::{row_counts, TABLES};
 use super::rows;
-use super::tx::{query, query_opt, Fault};
+use super::tx::{query, Fault};
+use crate::store::records::{checked_counts, verify_counts};
 use crate::store::{Record, RestoreCounts, StoreError};
 
 /// Records written per round trip of a restore.
@@ -114,8 +116,8 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
         Record::Account { account, balance } => rows::insert_account(tx, account, *balance).await,
         Record::ApiKey { hash, record } => rows::insert_api_key(tx, hash, record).await,
         Record::Product(product) => rows::upsert_product(tx, product).await,
-        Record::Order(order) => rows::insert_order(tx, order).await,
-        Record::Ledger { account, entry } => rows::insert_ledger(tx, account, entry).await,
+        Record::Order(order) => rows::insert_orders(tx, &[order]).await,
+        Record::Ledger { account, entry } => rows::insert_ledger(tx, &[(account, entry)]).await,
         Record::Refund(refund) => rows::insert_refund(tx, refund).await,
         Record::Event(event) => rows::insert_event(tx, event).await,
         Record::Delivery { due_at, delivery } => rows::insert_delivery(tx, *due_at, delivery).await,
@@ -124,16 +126,13 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
             account,
             key,
             record,
-        } => rows::insert_key_row(tx, account, key, record).await,
+        } => rows::insert_key_rows(tx, &[(account, key, record)]).await,
         Record::DeliveryLog { event_id, log } => rows::upsert_delivery_log(tx, event_id, log).await,
     }
 }
 
 pub async fn restore(client: &mut Object, records: &[Record]) -> Result<RestoreCounts, Fault> {
-    let mut counts = RestoreCounts::new();
-    for record in records {
-        *counts.entry(record.kind()).or_insert(0) += 1;
-    }
+    let counts = checked_counts(records)?;
     let tx = client.transaction().await?;
     if row_counts(&tx).await?.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
@@ -146,38 +145,12 @@ pub async fn restore(client: &mut Object, records: &[Record]) -> Result<RestoreC
     Ok(counts)
 }
 
-/// What was written matches what was meant: the count of each kind, and every account's
-/// ledger sums to its balance.
+/// What was written matches what was meant: as many rows of each kind as its records.
 async fn verify(tx: &Transaction<'_>, expected: &RestoreCounts) -> Result<(), Fault> {
     let found = row_counts(tx).await?;
-    for ((_, kind), (_, rows)) in TABLES.iter().zip(found) {
-        let meant = expected.get(kind).copied().unwrap_or(0);
-        if rows != meant {
-            return Err(StoreError::Refused(format!(
-                "{kind}: {meant} records restored but {rows} rows found"
-            ))
-            .into());
-        }
-    }
-    let mismatch = query_opt(
-        tx,
-        "SELECT b.account_id, b.available, COALESCE(l.sum, 0)::bigint AS sum
-         FROM balances b
-         LEFT JOIN (SELECT account_id, sum(amount) AS sum FROM ledger GROUP BY account_id) l
-             ON l.account_id = b.account_id
-         WHERE COALESCE(l.sum, 0) <> b.available
-         LIMIT 1",
-        &[],
-    )
-    .await?;
-    if let Some(row) = mismatch {
-        let account: String = row.get("account_id");
-        let balance: i64 = row.get("available");
-        let sum: i64 = row.get("sum");
-        return Err(StoreError::Refused(format!(
-            "account {account}: the ledger sums to {sum}, the balance is {balance}"
-        ))
-        .into());
-    }
-    Ok(())
+    let kinds = TABLES
+        .iter()
+        .zip(found)
+        .map(|((_, kind), (_, rows))| (*kind, rows));
+    Ok(verify_counts(expected, kinds)?)
 }

@@ -20,14 +20,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use deadpool_postgres::{Object, Pool, Transaction};
-use futures_util::future::try_join_all;
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
 use super::codec;
-use super::rows::{insert_key_row, insert_ledger, insert_order, set_balance};
+use super::rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
 use crate::domain::ids::AccountId;
+use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::batch::{decide, Decisions, OrderView, Wants, MAX_ORDERS};
@@ -295,26 +295,28 @@ pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>,
         .collect()
 }
 
-/// The accepted orders' rows and each account's final balance, sent as one pipeline.
+/// The accepted orders' rows and each account's final balance: four statements, whatever
+/// the batch's size, sent as one pipeline.
 pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Result<(), Fault> {
-    if decisions.accepted.is_empty() {
+    let accepted = &decisions.accepted;
+    if accepted.is_empty() {
         return Ok(());
     }
-    let balances = try_join_all(
-        decisions
-            .balances
-            .iter()
-            .map(|(account, balance)| set_balance(tx, account, *balance)),
-    );
-    let rows = try_join_all(decisions.accepted.iter().map(|a| async move {
-        let account = &a.order.account_id;
-        futures_util::future::try_join3(
-            insert_order(tx, &a.order),
-            insert_ledger(tx, account, &a.entry),
-            insert_key_row(tx, account, a.key_name.as_str(), &a.key),
-        )
-        .await
-    }));
-    futures_util::future::try_join(balances, rows).await?;
+    let orders: Vec<&Order> = accepted.iter().map(|a| &a.order).collect();
+    let entries: Vec<_> = accepted
+        .iter()
+        .map(|a| (&a.order.account_id, &a.entry))
+        .collect();
+    let keys: Vec<_> = accepted
+        .iter()
+        .map(|a| (&a.order.account_id, a.key_name.as_str(), &a.key))
+        .collect();
+    futures_util::future::try_join4(
+        set_balances(tx, &decisions.balances),
+        insert_orders(tx, &orders),
+        insert_ledger(tx, &entries),
+        insert_key_rows(tx, &keys),
+    )
+    .await?;
     Ok(())
 }

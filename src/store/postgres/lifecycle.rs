@@ -9,7 +9,7 @@ use futures_util::future::try_join_all;
 
 use super::codec;
 use super::rows::{
-    insert_delivery, insert_event, insert_key_row, insert_refund, lock_balance, move_money,
+    insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
 use super::tx::{key_taken, lock_events, pipelined3, query, query_opt, Fault};
@@ -110,7 +110,7 @@ pub async fn cancel_order(
     let body = (request.render)(&change.order);
     if let Some(claim) = &request.claim {
         let row = first_use(claim, stamp.now, body.clone());
-        insert_key_row(&tx, &account, claim.key.as_str(), &row).await?;
+        insert_key_rows(&tx, &[(&account, claim.key.as_str(), &row)]).await?;
     }
     tx.commit().await?;
     Ok(Ok(body))
@@ -138,7 +138,7 @@ pub async fn refund_order(
         .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
     let body = (request.render)(refund, &change.order);
     let row = first_use(&request.claim, stamp.now, body.clone());
-    insert_key_row(&tx, &account, request.claim.key.as_str(), &row).await?;
+    insert_key_rows(&tx, &[(&account, request.claim.key.as_str(), &row)]).await?;
     tx.commit().await?;
     Ok(Ok(body))
 }

@@ -89,24 +89,31 @@ pub async fn upsert_product<C: GenericClient>(c: &C, product: &Product) -> Resul
     Ok(())
 }
 
-pub async fn insert_order<C: GenericClient>(c: &C, order: &Order) -> Result<(), Fault> {
+/// New orders, as one statement whatever their number (a batch's, or one alone).
+pub async fn insert_orders<C: GenericClient>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
+    let column = |f: fn(&Order) -> String| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
+    let number = |f: fn(&Order) -> i64| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
+    let optional = |f: fn(&Order) -> Option<&str>| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
+    let items: Vec<Json<&Vec<crate::domain::order::OrderLine>>> =
+        orders.iter().map(|o| Json(&o.items)).collect();
     execute(
         c,
         "INSERT INTO orders (id, account_id, status, items, total, currency, callback_url,
              external_order_id, refunded, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bigint[],
+             $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[])",
         &[
-            &order.id.to_string(),
-            &order.account_id.to_string(),
-            &tag(&order.status),
-            &Json(&order.items),
-            &order.total,
-            &order.currency,
-            &order.callback_url,
-            &order.external_order_id,
-            &order.refunded,
-            &time(order.created_at),
-            &time(order.updated_at),
+            &column(|o| o.id.to_string()),
+            &column(|o| o.account_id.to_string()),
+            &column(|o| tag(&o.status)),
+            &items,
+            &number(|o| o.total),
+            &column(|o| o.currency.clone()),
+            &optional(|o| o.callback_url.as_deref()),
+            &optional(|o| o.external_order_id.as_deref()),
+            &number(|o| o.refunded),
+            &number(|o| time(o.created_at)),
+            &number(|o| time(o.updated_at)),
         ],
     )
     .await?;
@@ -150,45 +157,54 @@ pub async fn move_money<C: GenericClient>(
     entry: &LedgerEntry,
 ) -> Result<(), Fault> {
     futures_util::future::try_join(
-        set_balance(c, account, entry.balance_after),
-        insert_ledger(c, account, entry),
+        set_balances(c, &[(*account, entry.balance_after)]),
+        insert_ledger(c, &[(account, entry)]),
     )
     .await?;
     Ok(())
 }
 
-/// The balance as a decision left it; the caller holds its row's lock (`lock_balance`).
-pub async fn set_balance<C: GenericClient>(
+/// Balances as decisions left them, as one statement; the caller holds their rows' locks
+/// (`lock_balance`, or a batch's view).
+pub async fn set_balances<C: GenericClient>(
     c: &C,
-    account: &AccountId,
-    available: i64,
+    balances: &[(AccountId, i64)],
 ) -> Result<(), Fault> {
+    let accounts: Vec<String> = balances.iter().map(|(a, _)| a.to_string()).collect();
+    let available: Vec<i64> = balances.iter().map(|(_, b)| *b).collect();
     execute(
         c,
-        "UPDATE balances SET available = $1 WHERE account_id = $2",
-        &[&available, &account.to_string()],
+        "UPDATE balances b SET available = u.available
+         FROM unnest($1::text[], $2::bigint[]) AS u(account_id, available)
+         WHERE b.account_id = u.account_id",
+        &[&accounts, &available],
     )
     .await?;
     Ok(())
 }
 
+/// Ledger entries of any accounts, as one statement.
 pub async fn insert_ledger<C: GenericClient>(
     c: &C,
-    account: &AccountId,
-    entry: &LedgerEntry,
+    entries: &[(&AccountId, &LedgerEntry)],
 ) -> Result<(), Fault> {
+    let column = |f: fn(&AccountId, &LedgerEntry) -> String| {
+        entries.iter().map(|(a, e)| f(a, e)).collect::<Vec<_>>()
+    };
+    let number = |f: fn(&LedgerEntry) -> i64| entries.iter().map(|(_, e)| f(e)).collect::<Vec<_>>();
     execute(
         c,
         "INSERT INTO ledger (id, account_id, amount, reason, reference, balance_after, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+             $6::bigint[], $7::bigint[])",
         &[
-            &entry.id,
-            &account.to_string(),
-            &entry.amount,
-            &tag(&entry.reason),
-            &entry.reference,
-            &entry.balance_after,
-            &time(entry.created_at),
+            &column(|_, e| e.id.clone()),
+            &column(|a, _| a.to_string()),
+            &number(|e| e.amount),
+            &column(|_, e| tag(&e.reason)),
+            &column(|_, e| e.reference.clone()),
+            &number(|e| e.balance_after),
+            &number(|e| time(e.created_at)),
         ],
     )
     .await?;
@@ -282,26 +298,35 @@ pub async fn insert_provider_payment<C: GenericClient>(
     Ok(())
 }
 
-pub async fn insert_key_row<C: GenericClient>(
+/// Key rows (account, key, row) of first uses, as one statement.
+pub async fn insert_key_rows<C: GenericClient>(
     c: &C,
-    account: &AccountId,
-    key: &str,
-    record: &KeyRecord,
+    rows: &[(&AccountId, &str, &KeyRecord)],
 ) -> Result<(), Fault> {
+    let column = |f: fn(&AccountId, &str, &KeyRecord) -> String| {
+        rows.iter().map(|(a, k, r)| f(a, k, r)).collect::<Vec<_>>()
+    };
+    let bytes = |f: fn(&KeyRecord) -> &[u8]| rows.iter().map(|(_, _, r)| f(r)).collect::<Vec<_>>();
+    let expires: Vec<i64> = rows.iter().map(|(_, _, r)| time(r.expires_at)).collect();
+    let statuses: Vec<i32> = rows
+        .iter()
+        .map(|(_, _, r)| i32::from(r.response.status))
+        .collect();
     execute(
         c,
         "INSERT INTO idempotency_keys (account_id, key, operation, fingerprint, expires_at,
              status, content_type, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
+             $6::integer[], $7::text[], $8::bytea[])",
         &[
-            &account.to_string(),
-            &key,
-            &tag(&record.operation),
-            &&record.fingerprint.0[..],
-            &time(record.expires_at),
-            &i32::from(record.response.status),
-            &record.response.content_type,
-            &record.response.body,
+            &column(|a, _, _| a.to_string()),
+            &column(|_, k, _| k.to_string()),
+            &column(|_, _, r| tag(&r.operation)),
+            &bytes(|r| &r.fingerprint.0[..]),
+            &expires,
+            &statuses,
+            &column(|_, _, r| r.response.content_type.clone()),
+            &bytes(|r| &r.response.body),
         ],
     )
     .await?;

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::records::{checked_counts, verify_counts};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -458,10 +459,7 @@ impl Store for SledStore {
     }
 
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
-        let mut counts = RestoreCounts::new();
-        for record in &records {
-            *counts.entry(record.kind()).or_insert(0) += 1;
-        }
+        let counts = checked_counts(&records)?;
         let cache = Arc::clone(&self.auth_cache);
         let replays = Arc::clone(&self.replay_cache);
         self.writer
@@ -471,7 +469,7 @@ impl Store for SledStore {
                 }
                 let write = || b.trees.write_records(&records);
                 replays.around(|| cache.around(write))?;
-                b.trees.verify_restore(&counts)?;
+                verify_counts(&counts, b.trees.restored_counts())?;
                 Ok(counts)
             })
             .await
