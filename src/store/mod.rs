@@ -16,6 +16,8 @@ pub mod postgres;
 mod records;
 /// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
 pub mod sled;
+/// The rows each write other than an order leaves, decided for every engine.
+mod writes;
 
 use async_trait::async_trait;
 

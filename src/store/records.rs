@@ -411,6 +411,9 @@ mod tests {
     fn ledger_entries_of_an_account_the_backup_does_not_hold_are_refused() {
         let (_, record) = account(0);
         let refused = checked_counts(&[record, entry(AccountId::new(), 5)]);
-        assert!(matches!(refused, Err(StoreError::Refused(_))), "{refused:?}");
+        assert!(
+            matches!(refused, Err(StoreError::Refused(_))),
+            "{refused:?}"
+        );
     }
 }

@@ -8,13 +8,8 @@ use tokio_postgres::error::SqlState;
 use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
 use super::tx::{execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
-use crate::domain::ledger::{money_in, LedgerReason};
-use crate::domain::order::BalanceView;
 use crate::domain::time::now_millis;
-use crate::store::batch::first_use;
-use crate::store::{
-    CreditRefusal, NewCredit, ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Recorded,
-};
+use crate::store::{CreditRefusal, NewCredit, ProviderCredit, ProviderRefusal, Recorded};
 
 pub async fn credit(
     client: &mut Object,
@@ -28,30 +23,22 @@ pub async fn credit(
         }
     }
     let balance = lock_balance(&tx, &account).await?;
-    let now = now_millis();
     let txn = Id::new(IdKind::Transaction);
-    let reference = credit.reference.clone();
-    let Some(entry) = money_in(balance, credit.amount, credit.reason, reference, &txn, now) else {
-        return Ok(Err(CreditRefusal::BalanceOverflow));
+    let decided = match credit.decide(balance, &txn, now_millis()) {
+        Ok(decided) => decided,
+        Err(refused) => return Ok(Err(refused)),
     };
-    let body = (credit.render)(&BalanceView {
-        available: entry.balance_after,
-        credit_limit: credit.account.credit_limit,
-        currency: credit.currency.clone(),
-    });
-    match &credit.claim {
-        Some(claim) => {
-            let row = first_use(claim, now, body.clone());
-            futures_util::future::try_join(
-                move_money(&tx, &account, &entry),
-                insert_key_rows(&tx, &[(&account, claim.key.as_str(), &row)]),
-            )
-            .await?;
+    let key = async {
+        match (&credit.claim, &decided.key) {
+            (Some(claim), Some(row)) => {
+                insert_key_rows(&tx, &[(&account, claim.key.as_str(), row)]).await
+            }
+            _ => Ok(()),
         }
-        None => move_money(&tx, &account, &entry).await?,
-    }
+    };
+    futures_util::future::try_join(move_money(&tx, &account, &decided.rows), key).await?;
     tx.commit().await?;
-    Ok(Ok(body))
+    Ok(Ok(decided.body))
 }
 
 pub async fn record_provider_payment(
@@ -69,20 +56,10 @@ pub async fn record_provider_payment(
         return Ok(Ok(Recorded::Duplicate));
     }
     let balance = lock_balance(&tx, &payment.account).await?;
-    let now = now_millis();
     let txn = Id::new(IdKind::Transaction);
-    let reason = LedgerReason::ProviderPayment;
-    let reference = payment.external_id.clone();
-    let Some(entry) = money_in(balance, payment.amount, reason, reference, &txn, now) else {
-        return Ok(Err(ProviderRefusal::BalanceOverflow));
-    };
-    let record = ProviderPaymentRecord {
-        provider: payment.provider.clone(),
-        external_id: payment.external_id.clone(),
-        txn_id: entry.id.clone(),
-        account: payment.account,
-        amount: payment.amount,
-        received_at: now,
+    let (entry, record) = match payment.decide(balance, &txn, now_millis()) {
+        Ok(decided) => decided,
+        Err(refused) => return Ok(Err(refused)),
     };
     // The primary key, not the check above, is what makes a concurrent repeat credit once:
     // the second insert waits for the first transaction and then fails.

@@ -18,8 +18,10 @@ use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
-use crate::store::batch::first_use;
-use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
+use crate::store::writes::Decided;
+use crate::store::{
+    CancelRefusal, CancelRequest, KeyClaim, RefundRefusal, RefundRequest, StoreError,
+};
 
 /// The order, locked until the commit.
 async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>, Fault> {
@@ -72,17 +74,28 @@ async fn insert_emitted(tx: &Transaction<'_>, emitted: &Emitted) -> Result<(), F
 }
 
 /// Writes a decided change, sent as one pipeline: the order, the refund, the money, the
-/// event.
-async fn write_change(tx: &Transaction<'_>, change: &Change) -> Result<(), Fault> {
-    let refund = async {
-        match &change.refund {
-            Some(refund) => insert_refund(tx, refund).await,
-            None => Ok(()),
+/// event, and the key's row.
+async fn write_change(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    claim: Option<&KeyClaim>,
+    decided: &Decided<Change>,
+) -> Result<(), Fault> {
+    let change = &decided.rows;
+    let refund_and_key = async {
+        if let Some(refund) = &change.refund {
+            insert_refund(tx, refund).await?;
+        }
+        match (claim, &decided.key) {
+            (Some(claim), Some(row)) => {
+                insert_key_rows(tx, &[(account, claim.key.as_str(), row)]).await
+            }
+            _ => Ok(()),
         }
     };
     futures_util::future::try_join4(
         update_order(tx, &change.order),
-        refund,
+        refund_and_key,
         move_money(tx, &change.order.account_id, &change.entry),
         insert_emitted(tx, &change.emitted),
     )
@@ -102,18 +115,13 @@ pub async fn cancel_order(
         }
     }
     let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
-    let change = match lifecycle::cancel(order, account, balance, &stamp) {
-        Ok(change) => change,
-        Err(refused) => return Ok(Err(refused.into())),
+    let decided = match request.decide(order, balance, &stamp) {
+        Ok(decided) => decided,
+        Err(refused) => return Ok(Err(refused)),
     };
-    write_change(&tx, &change).await?;
-    let body = (request.render)(&change.order);
-    if let Some(claim) = &request.claim {
-        let row = first_use(claim, stamp.now, body.clone());
-        insert_key_rows(&tx, &[(&account, claim.key.as_str(), &row)]).await?;
-    }
+    write_change(&tx, &account, request.claim.as_ref(), &decided).await?;
     tx.commit().await?;
-    Ok(Ok(body))
+    Ok(Ok(decided.body))
 }
 
 pub async fn refund_order(
@@ -126,21 +134,13 @@ pub async fn refund_order(
         return Ok(Err(RefundRefusal::KeyTaken(row)));
     }
     let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
-    let ask = request.ask(Id::new(IdKind::Refund));
-    let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
-        Ok(change) => change,
-        Err(refused) => return Ok(Err(refused.into())),
+    let decided = match request.decide(order, balance, Id::new(IdKind::Refund), &stamp)? {
+        Ok(decided) => decided,
+        Err(refused) => return Ok(Err(refused)),
     };
-    write_change(&tx, &change).await?;
-    let refund = change
-        .refund
-        .as_ref()
-        .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
-    let body = (request.render)(refund, &change.order);
-    let row = first_use(&request.claim, stamp.now, body.clone());
-    insert_key_rows(&tx, &[(&account, request.claim.key.as_str(), &row)]).await?;
+    write_change(&tx, &account, Some(&request.claim), &decided).await?;
     tx.commit().await?;
-    Ok(Ok(body))
+    Ok(Ok(decided.body))
 }
 
 /// Completes up to `max` due `processing` orders in one transaction, each with its

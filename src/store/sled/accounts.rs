@@ -9,8 +9,7 @@ use super::tx::{refuse, settle, tx, TxResult};
 use super::{codec, keys};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::{money_in, LedgerEntry};
-use crate::domain::order::BalanceView;
+use crate::domain::ledger::LedgerEntry;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
 
@@ -130,23 +129,13 @@ impl Trees {
                     CreditRefusal::KeyTaken(None),
                 )?;
                 let balance = read_balance(balances, &account)?;
-                let reference = credit.reference.clone();
-                let Some(entry) =
-                    money_in(balance, credit.amount, credit.reason, reference, &txn, now)
-                else {
-                    return refuse(CreditRefusal::BalanceOverflow);
+                let decided = match credit.decide(balance, &txn, now) {
+                    Ok(decided) => decided,
+                    Err(refused) => return refuse(refused),
                 };
-                let after = entry.balance_after;
-                move_money(balances, ledger, &account, &txn, &entry)?;
-                let body = (credit.render)(&BalanceView {
-                    available: after,
-                    credit_limit: credit.account.credit_limit,
-                    currency: credit.currency.clone(),
-                });
-                if let Some(claim) = &credit.claim {
-                    key_trees.record(&account, claim, now, body.clone())?;
-                }
-                Ok(body)
+                move_money(balances, ledger, &account, &txn, &decided.rows)?;
+                key_trees.write_first_use(&account, credit.claim.as_ref(), &decided.key)?;
+                Ok(decided.body)
             },
         );
         settle(outcome)

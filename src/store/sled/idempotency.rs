@@ -18,7 +18,6 @@ use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::domain::time::Millis;
-use crate::store::batch::first_use;
 use crate::store::{KeyClaim, KeyRecord, StoreError, StoredResponse};
 
 /// The key trees as seen inside an operation's transaction.
@@ -43,15 +42,17 @@ impl KeyTrees<'_> {
         }
     }
 
-    /// A first use's row (`body` is the exact 200 being sent) and its expiry entry.
-    pub fn record<R>(
+    /// A decided write's key row, when it had a key.
+    pub fn write_first_use<R>(
         &self,
         account: &AccountId,
-        claim: &KeyClaim,
-        now: Millis,
-        body: Vec<u8>,
+        claim: Option<&KeyClaim>,
+        row: &Option<KeyRecord>,
     ) -> TxResult<(), R> {
-        self.write(account, &claim.key, &first_use(claim, now, body))
+        match (claim, row) {
+            (Some(claim), Some(row)) => self.write(account, &claim.key, row),
+            _ => Ok(()),
+        }
     }
 
     /// Writes the key's row and its expiry entry.

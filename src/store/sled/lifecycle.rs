@@ -186,16 +186,14 @@ impl Trees {
             view.keys
                 .require_free(&account, request.claim.as_ref(), taken)?;
             let (order, balance) = view.read(&request.order, &account)?;
-            let change = match lifecycle::cancel(order, account, balance, &stamp) {
-                Ok(change) => change,
-                Err(refused) => return refuse(refused.into()),
+            let decided = match request.decide(order, balance, &stamp) {
+                Ok(decided) => decided,
+                Err(refused) => return refuse(refused),
             };
-            view.write(&stamp, &change, None)?;
-            let body = (request.render)(&change.order);
-            if let Some(claim) = &request.claim {
-                view.keys.record(&account, claim, now, body.clone())?;
-            }
-            Ok(body)
+            view.write(&stamp, &decided.rows, None)?;
+            view.keys
+                .write_first_use(&account, request.claim.as_ref(), &decided.key)?;
+            Ok(decided.body)
         });
         settle(outcome)
     }
@@ -217,20 +215,16 @@ impl Trees {
             view.keys
                 .require_free(&account, Some(&request.claim), taken)?;
             let (order, balance) = view.read(&request.order, &account)?;
-            let ask = request.ask(refund_id);
-            let change = match lifecycle::refund(order, account, balance, ask, &stamp) {
-                Ok(change) => change,
-                Err(refused) => return refuse(refused.into()),
+            let decided = match request.decide(order, balance, refund_id, &stamp) {
+                Ok(Ok(decided)) => decided,
+                Ok(Err(refused)) => return refuse(refused),
+                // Caught by the writer and answered as a corrupt store.
+                Err(malformed) => panic!("{malformed}"),
             };
-            view.write(&stamp, &change, Some(&refund_id))?;
-            let refund = change
-                .refund
-                .as_ref()
-                .expect("a refund's change has its refund");
-            let body = (request.render)(refund, &change.order);
+            view.write(&stamp, &decided.rows, Some(&refund_id))?;
             view.keys
-                .record(&account, &request.claim, now, body.clone())?;
-            Ok(body)
+                .write_first_use(&account, Some(&request.claim), &decided.key)?;
+            Ok(decided.body)
         });
         settle(outcome)
     }

@@ -10,7 +10,6 @@ use super::codec;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx};
 use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::{money_in, LedgerReason};
 use crate::domain::time::Millis;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
@@ -46,17 +45,15 @@ impl Trees {
                     return Ok(Recorded::Duplicate);
                 }
                 let balance = read_balance(balances, &account)?;
-                let reason = LedgerReason::ProviderPayment;
-                let reference = credit.external_id.to_string();
-                let Some(entry) = money_in(balance, credit.amount, reason, reference, &txn_id, now)
-                else {
-                    return refuse(ProviderRefusal::BalanceOverflow);
+                let (entry, record) = match credit.decide(balance, &txn_id, now) {
+                    Ok(decided) => decided,
+                    Err(refused) => return refuse(refused),
                 };
                 let payment = ProviderPayment {
-                    txn_id: txn_id.to_string(),
+                    txn_id: record.txn_id,
                     account_id: account,
-                    amount: credit.amount,
-                    received_at: now,
+                    amount: record.amount,
+                    received_at: record.received_at,
                 };
                 tx(payments.insert(key.as_slice(), codec::encode(&payment)?))?;
                 move_money(balances, ledger, &account, &txn_id, &entry)?;
