@@ -10,6 +10,8 @@
 
 /// The pipeline every engine runs its orders through: read a view, decide, write, answer.
 mod batch;
+/// Rows already read, kept in memory exact under change.
+mod cache;
 mod open;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
 pub mod postgres;

@@ -1,8 +1,8 @@
 //! Orders in batches: the orders waiting when a runner is free go into one transaction with
 //! one COMMIT, so one WAL flush makes all of them durable, and the orders of a hot account
 //! queue once per batch on its balance row instead of once per order. The batches of one
-//! instance in flight at once hold disjoint accounts (`Queue::take`), so they never wait on
-//! each other's row locks.
+//! instance in flight at once hold disjoint accounts (`store::batch::Queue`), so they never
+//! wait on each other's row locks.
 //!
 //! A batch reads its view in one round trip, with every lock it needs taken in one order
 //! (the keys' advisory locks by hash, then the balance rows by account id, so batches of
@@ -18,7 +18,7 @@
 //! of its batch or the batches queued behind it. A COMMIT whose outcome is unknown fails every order of the batch with that fault: the
 //! partner's retry with the same key replays what did commit or places it then.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use deadpool_postgres::{Object, Pool, Transaction};
@@ -32,7 +32,7 @@ use crate::domain::ids::AccountId;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::store::batch::{decide, Decisions, OrderView, Wants, MAX_ORDERS};
+use crate::store::batch::{decide, Decisions, OrderView, Pending, Queue, Wants};
 use crate::store::{NewOrder, OrderRefusal, StoreError};
 /// Batches in flight at once, per instance: enough to keep the database busy while one
 /// batch waits for its flush, few enough that batches stay large under load.
@@ -41,54 +41,10 @@ const MAX_RUNNERS: usize = 4;
 /// What one order's caller gets: the 200 body or the refusal, or the fault that stopped it.
 pub type Answer = Result<Result<Vec<u8>, OrderRefusal>, Fault>;
 
-struct Pending {
-    order: NewOrder,
-    answer: oneshot::Sender<Answer>,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiting: VecDeque<Pending>,
-    runners: usize,
-    /// The accounts of the batches in flight. A runner takes only orders of other accounts,
-    /// so this instance's batches never wait on each other's balance locks (they would hold
-    /// a connection through another batch's COMMIT); an account's orders stay in the queue,
-    /// in their order, for the runner that holds it to take next.
-    busy: HashSet<AccountId>,
-}
-
-impl Queue {
-    /// Up to `MAX_ORDERS` waiting orders of accounts no batch in flight holds, oldest first;
-    /// their accounts are then held until `release`.
-    fn take(&mut self) -> Vec<Pending> {
-        let mut taken = Vec::new();
-        let mut skipped = VecDeque::new();
-        let mut held_here = HashSet::new();
-        while let Some(pending) = self.waiting.pop_front() {
-            let account = pending.order.account.id;
-            if taken.len() == MAX_ORDERS || self.busy.contains(&account) {
-                skipped.push_back(pending);
-                continue;
-            }
-            held_here.insert(account);
-            taken.push(pending);
-        }
-        self.waiting = skipped;
-        self.busy.extend(held_here);
-        taken
-    }
-
-    fn release(&mut self, accounts: &[AccountId]) {
-        for account in accounts {
-            self.busy.remove(account);
-        }
-    }
-}
-
 /// The queue of orders and the runners that place them, batch by batch.
 pub struct Batcher {
     pool: Pool,
-    queue: Mutex<Queue>,
+    queue: Mutex<Queue<Answer>>,
     /// The runtime the store was opened on, which outlives every request: runners run
     /// there, not on the HTTP worker that queued the first order (a worker that stops first
     /// at shutdown would take the batch of another worker's requests with it).
@@ -110,12 +66,7 @@ impl Batcher {
         let (answer, answered) = oneshot::channel();
         let start_runner = {
             let mut queue = self.queue.lock().expect("the order queue");
-            queue.waiting.push_back(Pending { order, answer });
-            let start = queue.runners < MAX_RUNNERS;
-            if start {
-                queue.runners += 1;
-            }
-            start
+            queue.push(Pending { order, answer }, MAX_RUNNERS)
         };
         if start_runner {
             // A task of its own: a caller that goes away must not take a batch with it.
@@ -130,16 +81,14 @@ impl Batcher {
     async fn run(self: Arc<Self>) {
         let mut done: Vec<AccountId> = Vec::new();
         loop {
-            let batch = {
-                let mut queue = self.queue.lock().expect("the order queue");
-                queue.release(&done);
-                let batch = queue.take();
-                if batch.is_empty() {
-                    queue.runners -= 1;
-                    return;
-                }
-                batch
-            };
+            let batch = self
+                .queue
+                .lock()
+                .expect("the order queue")
+                .next_batch(&done);
+            if batch.is_empty() {
+                return;
+            }
             done = self.settle(batch).await;
         }
     }
@@ -147,7 +96,7 @@ impl Batcher {
     /// Runs one batch to its answers: re-run when it loses a race (a serialization failure
     /// or a deadlock), split when it fails before its COMMIT. Returns the batch's accounts,
     /// free for the next batch once its orders are answered (or running alone).
-    async fn settle(self: &Arc<Self>, batch: Vec<Pending>) -> Vec<AccountId> {
+    async fn settle(self: &Arc<Self>, batch: Vec<Pending<Answer>>) -> Vec<AccountId> {
         let accounts = batch.iter().map(|p| p.order.account.id).collect();
         let orders: Vec<&NewOrder> = batch.iter().map(|p| &p.order).collect();
         let mut tries = 0;
@@ -359,82 +308,4 @@ pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Res
     )
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::account::Account;
-    use crate::domain::fingerprint::{Fingerprint, Operation};
-    use crate::domain::idempotency_key::IdempotencyKey;
-    use crate::store::KeyClaim;
-
-    fn pending(account: &Account, key: &str) -> Pending {
-        let order = NewOrder {
-            account: account.clone(),
-            lines: vec![],
-            currency: "USD".into(),
-            callback_url: None,
-            external_order_id: None,
-            claim: KeyClaim {
-                key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
-                operation: Operation::PlaceOrder,
-                fingerprint: Fingerprint([0; 32]),
-                ttl: std::time::Duration::from_secs(60),
-            },
-            render: |_, _| Vec::new(),
-        };
-        Pending {
-            order,
-            answer: oneshot::channel().0,
-        }
-    }
-
-    fn account() -> Account {
-        Account {
-            id: AccountId::new(),
-            name: "a".into(),
-            wholesale: true,
-            credit_limit: 0,
-            region: None,
-            webhook_secret: "whsec_x".into(),
-            created_at: 0,
-        }
-    }
-
-    fn keys(batch: &[Pending]) -> Vec<&str> {
-        batch.iter().map(|p| p.order.claim.key.as_str()).collect()
-    }
-
-    #[test]
-    fn a_batch_takes_no_order_of_an_account_another_batch_holds_and_the_skipped_keep_their_order() {
-        let (a, b) = (account(), account());
-        let mut queue = Queue::default();
-        queue.waiting.extend([pending(&a, "a1"), pending(&b, "b1")]);
-        let first = queue.take();
-        assert_eq!(keys(&first), ["a1", "b1"]);
-        queue
-            .waiting
-            .extend([pending(&a, "a2"), pending(&a, "a3"), pending(&b, "b2")]);
-        assert!(queue.take().is_empty(), "both accounts are held");
-        queue.release(&[a.id]);
-        assert_eq!(keys(&queue.take()), ["a2", "a3"], "a's orders, in order");
-        let left: Vec<&str> = queue
-            .waiting
-            .iter()
-            .map(|p| p.order.claim.key.as_str())
-            .collect();
-        assert_eq!(left, ["b2"], "b's order waits for b's batch");
-    }
-
-    #[test]
-    fn a_batch_takes_at_most_max_orders_and_leaves_the_rest_queued() {
-        let a = account();
-        let mut queue = Queue::default();
-        queue
-            .waiting
-            .extend((0..MAX_ORDERS + 3).map(|n| pending(&a, &format!("k{n}"))));
-        assert_eq!(queue.take().len(), MAX_ORDERS);
-        assert_eq!(queue.waiting.len(), 3);
-    }
 }

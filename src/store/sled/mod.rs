@@ -4,7 +4,6 @@
 //! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
 
 mod accounts;
-mod auth_cache;
 mod backup;
 mod catalog;
 mod codec;
@@ -15,7 +14,6 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
-mod replay_cache;
 mod trees;
 mod tx;
 mod visibility;
@@ -37,17 +35,21 @@ use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::{now_millis, Millis};
 use crate::metrics::Metrics;
+use crate::store::cache::Cache;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
     Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
 };
-use auth_cache::AuthCache;
 use events::Due;
-use replay_cache::ReplayCache;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
 use writer::Writer;
+
+/// API keys kept per generation of the cache (deployments have a few hundred keys).
+const AUTH_CACHE_HALF: usize = 5_000;
+/// Key rows kept per generation (a row is its stored answer, about half a kilobyte).
+const REPLAY_CACHE_HALF: usize = 8_192;
 
 /// Called at each step of every group flush; an error fails that flush. Tests use it to
 /// slow the durability step down, to make it fail or to count it; the shipped binary has none.
@@ -88,8 +90,8 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         trees,
         writer,
         visibility,
-        auth_cache: Arc::default(),
-        replay_cache: Arc::default(),
+        auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
+        replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
     }))
 }
 
@@ -97,8 +99,13 @@ struct SledStore {
     trees: Arc<Trees>,
     writer: Writer,
     visibility: Arc<Visibility>,
-    auth_cache: Arc<AuthCache>,
-    replay_cache: Arc<ReplayCache>,
+    /// API keys already authenticated: a hit saves two point reads, their decoding and the
+    /// wait on the profile stripe. A write of accounts or keys runs inside its `around`, so
+    /// a revoked key is refused from the moment its write is applied.
+    auth_cache: Arc<Cache<[u8; 32], (ApiKeyRecord, Account)>>,
+    /// Key rows already read (a replay is the hottest read there is); only a sweep or a
+    /// restore deletes one, and each runs inside its `around`.
+    replay_cache: Arc<Cache<Vec<u8>, Arc<KeyRecord>>>,
 }
 
 impl SledStore {
@@ -151,7 +158,8 @@ impl Store for SledStore {
         };
         let stripe = Stripe::profile(&found.1.id);
         let found = self.settled(found, stripe).await?;
-        self.auth_cache.insert(generation, key_hash, found.clone());
+        self.auth_cache
+            .remember(generation, key_hash, found.clone());
         Ok(Some(found))
     }
 

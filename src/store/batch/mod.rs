@@ -12,10 +12,16 @@
 //! the second order of an account sees the first one's debit, a second use of a key in the
 //! batch finds it taken, and a refusal writes nothing and leaves the others standing.
 //!
-//! The queue in front stays each engine's own, because what it must order differs: sled
+//! Which waiting orders form a batch is decided here too (`queue`: none of an account that a
+//! batch in flight holds). The runners that drain it stay each engine's own, because what
+//! they must order differs: sled
 //! runs every write of the process on one writer thread (orders beside cancels, credits and
 //! key revocations, each marked for the reads that wait on it), while PostgreSQL runs a few
 //! batches at once on pooled connections and lets the row locks order them.
+
+mod queue;
+
+pub use queue::{Pending, Queue};
 
 use std::collections::HashMap;
 
