@@ -221,6 +221,13 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // The plain parse first: tracking the path costs a third of the parse on every request,
     // and only a rejected body needs it, so only then is the body parsed again to say where.
     if let Ok(value) = serde_json::from_slice(bytes) {
+        if let Some(loc) = nul_path(bytes) {
+            return Err(ApiError::validation(
+                loc,
+                "text must not contain U+0000",
+                "string_nul",
+            ));
+        }
         return Ok(value);
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -234,6 +241,46 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         )
     })?;
     Ok(value)
+}
+
+/// The path of the first string (a key or a value) that holds U+0000, if any. This is the
+/// one place that refuses it, for every field of every body and so for every engine:
+/// PostgreSQL's text and jsonb cannot store it, and the same input must get the same answer
+/// everywhere, before anything is stored (SPEC 20).
+fn nul_path(bytes: &[u8]) -> Option<Vec<serde_json::Value>> {
+    // JSON carries U+0000 only as the escape `\u0000`, so a body without those six bytes
+    // (nearly every body) has none and is not parsed again.
+    if !bytes.windows(6).any(|w| w == b"\\u0000") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let mut loc = vec!["body".into()];
+    first_nul(&value, &mut loc).then_some(loc)
+}
+
+/// Whether `value` holds U+0000 somewhere; `loc` is then extended to where.
+fn first_nul(value: &serde_json::Value, loc: &mut Vec<serde_json::Value>) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().enumerate().any(|(index, item)| {
+            loc.push(index.into());
+            let found = first_nul(item, loc);
+            if !found {
+                loc.pop();
+            }
+            found
+        }),
+        Value::Object(fields) => fields.iter().any(|(key, item)| {
+            loc.push(key.clone().into());
+            let found = key.contains('\0') || first_nul(item, loc);
+            if !found {
+                loc.pop();
+            }
+            found
+        }),
+        _ => false,
+    }
 }
 
 fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> FieldError {

@@ -253,3 +253,50 @@ async fn failed_delivery_logs_carry_no_query_string() {
         "a log line holds the callback's query: {leaked:?}"
     );
 }
+
+#[tokio::test]
+async fn text_holding_u0000_is_a_422_with_its_path_and_nothing_is_stored() {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let nul = "a\u{0}b";
+    let mut key_with_nul = basket("prd_uc", 1, "p");
+    key_with_nul["items"][0]["deliveryData"] = json!({ "username": "p", nul: "x" });
+    let mut external = basket("prd_uc", 1, "p");
+    external["externalOrderId"] = json!(nul);
+    let cases = [
+        (
+            basket("prd_uc", 1, nul),
+            json!(["body", "items", 0, "deliveryData", "username"]),
+        ),
+        (
+            key_with_nul,
+            json!(["body", "items", 0, "deliveryData", nul]),
+        ),
+        (external, json!(["body", "externalOrderId"])),
+    ];
+    for (n, (body, loc)) in cases.into_iter().enumerate() {
+        let key = format!("nul-{n}");
+        let response = app.post_order(Some(&p.api_key), Some(&key), &body).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{loc}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["detail"][0]["loc"], loc, "{answer}");
+        // Nothing stored: the key is still free for a first use without the U+0000.
+        let clean = app
+            .post_order(Some(&p.api_key), Some(&key), &basket("prd_uc", 1, "p"))
+            .await;
+        assert_eq!(clean.status(), StatusCode::OK, "{loc}: the key was taken");
+        assert!(clean.headers().get("Idempotency-Replayed").is_none());
+    }
+    assert_eq!(app.balance(&p.api_key).await, 10_000 - 3 * 999);
+    // The operator's text too: an account's name.
+    let response = app
+        .admin(
+            Method::POST,
+            "/admin/accounts",
+            Some(json!({ "name": nul, "wholesale": true })),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["detail"][0]["loc"], json!(["body", "name"]));
+}
