@@ -1,12 +1,13 @@
 //! `orderly restore --from FILE --data-dir DIR` (or `--database-url URL`): a backup into an
-//! empty data directory or an empty PostgreSQL database, all or nothing. The file is read and checked whole (format, version, digest, counts) before
-//! anything is created; the records are written in one writer job and verified (counts, every
-//! ledger against its balance); on any failure the directory it created is removed again.
+//! empty data directory or an empty PostgreSQL database, all or nothing, even across a crash.
+//! The file is read and checked whole (format, version, digest, counts, every ledger against
+//! its balance) before anything of the target is touched; sled builds beside the target and
+//! moves the result into place last, PostgreSQL writes in one transaction.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::RestoreArgs;
-use crate::store::{self, open_embedded, Engine, OpenError, RestoreCounts};
+use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts};
 
 /// Why a restore did not happen; nothing was left behind.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,8 @@ pub enum RestoreError {
     NotEmpty(String),
     #[error("restoring into {0}: {1}")]
     Store(String, crate::store::StoreError),
+    #[error("moving the restored data into {0}: {1}")]
+    Place(String, std::io::Error),
 }
 
 fn is_empty_dir(dir: &Path) -> bool {
@@ -38,12 +41,24 @@ pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
     }
 }
 
-/// Into PostgreSQL: the engine's one transaction refuses a database with rows and verifies
-/// before it commits, so a refusal leaves the database as it was.
-async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreError> {
+/// The backup file, read and checked whole (format, version, digest, counts, every ledger
+/// against its balance) before anything of the target is touched.
+fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
     let bytes =
         std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
     let records = crate::backup::read(&bytes)?;
+    store::checked_counts(&records)
+        .map_err(|e| RestoreError::Store(from.display().to_string(), e))?;
+    Ok(records)
+}
+
+/// Into PostgreSQL: the backup is checked whole before the schema is migrated, so the one
+/// refusal left after it (a target whose orderly tables hold rows, whose schema was there
+/// already) has written nothing; the engine's one transaction refuses a database with rows
+/// and verifies before it commits, so a refusal, or a restore killed at any instant, leaves
+/// the database as it was.
+async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreError> {
+    let records = read_checked(from)?;
     let target = "the database".to_string();
     let engine = Engine::Shared {
         url: url.to_string(),
@@ -61,34 +76,50 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
     restored.map_err(|e| RestoreError::Store(target, e))
 }
 
+/// Into a sled directory: built beside the target (`.NAME.restoring`), made durable, then
+/// moved into place by one rename and the parent directory fsynced. A restore killed at any
+/// instant leaves the target absent or empty, as it was; the next restore removes what the
+/// killed one left beside it and starts over.
 async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, RestoreError> {
     let target = data_dir.display().to_string();
     if !is_empty_dir(data_dir) {
         return Err(RestoreError::NotEmpty(target));
     }
-    let bytes =
-        std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
-    let records = crate::backup::read(&bytes)?;
-    let existed = data_dir.exists();
+    let records = read_checked(from)?;
+    let (parent, staging) = staging_dir(data_dir);
+    let _ = std::fs::remove_dir_all(&staging);
     let outcome = async {
-        let store = open_embedded(data_dir, 64 << 20).await?;
+        let store = open_embedded(&staging, 64 << 20).await?;
         let restored = store.restore(records).await;
         store.stop().await;
         restored
     }
     .await;
-    outcome.map_err(|e| {
-        // All or nothing: what this restore created goes again.
-        if existed {
-            if let Ok(entries) = std::fs::read_dir(data_dir) {
-                for entry in entries.flatten() {
-                    let _ = std::fs::remove_dir_all(entry.path())
-                        .or_else(|_| std::fs::remove_file(entry.path()));
-                }
-            }
-        } else {
-            let _ = std::fs::remove_dir_all(data_dir);
-        }
-        RestoreError::Store(target, e)
-    })
+    let placed = outcome
+        .map_err(|e| RestoreError::Store(target.clone(), e))
+        .and_then(|counts| {
+            // Over an empty directory or where there is none: one rename either way.
+            std::fs::rename(&staging, data_dir)
+                .and_then(|()| std::fs::File::open(&parent)?.sync_all())
+                .map_err(|e| RestoreError::Place(target.clone(), e))?;
+            Ok(counts)
+        });
+    if placed.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    placed
+}
+
+/// The target's parent directory, and the directory beside the target a restore builds in.
+fn staging_dir(data_dir: &Path) -> (PathBuf, PathBuf) {
+    let name = data_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "db".into());
+    let parent = match data_dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let staging = parent.join(format!(".{name}.restoring"));
+    (parent, staging)
 }

@@ -35,9 +35,10 @@ use crate::domain::product::Product;
 use crate::domain::time::Millis;
 
 pub use records::{
-    CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery, KeyClaim, KeyRecord,
-    NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord, ProviderRefusal,
-    Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, StoredResponse, Taken,
+    checked_counts, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery,
+    KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord,
+    ProviderRefusal, Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot,
+    StoredResponse, Taken,
 };
 
 /// Why a call on the port did not complete, by what the caller can do about it. Every variant

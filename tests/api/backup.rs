@@ -9,11 +9,15 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, on_postgres, spawn_app_with, start, TestDatabase, ADMIN_TOKEN};
+use crate::helpers::{
+    basket, on_postgres, spawn_app_with, sql_i64, start, TestDatabase, ADMIN_TOKEN,
+};
 
 /// Every key answered 200, with its order id and the exact body of that answer.
 type Answers = HashMap<String, (String, Vec<u8>)>;
@@ -21,13 +25,44 @@ type Answers = HashMap<String, (String, Vec<u8>)>;
 /// `orderly restore` into `data_dir`, or on PostgreSQL into the database that `start(data_dir)`
 /// will use (created here, empty, on first use).
 fn restore(file: &Path, data_dir: &Path, database: &Option<TestDatabase>) -> std::process::Output {
+    restore_command(file, data_dir, database)
+        .output()
+        .expect("orderly restore runs")
+}
+
+fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_orderly"));
     command.args(["restore", "--from"]).arg(file);
     match database {
         Some(db) => command.args(["--database-url", &db.url]),
         None => command.arg("--data-dir").arg(data_dir),
     };
-    command.output().expect("orderly restore runs")
+    command
+}
+
+/// The orders a restore target holds: none when the directory is absent or empty (sled), or
+/// when the database's orders table is empty.
+fn orders_in(data_dir: &Path, database: &Option<TestDatabase>) -> i64 {
+    match database {
+        Some(db) => sql_i64(db.url.clone(), "SELECT count(*) FROM orders".into()).unwrap(),
+        None => {
+            let empty = std::fs::read_dir(data_dir).map_or(true, |mut d| d.next().is_none());
+            if empty {
+                return 0;
+            }
+            let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+                .arg("stats")
+                .arg("--data-dir")
+                .arg(data_dir)
+                .env_remove("ORDERLY_DATABASE_URL")
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("orders\t")?.parse().ok())
+                .expect("stats lists the orders")
+        }
+    }
 }
 
 /// The keys a backup file holds (its idempotency-key records).
@@ -213,4 +248,69 @@ async fn a_truncated_or_altered_backup_restores_nothing() {
     let target = dir.path().join("whole-db");
     let database = on_postgres().then(|| TestDatabase::create(&target));
     assert!(restore(&file, &target, &database).status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_killed_at_any_instant_leaves_the_target_as_it_was_and_the_next_one_works() {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    for chunk in 0..8 {
+        let sends = (0..50).map(|i| {
+            let key = format!("k-{chunk}-{i}");
+            let (app, body, api_key) = (&app, &body, &p.api_key);
+            async move { app.post_order(Some(api_key), Some(&key), body).await }
+        });
+        for response in join_all(sends).await {
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+    }
+    let backup = app
+        .client
+        .get(app.url("/admin/backup"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backup");
+    std::fs::write(&file, &backup).unwrap();
+    // From before the restore has opened anything to well into its writes.
+    for (trial, after_ms) in [0u64, 10, 25, 50, 100, 200].into_iter().enumerate() {
+        let target = dir.path().join(format!("target-{trial}"));
+        let database = on_postgres().then(|| TestDatabase::create(&target));
+        let mut child = restore_command(&file, &target, &database)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        let _ = child.kill();
+        let finished = child.wait().unwrap().success();
+        let found = orders_in(&target, &database);
+        if finished {
+            assert_eq!(
+                found, 400,
+                "trial {trial}: a restore that finished holds everything"
+            );
+            continue;
+        }
+        assert_eq!(
+            found, 0,
+            "trial {trial}: killed after {after_ms} ms, the target held some"
+        );
+        if database.is_none() {
+            let untouched = std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_none());
+            assert!(
+                untouched,
+                "trial {trial}: killed after {after_ms} ms, files were left"
+            );
+        }
+        let again = restore(&file, &target, &database);
+        assert!(again.status.success(), "trial {trial}: {again:?}");
+        assert_eq!(orders_in(&target, &database), 400, "trial {trial}");
+    }
 }
