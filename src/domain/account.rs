@@ -100,6 +100,22 @@ pub fn new_api_key() -> String {
 }
 
 #[cfg(test)]
+impl Account {
+    /// A wholesale account with no credit line, for unit tests.
+    pub fn for_tests(credit_limit: i64) -> Account {
+        Account {
+            id: super::ids::AccountId::new(),
+            name: "a".into(),
+            wholesale: true,
+            credit_limit,
+            region: None,
+            webhook_secret: "whsec_x".into(),
+            created_at: 0,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -90,19 +90,11 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::domain::ids::{AccountId, IdKind};
+    use crate::domain::ids::IdKind;
     use crate::domain::lifecycle::{cancel, complete, refund, RefundAsk, Stamp};
 
     fn account(credit_limit: i64) -> Account {
-        Account {
-            id: AccountId::new(),
-            name: "a".into(),
-            wholesale: true,
-            credit_limit,
-            region: None,
-            webhook_secret: "whsec_x".into(),
-            created_at: 0,
-        }
+        Account::for_tests(credit_limit)
     }
 
     fn product(price: i64) -> Product {

@@ -357,20 +357,39 @@ pub fn verify_counts(
 }
 
 #[cfg(test)]
+impl NewOrder {
+    /// An order of `lines` under `key`, for unit tests: its fingerprint is `fingerprint` in
+    /// every byte, and its body the order's id and the balance after it.
+    pub fn for_tests(
+        account: &Account,
+        key: &str,
+        lines: Vec<RequestedLine>,
+        fingerprint: u8,
+    ) -> Self {
+        NewOrder {
+            account: account.clone(),
+            lines,
+            currency: "USD".into(),
+            callback_url: None,
+            external_order_id: None,
+            claim: KeyClaim {
+                key: IdempotencyKey::parse(key.as_bytes()).expect("a valid key"),
+                operation: Operation::PlaceOrder,
+                fingerprint: Fingerprint([fingerprint; 32]),
+                ttl: Duration::from_secs(3600),
+            },
+            render: |order, balance| format!("{} {}", order.id, balance.available).into_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::ids::IdKind;
 
     fn account(balance: i64) -> (AccountId, Record) {
-        let account = Account {
-            id: AccountId::new(),
-            name: "a".into(),
-            wholesale: true,
-            credit_limit: 0,
-            region: None,
-            webhook_secret: "whsec_x".into(),
-            created_at: 0,
-        };
+        let account = Account::for_tests(0);
         (account.id, Record::Account { account, balance })
     }
 

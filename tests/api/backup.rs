@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    basket, on_postgres, spawn_app_with, sql_i64, start, TestDatabase, ADMIN_TOKEN,
+    basket, on_postgres, spawn_app_with, sql_i64, start, TestApp, TestDatabase, ADMIN_TOKEN,
 };
 
 /// Every key answered 200, with its order id and the exact body of that answer.
@@ -38,6 +38,23 @@ fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>
         None => command.arg("--data-dir").arg(data_dir),
     };
     command
+}
+
+/// `GET /admin/backup`, whole (a 200 of `application/octet-stream`).
+async fn backup_of(app: &TestApp) -> Vec<u8> {
+    let response = app
+        .client
+        .get(app.url("/admin/backup"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["Content-Type"],
+        "application/octet-stream"
+    );
+    response.bytes().await.unwrap().to_vec()
 }
 
 /// The orders a restore target holds: none when the directory is absent or empty (sled), or
@@ -132,16 +149,7 @@ async fn a_backup_taken_under_load_restores_every_acknowledged_order_and_replays
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(backup.status(), StatusCode::OK);
-    assert_eq!(backup.headers()["Content-Type"], "application/octet-stream");
-    let backup = backup.bytes().await.unwrap().to_vec();
+    let backup = backup_of(&app).await;
     stop.store(true, Ordering::SeqCst);
     stream.await.unwrap();
 
@@ -213,17 +221,7 @@ async fn a_truncated_or_altered_backup_restores_nothing() {
     let p = app.partner_with_balance(10_000).await;
     app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
         .await;
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .to_vec();
+    let backup = backup_of(&app).await;
     let dir = tempfile::tempdir().unwrap();
     let mut altered = backup.clone();
     let middle = altered.len() / 2;
@@ -265,16 +263,7 @@ async fn a_restore_killed_at_any_instant_leaves_the_target_as_it_was_and_the_nex
             assert_eq!(response.status(), StatusCode::OK);
         }
     }
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let backup = backup_of(&app).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("backup");
     std::fs::write(&file, &backup).unwrap();

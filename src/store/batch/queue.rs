@@ -83,41 +83,16 @@ impl<A> Queue<A> {
 mod tests {
     use super::*;
     use crate::domain::account::Account;
-    use crate::domain::fingerprint::{Fingerprint, Operation};
-    use crate::domain::idempotency_key::IdempotencyKey;
-    use crate::store::KeyClaim;
 
     fn pending(account: &Account, key: &str) -> Pending<()> {
-        let order = NewOrder {
-            account: account.clone(),
-            lines: vec![],
-            currency: "USD".into(),
-            callback_url: None,
-            external_order_id: None,
-            claim: KeyClaim {
-                key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
-                operation: Operation::PlaceOrder,
-                fingerprint: Fingerprint([0; 32]),
-                ttl: std::time::Duration::from_secs(60),
-            },
-            render: |_, _| Vec::new(),
-        };
         Pending {
-            order,
+            order: NewOrder::for_tests(account, key, vec![], 0),
             answer: oneshot::channel().0,
         }
     }
 
     fn account() -> Account {
-        Account {
-            id: AccountId::new(),
-            name: "a".into(),
-            wholesale: true,
-            credit_limit: 0,
-            region: None,
-            webhook_secret: "whsec_x".into(),
-            created_at: 0,
-        }
+        Account::for_tests(0)
     }
 
     fn keys<'a>(batch: impl IntoIterator<Item = &'a Pending<()>>) -> Vec<&'a str> {

@@ -138,52 +138,20 @@ impl Trees {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::domain::account::{Account, Shortfall};
     use crate::domain::basket::RequestedLine;
-    use crate::domain::fingerprint::{Fingerprint, Operation};
     use crate::domain::idempotency_key::IdempotencyKey;
-    use crate::domain::order::BalanceView;
     use crate::domain::product::Product;
-    use crate::store::KeyClaim;
-
-    fn account(name: &str) -> Account {
-        Account {
-            id: AccountId::new(),
-            name: name.into(),
-            wholesale: true,
-            credit_limit: 0,
-            region: None,
-            webhook_secret: "whsec_test".into(),
-            created_at: 0,
-        }
-    }
-
-    fn render(order: &Order, balance: &BalanceView) -> Vec<u8> {
-        format!("{} {}", order.id, balance.available).into_bytes()
-    }
 
     fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
-        NewOrder {
-            account: account.clone(),
-            lines: vec![RequestedLine {
-                product_id: "prd_three".into(),
-                quantity,
-                delivery_data: Default::default(),
-            }],
-            currency: "USD".into(),
-            callback_url: None,
-            external_order_id: None,
-            claim: KeyClaim {
-                key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
-                operation: Operation::PlaceOrder,
-                fingerprint: Fingerprint([quantity as u8; 32]),
-                ttl: Duration::from_secs(3600),
-            },
-            render,
-        }
+        let line = RequestedLine {
+            product_id: "prd_three".into(),
+            quantity,
+            delivery_data: Default::default(),
+        };
+        NewOrder::for_tests(account, key, vec![line], quantity as u8)
     }
 
     #[test]
@@ -202,7 +170,7 @@ mod tests {
                 updated_at: 0,
             })
             .unwrap();
-        let (rich, poor) = (account("rich"), account("poor"));
+        let (rich, poor) = (Account::for_tests(0), Account::for_tests(0));
         for (who, balance) in [(&rich, 10i64), (&poor, 1)] {
             trees.create_account(who).unwrap();
             let encoded = codec::encode(&balance).unwrap();
