@@ -16,6 +16,8 @@ pub enum RestoreError {
     Read(String, std::io::Error),
     #[error("{0}")]
     Backup(#[from] crate::backup::BackupError),
+    #[error("the backup does not add up: {0}")]
+    Inconsistent(crate::store::StoreError),
     #[error("the target {0} is not empty")]
     NotEmpty(String),
     #[error("restoring into {0}: {1}")]
@@ -47,8 +49,7 @@ fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
     let bytes =
         std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
     let records = crate::backup::read(&bytes)?;
-    store::checked_counts(&records)
-        .map_err(|e| RestoreError::Store(from.display().to_string(), e))?;
+    store::checked_counts(&records).map_err(RestoreError::Inconsistent)?;
     Ok(records)
 }
 

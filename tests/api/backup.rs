@@ -287,9 +287,13 @@ async fn a_restore_killed_at_any_instant_leaves_the_target_as_it_was_and_the_nex
             );
             continue;
         }
+        // Killed past its commit point (the rename, the COMMIT) but before it exited: done.
+        if found == 400 {
+            continue;
+        }
         assert_eq!(
             found, 0,
-            "trial {trial}: killed after {after_ms} ms, the target held some"
+            "trial {trial}: killed after {after_ms} ms, the target held a part"
         );
         if database.is_none() {
             let untouched = std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_none());
