@@ -60,6 +60,15 @@ impl<A> Queue<A> {
         batch
     }
 
+    /// A runner that stopped without finishing its batch (it unwound): its accounts and its
+    /// slot are given back, so that their orders are not left waiting for it.
+    pub fn abandon(&mut self, held: &[AccountId]) {
+        for account in held {
+            self.busy.remove(account);
+        }
+        self.runners -= 1;
+    }
+
     fn take(&mut self) -> Vec<Pending<A>> {
         let mut taken = Vec::new();
         let mut skipped = VecDeque::new();
@@ -121,6 +130,22 @@ mod tests {
         );
         assert_eq!(keys(&queue.waiting), ["b2"], "b's waits for b's batch");
         assert_eq!(keys(&queue.next_batch(&[b.id])), ["b2"]);
+    }
+
+    #[test]
+    fn an_abandoned_batch_gives_its_accounts_and_its_slot_back() {
+        let a = account();
+        let mut queue = Queue::default();
+        assert!(queue.push(pending(&a, "a1"), 1));
+        assert_eq!(queue.next_batch(&[]).len(), 1);
+        assert!(!queue.push(pending(&a, "a2"), 1), "the one runner is busy");
+        queue.abandon(&[a.id]);
+        assert!(queue.push(pending(&a, "a3"), 1), "its slot is free again");
+        assert_eq!(
+            keys(&queue.next_batch(&[])),
+            ["a2", "a3"],
+            "a is no longer held"
+        );
     }
 
     #[test]

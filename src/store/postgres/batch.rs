@@ -89,7 +89,12 @@ impl Batcher {
             if batch.is_empty() {
                 return;
             }
+            let mut held = Unwinding {
+                batcher: &self,
+                accounts: Some(batch.iter().map(|p| p.order.account.id).collect()),
+            };
             done = self.settle(batch).await;
+            held.accounts = None;
         }
     }
 
@@ -163,6 +168,23 @@ impl Batcher {
         retried!(self, spent = spent, |c| super::orders::place_order(
             &mut c, order
         ))
+    }
+}
+
+/// Held while a runner settles a batch, and acting only if it unwinds (a panic, or its task
+/// dropped at shutdown): the batch's accounts and the runner's slot are given back, so that
+/// the orders of those accounts do not wait forever for a runner that is gone.
+struct Unwinding<'a> {
+    batcher: &'a Batcher,
+    /// `None` once the batch settled: nothing to give back.
+    accounts: Option<Vec<AccountId>>,
+}
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if let (Some(accounts), Ok(mut queue)) = (&self.accounts, self.batcher.queue.lock()) {
+            queue.abandon(accounts);
+        }
     }
 }
 
