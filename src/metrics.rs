@@ -41,6 +41,8 @@ pub struct Metrics {
     /// Writes the sled writer has applied and handed to the commit thread; those not yet in
     /// `commit_batch_size` are waiting for their flush.
     pub writes_applied: Counter,
+    /// Files of sled's `blobs/` directory fsynced by a group commit.
+    pub blob_files_synced: Counter,
     pub webhook_attempts: Counter,
     pub webhook_failures: Counter,
     pub sweeper_deleted: Counter,
@@ -98,6 +100,12 @@ impl Default for Metrics {
             "Writes applied by the sled writer and handed to the group commit",
             writes_applied.clone(),
         );
+        let blob_files_synced = Counter::default();
+        registry.register(
+            "storage_blob_files_synced",
+            "Files holding large values (sled's blobs/) fsynced before a commit's answer",
+            blob_files_synced.clone(),
+        );
         let webhook_attempts = Counter::default();
         registry.register(
             "webhook_attempts",
@@ -133,6 +141,7 @@ impl Default for Metrics {
             commit_seconds,
             commit_batch_size,
             writes_applied,
+            blob_files_synced,
             webhook_attempts,
             webhook_failures,
             sweeper_deleted,

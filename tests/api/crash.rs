@@ -6,7 +6,7 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, spawn_app};
+use crate::helpers::{basket, skip_on_postgres, spawn_app};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_acknowledged_order_survives_kill_9_and_replays_to_the_same_id() {
@@ -45,4 +45,56 @@ async fn every_acknowledged_order_survives_kill_9_and_replays_to_the_same_id() {
         app.assert_ledger_matches_balance(&p.api_key).await,
         1_000_000 - 999 * acknowledged.len() as i64
     );
+}
+
+#[tokio::test]
+async fn an_order_with_300_kb_of_delivery_data_is_answered_after_its_large_value_files_are_synced()
+{
+    if skip_on_postgres("sled's blobs/ directory (PostgreSQL's server owns durability)") {
+        return;
+    }
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(10_000).await;
+    let synced = || async {
+        let text = app.text("/metrics").await;
+        metric(&text, "orderly_storage_blob_files_synced_total")
+    };
+    app.post_order(Some(&p.api_key), Some("small"), &basket("prd_uc", 1, "p"))
+        .await;
+    assert_eq!(
+        synced().await,
+        0.0,
+        "small values need no file of their own"
+    );
+
+    let large = "x".repeat(300 * 1024);
+    let body = basket("prd_uc", 1, &large);
+    let resp = app.post_order(Some(&p.api_key), Some("large"), &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let placed: Value = resp.json().await.unwrap();
+    // sled moved the order (and its key row, its event) into files under blobs/; the 200
+    // came after the commit fsynced them.
+    assert!(
+        synced().await >= 1.0,
+        "the order's blob files were not synced"
+    );
+
+    let app = app.crash_and_restart(&[]);
+    let order_id = placed["order"]["id"].as_str().unwrap();
+    let order = app
+        .get_json(&p.api_key, &format!("/b2b/orders/{order_id}"))
+        .await;
+    assert_eq!(
+        order["order"]["items"][0]["deliveryData"]["username"],
+        large.as_str()
+    );
+    let replay = app.post_order(Some(&p.api_key), Some("large"), &body).await;
+    assert_eq!(replay.headers()["Idempotency-Replayed"], "true");
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -518,3 +518,67 @@ async fn a_batch_is_answered_after_its_one_flush_and_fdatasync_and_a_402_inside_
         .count();
     assert_eq!(charges as i64, charged, "each accepted order charged once");
 }
+
+/// A key revoked with the flush stalled, and a request made with it after the revocation was
+/// applied: the request's 401 rests on a write that is not yet durable.
+async fn revocation_in_flight(
+    app: &InProcess,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let account = app
+        .admin(
+            reqwest::Method::POST,
+            "/admin/accounts",
+            json!({"name": "Acme", "wholesale": true, "region": "EU"}),
+        )
+        .await;
+    let id = account["account"]["id"].as_str().unwrap().to_string();
+    let key = app
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/accounts/{id}/api-keys"),
+            json!({}),
+        )
+        .await;
+    let api_key = key["apiKey"]["key"].as_str().unwrap().to_string();
+    let key_id = key["apiKey"]["id"].as_str().unwrap().to_string();
+    app.get_json(&api_key, "/b2b/balance").await;
+
+    app.gate.close();
+    let revoke = app
+        .client
+        .delete(app.url(&format!("/admin/api-keys/{key_id}")))
+        .bearer_auth(ADMIN_TOKEN);
+    tokio::spawn(async move { revoke.send().await });
+    app.gate.until_a_flush_waits().await;
+    let refused = app.get(&api_key, "/b2b/balance");
+    tokio::spawn(async move { refused.send().await })
+}
+
+#[tokio::test]
+async fn a_key_whose_revocation_is_not_yet_on_disk_is_refused_only_once_it_is() {
+    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
+        return;
+    }
+    let app = InProcess::start(&[]);
+    let mut request = revocation_in_flight(&app).await;
+    still_pending(&mut request, Duration::from_millis(300)).await;
+    app.gate.open();
+    let resp = request.await.unwrap().unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_revocation_whose_flush_fails_refused_no_request_on_its_strength() {
+    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
+        return;
+    }
+    let app = InProcess::start(&[]);
+    let mut request = revocation_in_flight(&app).await;
+    still_pending(&mut request, Duration::from_millis(300)).await;
+    app.gate.fail();
+    // After the restart the key is live again: a 401 would have been a lie. A closed
+    // connection (Err) is no 401 either.
+    if let Ok(resp) = request.await.unwrap() {
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

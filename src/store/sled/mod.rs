@@ -5,6 +5,7 @@
 
 mod accounts;
 mod backup;
+mod blobs;
 mod catalog;
 mod codec;
 mod events;
@@ -41,6 +42,7 @@ use crate::store::{
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
     Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
 };
+use blobs::BlobFiles;
 use events::Due;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
@@ -82,6 +84,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let writer = Writer::start(
         Arc::clone(&trees),
         data_file,
+        BlobFiles::of(options.path.clone()),
         options.metrics,
         Arc::clone(&visibility),
         options.flush_hook,
@@ -154,7 +157,7 @@ impl Store for SledStore {
         }
         let generation = self.auth_cache.generation();
         let Some(found) = self.read(|t| t.authenticate(&key_hash))? else {
-            return Ok(None);
+            return self.settled(None, Stripe::credential(&key_hash)).await;
         };
         let stripe = Stripe::profile(&found.1.id);
         let found = self.settled(found, stripe).await?;
@@ -205,6 +208,7 @@ impl Store for SledStore {
                     return Ok(false);
                 };
                 b.touches(Stripe::profile(&record.account_id));
+                b.touches(Stripe::credential(&hash));
                 cache.around(|| b.trees.revoke_api_key(&hash))?;
                 Ok(true)
             })
@@ -264,6 +268,8 @@ impl Store for SledStore {
         }
         let generation = self.replay_cache.generation();
         let Some(row) = self.read(|t| t.replay_lookup(&account, &key))? else {
+            // No answer rests on this: a key not found goes on to its first use, a write
+            // whose answer waits for its own flush (and for a sweep's delete before it).
             return Ok(None);
         };
         let row = self.settled(row, Stripe::key(&account, &key)).await?;
@@ -325,6 +331,8 @@ impl Store for SledStore {
                 let stripe = Stripe::account(&order.account_id);
                 self.settled(Some(order), stripe).await
             }
+            // No write removes an order, and one whose placing is in flight has not been
+            // answered, so nobody holds its id yet: this 404 cannot be taken back.
             None => Ok(None),
         }
     }

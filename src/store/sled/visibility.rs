@@ -4,10 +4,12 @@
 //!
 //! The writer numbers its batches. Before a batch's transactions run, it marks every stripe
 //! they touch (a hash of the account's money and orders, of its profile and keys, of the
-//! account and idempotency key, or the catalog) with the
-//! batch's number; the commit thread publishes the highest number on disk. A read reads
-//! first and then looks at its stripe: if the stripe names a batch not yet durable, whatever
-//! it saw may belong to that batch, so it waits for that flush. A stripe no write touched
+//! account and idempotency key, of an API key's hash, or the catalog) with the batch's
+//! number; the commit thread publishes the highest number on disk. A read reads first and
+//! then looks at its stripe: if the stripe names a batch not yet durable, whatever it saw may
+//! belong to that batch, so it waits for that flush. That holds for what it did not see too:
+//! a read that finds nothing waits on the stripe of what it looked for (a revoked key's 401
+//! is an answer a failed flush could take back). A stripe no write touched
 //! lately never waits, and a collision costs an extra wait, never a missed one.
 //!
 //! The first storage failure is recorded here: from then on every wait, every read and every
@@ -41,6 +43,9 @@ pub enum Stripe {
     /// payment in flight must not hold up.
     Profile(usize),
     Key(usize),
+    /// An API key by its hash: what a read that found no key asked for, so that the 401 of
+    /// a key whose revocation is in flight waits for it.
+    Credential(usize),
     Catalog,
     /// Any write at all (the outbox, which every event-writing batch touches).
     Everything,
@@ -57,6 +62,10 @@ impl Stripe {
 
     pub fn key(account: &AccountId, key: &IdempotencyKey) -> Self {
         Stripe::Key(slot(&(account, key)))
+    }
+
+    pub fn credential(key_hash: &[u8; 32]) -> Self {
+        Stripe::Credential(slot(key_hash))
     }
 }
 
@@ -75,6 +84,7 @@ pub struct Visibility {
     accounts: Box<[AtomicU64]>,
     profiles: Box<[AtomicU64]>,
     keys: Box<[AtomicU64]>,
+    credentials: Box<[AtomicU64]>,
     catalog: AtomicU64,
     failure: OnceLock<String>,
     changes: watch::Sender<Durable>,
@@ -89,6 +99,7 @@ impl Default for Visibility {
             accounts: stripes(),
             profiles: stripes(),
             keys: stripes(),
+            credentials: stripes(),
             catalog: AtomicU64::new(0),
             failure: OnceLock::new(),
             changes: watch::Sender::new(Durable::default()),
@@ -102,6 +113,7 @@ impl Visibility {
             Stripe::Account(i) => &self.accounts[i],
             Stripe::Profile(i) => &self.profiles[i],
             Stripe::Key(i) => &self.keys[i],
+            Stripe::Credential(i) => &self.credentials[i],
             Stripe::Catalog => &self.catalog,
             Stripe::Everything => &self.started,
         }
