@@ -10,7 +10,7 @@
 //! state read fresh from the file, and a finished intent is never reopened.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -119,21 +119,7 @@ impl Journal {
             path: path.clone(),
             source,
         };
-        let existed = path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io_err)?;
-        if !existed {
-            file.sync_all().map_err(io_err)?;
-            let dir = match path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
-        }
+        let file = crate::files::open_appendable(&path).map_err(io_err)?;
         let journal = Journal {
             path,
             inner: Mutex::new(Inner {
@@ -396,7 +382,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        OpenOptions::new()
+        std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .unwrap()

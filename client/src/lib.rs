@@ -8,6 +8,7 @@
 
 pub mod basket;
 pub mod client;
+mod files;
 pub mod journal;
 pub mod outcome;
 pub mod policy;

@@ -4,31 +4,41 @@
 //! run's result; an event already done answers 200 and runs nothing; a bad signature or a
 //! timestamp outside the tolerance answers 401 and runs nothing.
 
-use std::io::{Read, Write};
-use std::net::ToSocketAddrs;
+mod http;
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use orderly_client::webhooks::{self, Claim, Inbox};
 use serde_json::Value;
-use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::cli::Failure;
+use http::Unread;
 
 /// orderly sends events of a few KiB; anything much larger is not one of its callbacks.
 const MAX_BODY: u64 = 1 << 20;
-/// Requests handled at once; past this the sender is told to come back (503).
+/// A request's head and body arrive within this, or its connection is closed.
+const READ_WITHIN: Duration = Duration::from_secs(10);
+/// Requests whose handler runs at once; past this the sender is told to come back (503).
+/// A connection still being read does not count: it has asked for nothing yet.
 const MAX_IN_FLIGHT: usize = 256;
+/// Connections open at once (each has a thread); past this a new one is closed unread. Each
+/// is held at most `READ_WITHIN` before its handler, so stalled ones free their place.
+const MAX_CONNECTIONS: usize = 2048;
 
 struct Receiver {
     secret: String,
     command: Vec<String>,
     inbox: Inbox,
     in_flight: AtomicUsize,
+    connections: AtomicUsize,
 }
 
 pub(crate) fn run(
@@ -46,13 +56,12 @@ pub(crate) fn run(
         .and_then(|mut a| a.next())
         .ok_or_else(|| Failure::Usage(format!("--listen {listen}: not an address")))?;
     // Binding can fail for reasons of the moment (the port is taken): not bad usage.
-    let server =
-        Server::http(address).map_err(|e| Failure::Runtime(format!("--listen {listen}: {e}")))?;
-    let address = server
-        .server_addr()
-        .to_ip()
+    let listener = TcpListener::bind(address)
+        .map_err(|e| Failure::Runtime(format!("--listen {listen}: {e}")))?;
+    let address = listener
+        .local_addr()
         .map(|a| a.to_string())
-        .unwrap_or_else(|| listen.to_string());
+        .unwrap_or_else(|_| listen.to_string());
     println!("orderly-client receiving on http://{address}");
     let _ = std::io::stdout().flush();
     let receiver = Arc::new(Receiver {
@@ -60,61 +69,59 @@ pub(crate) fn run(
         command,
         inbox,
         in_flight: AtomicUsize::new(0),
+        connections: AtomicUsize::new(0),
     });
-    for request in server.incoming_requests() {
-        if receiver.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
-            receiver.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let busy = json(503, r#"{"success":false,"error":"busy"}"#)
-                .with_header(Header::from_bytes("Retry-After", "1").expect("a valid header"));
-            let _ = request.respond(busy);
+    for stream in listener.incoming() {
+        // An accept that fails (the peer reset, out of descriptors) costs that connection.
+        let Ok(stream) = stream else { continue };
+        if receiver.connections.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            receiver.connections.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let receiver = Arc::clone(&receiver);
-        thread::spawn(move || {
-            receiver.handle(request);
-            receiver.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let serving = Arc::clone(&receiver);
+        let spawned = thread::Builder::new().spawn(move || {
+            serving.serve(stream);
+            serving.connections.fetch_sub(1, Ordering::SeqCst);
         });
+        if spawned.is_err() {
+            receiver.connections.fetch_sub(1, Ordering::SeqCst);
+        }
     }
     Ok(())
 }
 
 impl Receiver {
-    fn handle(&self, mut request: Request) {
-        let (status, body) = self.answer(&mut request);
-        let _ = request.respond(json(status, body));
+    /// Reads the connection's one request, runs it if there is room, answers, closes.
+    fn serve(&self, mut stream: TcpStream) {
+        // A sender that does not read its answer must not hold the thread either.
+        let _ = stream.set_write_timeout(Some(READ_WITHIN));
+        let request = match http::read_request(&mut stream, READ_WITHIN, MAX_BODY) {
+            Ok(request) => request,
+            Err(Unread::Gone) => return,
+            Err(Unread::Refused(status, body)) => {
+                return http::respond(&mut stream, status, body, &[])
+            }
+        };
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let busy = r#"{"success":false,"error":"busy"}"#;
+            return http::respond(&mut stream, 503, busy, &[("Retry-After", "1")]);
+        }
+        let (status, body) = self.answer(&request);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        http::respond(&mut stream, status, body, &[]);
     }
 
-    fn answer(&self, request: &mut Request) -> (u16, &'static str) {
-        if *request.method() != Method::Post {
+    fn answer(&self, request: &http::Request) -> (u16, &'static str) {
+        if request.method != "POST" {
             return (405, r#"{"success":false,"error":"POST only"}"#);
         }
-        let headers: Vec<(String, String)> = request
-            .headers()
-            .iter()
-            .map(|h| {
-                (
-                    h.field.as_str().as_str().to_string(),
-                    h.value.as_str().to_string(),
-                )
-            })
-            .collect();
-        let mut body = Vec::new();
-        if request
-            .as_reader()
-            .take(MAX_BODY + 1)
-            .read_to_end(&mut body)
-            .is_err()
-        {
-            return (400, r#"{"success":false,"error":"unreadable body"}"#);
-        }
-        if body.len() as u64 > MAX_BODY {
-            return (413, r#"{"success":false,"error":"body too large"}"#);
-        }
-        if let Err(e) = webhooks::verify(&self.secret, &headers, &body) {
+        let (headers, body) = (&request.headers, &request.body);
+        if let Err(e) = webhooks::verify(&self.secret, headers, body) {
             eprintln!("orderly-client: refused a delivery: {e}");
             return (401, r#"{"success":false,"error":"invalid signature"}"#);
         }
-        let event: Option<Value> = serde_json::from_slice(&body).ok();
+        let event: Option<Value> = serde_json::from_slice(body).ok();
         let field = |name: &str| {
             event
                 .as_ref()
@@ -124,7 +131,7 @@ impl Receiver {
         };
         // The signed body's event id; orderly sends the same value as webhook-id.
         let Some(id) = field("id")
-            .or_else(|| webhooks::Headers::header(&headers, "webhook-id").map(str::to_string))
+            .or_else(|| webhooks::Headers::header(headers, "webhook-id").map(str::to_string))
         else {
             return (400, r#"{"success":false,"error":"no event id"}"#);
         };
@@ -133,7 +140,7 @@ impl Receiver {
             Claim::RunFailed => (500, r#"{"success":false,"error":"handler failed"}"#),
             Claim::Claimed(ticket) => {
                 let kind = field("type").unwrap_or_default();
-                match self.run_command(&id, &kind, &body) {
+                match self.run_command(&id, &kind, body) {
                     Ok(()) => match ticket.done() {
                         Ok(()) => (200, r#"{"success":true,"duplicate":false}"#),
                         Err(e) => {
@@ -181,12 +188,4 @@ impl Receiver {
             Err(format!("the command failed ({status})"))
         }
     }
-}
-
-fn json(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(
-            Header::from_bytes("Content-Type", "application/json").expect("a valid header"),
-        )
 }

@@ -10,7 +10,7 @@
 //! Done ids are lines in an append-only file, fsynced before `done` returns.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
@@ -87,12 +87,7 @@ impl Inbox {
             path: path.clone(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io_err)?;
+        let mut file = crate::files::open_appendable(&path).map_err(io_err)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(InboxError::InUse { path }),

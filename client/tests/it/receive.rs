@@ -257,3 +257,67 @@ fn a_second_receiver_on_an_owned_inbox_refuses_to_start() {
 
     assert_eq!(receive_status(dir.path(), "127.0.0.1:0", SECRET), Some(1));
 }
+
+/// Connections that sent a POST's head announcing 100 bytes of body, and then nothing.
+fn stalled_connections(receiver: &Receiver, count: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let address = receiver
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    (0..count)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream
+                .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+                .unwrap();
+            stream
+        })
+        .collect()
+}
+
+#[test]
+fn three_hundred_connections_stalled_after_their_headers_do_not_turn_a_delivery_into_a_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), SECRET, RECORD);
+    let stalled = stalled_connections(&receiver, 300);
+
+    assert_eq!(receiver.deliver("evt_room", &event("evt_room")), 200);
+    assert_eq!(receiver.runs(), 1);
+    drop(stalled);
+}
+
+#[test]
+fn a_connection_that_stalls_mid_request_is_closed_within_the_read_deadline() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), SECRET, RECORD);
+    let mut stalled = stalled_connections(&receiver, 1).remove(0);
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = Instant::now();
+
+    let mut answer = Vec::new();
+    let read = stalled.read_to_end(&mut answer);
+    assert!(
+        matches!(read, Ok(0)),
+        "closed without an answer, got {read:?} {answer:?}"
+    );
+    // The deadline is 10 s from the connection's start, a little before `started`.
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(15),
+        "still open after {waited:?}"
+    );
+    assert_eq!(receiver.runs(), 0);
+}
+
+#[test]
+fn a_get_is_answered_405_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), SECRET, RECORD);
+    let resp = agent().get(&receiver.url).call().unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    assert_eq!(receiver.runs(), 0);
+}
