@@ -58,18 +58,82 @@ async function admin(path, options) {
   return data;
 }
 
-/** Every page of an admin list, following nextCursor (bounded). */
-async function allPages(path, field, cursorParam = "cursor") {
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One admin read. A 429 waits its Retry-After and tries again: the first read of a long
+ *  ledger can meet the rate limit, and must go on rather than show a partial sum. */
+async function read(path) {
+  for (let attempt = 0; ; attempt++) {
+    const { response, data } = await call("GET", path);
+    if (response.status === 429 && attempt < 60) {
+      $("live").textContent = "reading (rate-limited, waiting)…";
+      await sleep(1000 * Math.max(1, parseInt(response.headers.get("Retry-After"), 10) || 1));
+      continue;
+    }
+    if (!response.ok) throw new HttpError(response.status, data);
+    return data;
+  }
+}
+
+/** Every page of an admin list, following nextCursor to the end. */
+async function allPages(path, field) {
   let items = [];
   let cursor = null;
-  for (let page = 0; page < 50; page++) {
-    const sep = path.includes("?") ? "&" : "?";
-    const data = await admin(`${path}${sep}limit=100${cursor ? `&${cursorParam}=${encodeURIComponent(cursor)}` : ""}`);
+  for (;;) {
+    const data = await read(`${path}?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
     items = items.concat(data[field]);
-    if (!data.nextCursor) break;
+    if (!data.nextCursor) return items;
     cursor = data.nextCursor;
   }
-  return items;
+}
+
+/** Rows shown per table. */
+const SHOWN = 50;
+
+/** What has been read of the selected account, so that each poll reads only what changed.
+ *  The ledger never changes an entry: the sum is kept, and a poll reads newest first until
+ *  an entry it already has. Events change (their deliveries), so a poll re-reads from just
+ *  before the shown window onward: one page, whatever the account's history. */
+function freshView(account) {
+  return { account, ledgerSum: 0, ledgerTop: null, ledger: [], eventsFrom: null, events: [] };
+}
+let view = null;
+
+async function readLedger(base, v) {
+  let cursor = null;
+  const fresh = [];
+  let sum = 0;
+  for (;;) {
+    const data = await read(`${base}/transactions?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    const known = v.ledgerTop ? data.transactions.findIndex((t) => t.id === v.ledgerTop) : -1;
+    const page = known >= 0 ? data.transactions.slice(0, known) : data.transactions;
+    for (const entry of page) sum += entry.amount;
+    if (fresh.length < SHOWN) fresh.push(...page.slice(0, SHOWN - fresh.length));
+    if (known >= 0 || !data.nextCursor) break;
+    cursor = data.nextCursor;
+  }
+  if (fresh.length) {
+    v.ledgerTop = fresh[0].id;
+    v.ledger = fresh.concat(v.ledger).slice(0, SHOWN);
+    v.ledgerSum += sum;
+  }
+}
+
+async function readEvents(base, v) {
+  let after = v.eventsFrom;
+  let got = [];
+  for (;;) {
+    const data = await read(`${base}/events?limit=100${after ? `&after=${encodeURIComponent(after)}` : ""}`);
+    // Keep the newest SHOWN and the one before them, which becomes the next poll's start.
+    got = got.concat(data.events).slice(-(SHOWN + 1));
+    if (!data.nextCursor) break;
+    after = data.nextCursor;
+  }
+  if (got.length > SHOWN) {
+    v.eventsFrom = got[0].id;
+    got = got.slice(1);
+  }
+  v.events = got;
 }
 
 function badge(state) {
@@ -105,6 +169,7 @@ async function signIn(candidate) {
   $("sign-in").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = false;
+  view = null;
   await refresh();
   clearInterval(timer);
   timer = setInterval(refresh, POLL_MS);
@@ -122,7 +187,7 @@ function renderAccounts(accounts) {
   }));
 }
 
-function renderAccount(account, orders, ledger, events) {
+function renderAccount(account, orders, v) {
   $("nothing-selected").hidden = true;
   $("account").hidden = false;
   $("account-name").textContent = account.name;
@@ -132,19 +197,19 @@ function renderAccount(account, orders, ledger, events) {
     account.region ? el("span", { class: "tag" }, `region ${account.region}`) : null);
   $("balance").textContent = formatMoney(account.balance);
   $("credit").textContent = account.creditLimit ? formatMoney(account.creditLimit) : "none";
-  const sum = ledger.reduce((total, entry) => total + entry.amount, 0);
+  const sum = v.ledgerSum;
   $("ledger-sum").replaceChildren(
     el("span", { class: "money" }, formatMoney(sum)), " ",
     sum === account.balance ? el("span", { class: "match" }, "✓ matches") : el("span", { class: "mismatch" }, "✕ differs"));
 
-  $("orders").tBodies[0].replaceChildren(...orders.slice(0, 50).map((o) => el("tr", {},
+  $("orders").tBodies[0].replaceChildren(...orders.map((o) => el("tr", {},
     el("td", { class: "mono", title: o.id }, o.id),
     el("td", {}, badge(o.status)),
     el("td", { class: "num" }, formatMoney(o.total)),
     el("td", {}, o.externalOrderId || "—"),
     el("td", {}, when(o.createdAt)))));
 
-  $("ledger").tBodies[0].replaceChildren(...ledger.slice(0, 50).map((e) => el("tr", {},
+  $("ledger").tBodies[0].replaceChildren(...v.ledger.map((e) => el("tr", {},
     el("td", { class: "mono", title: e.id }, e.id),
     el("td", {}, e.reason),
     el("td", { class: "mono", title: e.reference }, e.reference),
@@ -152,7 +217,7 @@ function renderAccount(account, orders, ledger, events) {
     el("td", { class: "num" }, formatMoney(e.balanceAfter)),
     el("td", {}, when(e.createdAt)))));
 
-  const newest = events.slice(-50).reverse();
+  const newest = v.events.slice().reverse();
   $("events").tBodies[0].replaceChildren(...newest.map((ev) => {
     const last = ev.deliveries[ev.deliveries.length - 1];
     const result = !last ? "—" : last.status !== null ? `HTTP ${last.status}` : (last.error || "no answer");
@@ -167,23 +232,31 @@ function renderAccount(account, orders, ledger, events) {
   }));
 }
 
+let refreshing = false;
+
 async function refresh() {
-  if (!token()) return;
+  // A first read of a long history can outlast the poll interval: one refresh at a time.
+  if (!token() || refreshing) return;
+  refreshing = true;
   try {
     const accounts = await allPages("/admin/accounts", "accounts");
     if (!selected && accounts.length) selected = (accounts.find((a) => a.wholesale) || accounts[0]).id;
     renderAccounts(accounts);
     if (selected) {
+      if (!view || view.account !== selected) view = freshView(selected);
+      const v = view;
       const base = `/admin/accounts/${encodeURIComponent(selected)}`;
-      const [one, orders, ledger, events] = await Promise.all([
-        admin(base), admin(`${base}/orders?limit=50`), allPages(`${base}/transactions`, "transactions"),
-        allPages(`${base}/events`, "events")]);
-      renderAccount(one.account, orders.orders, ledger, events);
+      const [one, orders] = await Promise.all([
+        read(base), read(`${base}/orders?limit=${SHOWN}`), readLedger(base, v), readEvents(base, v)]);
+      // Another account chosen meanwhile: its own refresh renders it.
+      if (view === v) renderAccount(one.account, orders.orders, v);
     }
     $("live").textContent = `live · ${new Date().toLocaleTimeString()}`;
   } catch (e) {
     if (e.status === 401) { sessionStorage.removeItem(TOKEN_KEY); showSignIn("The admin token is no longer accepted."); return; }
     $("live").textContent = `not updating: ${e.message}`;
+  } finally {
+    refreshing = false;
   }
 }
 
