@@ -377,6 +377,20 @@ def cmd_backup_pause(a):
     worker = threading.Thread(target=lambda: during.extend(timed(f"{a.prefix}-during", stop)))
     worker.start()
     time.sleep(0.5)
+
+    def rss_mib():
+        with open(f"/proc/{a.server_pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
+
+    sampling, peak = threading.Event(), [0.0]
+    rss_before = rss_mib() if a.server_pid else 0.0
+
+    def sample():
+        while not sampling.is_set():
+            peak[0] = max(peak[0], rss_mib())
+            time.sleep(0.05)
+    if a.server_pid:
+        threading.Thread(target=sample, daemon=True).start()
     started = time.time()
     c = Client(a.base, timeout=600)
     conn = http.client.HTTPConnection(c.host, c.port, timeout=600)
@@ -385,6 +399,7 @@ def cmd_backup_pause(a):
     first_byte = time.time()
     size = len(resp.read())
     ended = time.time()
+    sampling.set()
     time.sleep(0.5)
     stop.set()
     worker.join()
@@ -397,7 +412,8 @@ def cmd_backup_pause(a):
         "baselineP50Ms": float(ms(lats[len(lats) // 2])), "baselineMaxMs": float(ms(lats[-1])),
         "ordersDuringCut": len(overlapping),
         "longestWaitDuringCutMs": float(ms(max(overlapping, default=0))),
-        "non200During": sum(1 for _, _, s in during if s != 200)}))
+        "non200During": sum(1 for _, _, s in during if s != 200),
+        "serverRssBeforeMiB": round(rss_before, 1), "serverRssPeakDuringBackupMiB": round(peak[0], 1)}))
 
 
 def main():
@@ -423,6 +439,7 @@ def main():
     add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--credit", {"type": int, "default": 10**12}))
     add("backup-pause", cmd_backup_pause, ("--api-key", {"required": True}), ("--token", {"required": True}),
+        ("--server-pid", {"type": int, "default": 0}),
         ("--orders", {"type": int, "default": 100000}), ("--prefix", {"required": True}))
     add("fill-disk", cmd_fill_disk, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 4}),

@@ -55,7 +55,7 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
 async fn read_all(dir: &Path) -> Result<Vec<Record>, StoreError> {
     let store = open_embedded(dir, 64 << 20).await?;
     let records = match store.snapshot().await {
-        Ok(snapshot) => snapshot.collect::<Result<Vec<Record>, StoreError>>(),
+        Ok(snapshot) => snapshot.collect().await,
         Err(e) => Err(e),
     };
     store.stop().await;

@@ -22,12 +22,12 @@ const CHUNK: usize = 64 * 1024;
     security(("admin_token" = []))
 )]
 pub async fn backup(_admin: Admin, store: StoreData) -> Result<HttpResponse, ApiError> {
-    let snapshot = store.snapshot().await?;
+    let mut snapshot = store.snapshot().await?;
     let (chunks, received) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     // Encoding is CPU work over records already cut: off the executor, at the reader's pace.
     tokio::task::spawn_blocking(move || {
         let (mut writer, mut chunk) = Writer::start(now_millis());
-        for record in snapshot {
+        while let Some(record) = snapshot.blocking_next() {
             match record {
                 Ok(record) => chunk.extend(writer.record(record)),
                 Err(e) => {

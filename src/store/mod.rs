@@ -18,6 +18,7 @@ pub mod postgres;
 mod records;
 /// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
 pub mod sled;
+mod snapshot;
 /// The rows each write other than an order leaves, decided for every engine.
 mod writes;
 
@@ -37,9 +38,10 @@ use crate::domain::time::Millis;
 pub use records::{
     checked_counts, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery,
     KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord,
-    ProviderRefusal, Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot,
-    StoredResponse, Taken,
+    ProviderRefusal, Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, StoredResponse,
+    Taken,
 };
+pub use snapshot::{Producer, Snapshot};
 
 /// Why a call on the port did not complete, by what the caller can do about it. Every variant
 /// is the opaque 500 on the wire (SPEC 20); they differ in whether the same call may succeed

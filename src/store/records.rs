@@ -278,9 +278,6 @@ pub struct ProviderPaymentRecord {
     pub received_at: Millis,
 }
 
-/// A consistent snapshot, read record by record (off the async executor).
-pub type Snapshot = Box<dyn Iterator<Item = Result<Record, crate::store::StoreError>> + Send>;
-
 /// Records restored per kind, as `orderly restore` prints them.
 pub type RestoreCounts = std::collections::BTreeMap<&'static str, u64>;
 

@@ -307,3 +307,45 @@ async fn a_restore_killed_at_any_instant_leaves_the_target_as_it_was_and_the_nex
         assert_eq!(orders_in(&target, &database), 400, "trial {trial}");
     }
 }
+
+#[tokio::test]
+async fn a_backup_many_times_its_read_ahead_streams_every_record_and_leaves_no_file_behind() {
+    let app = spawn_app_with(&["--fulfillment-delay", "1h"]).await;
+    let p = app.partner_with_balance(1_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    // Four records per order (the order, its ledger entry, its event, its key), far more
+    // than the 256 records a snapshot reads ahead of the stream.
+    for chunk in 0..10 {
+        let keys: Vec<String> = (0..40).map(|i| format!("ahead-{chunk}-{i}")).collect();
+        join_all(
+            keys.iter()
+                .map(|key| app.post_order(Some(&p.api_key), Some(key), &body)),
+        )
+        .await;
+    }
+    let beside = |app: &TestApp| -> Vec<String> {
+        let parent = app.data_dir.parent().expect("the data dir has a parent");
+        std::fs::read_dir(parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.contains("orderly-backup"))
+            .collect()
+    };
+
+    let backup = backup_of(&app).await;
+    let last = backup
+        .split(|&b| b == b'\n')
+        .rfind(|l| !l.is_empty())
+        .unwrap();
+    let end: Value = serde_json::from_slice(last).unwrap();
+    assert_eq!(end["kind"], "end");
+    assert_eq!(end["counts"]["order"], 400);
+    assert_eq!(
+        end["counts"]["ledger"],
+        400 + 1,
+        "the orders and the funding credit"
+    );
+    assert!(end["counts"]["idempotencyKey"].as_u64().unwrap() >= 400);
+    // On sled the cut is spooled to a file beside the data directory, unlinked at once.
+    assert_eq!(beside(&app), Vec::<String>::new());
+}

@@ -1,114 +1,162 @@
-//! Snapshots and restores on PostgreSQL. A snapshot reads every table in one REPEATABLE READ,
-//! READ ONLY transaction: one instant, no write half in it, and no write waits for it. A
+//! Snapshots and restores on PostgreSQL. A snapshot streams every table from one REPEATABLE
+//! READ, READ ONLY transaction through cursors: one instant, no write half in it, no write
+//! waiting for it, and a page of rows in memory at a time. A
 //! restore checks the backup whole (`records::checked_counts`), writes every record into an
 //! empty database in one transaction and checks each kind's rows before it commits: all or
 //! nothing.
 
 use deadpool_postgres::{Object, Transaction};
 use futures_util::future::try_join_all;
-use tokio_postgres::IsolationLevel;
+use tokio_postgres::{IsolationLevel, Row};
 
 use super::codec;
 use super::reads::{row_counts, TABLES};
 use super::rows;
-use super::tx::{query, Fault};
+use super::tx::Fault;
 use crate::store::records::{checked_counts, verify_counts};
-use crate::store::{Record, RestoreCounts, StoreError};
+use crate::store::{Producer, Record, RestoreCounts, StoreError};
 
 /// Records written per round trip of a restore.
 const RESTORE_BATCH: usize = 256;
+/// Rows a backup's cursor fetches per round trip.
+const FETCH: i32 = 512;
 
-pub async fn snapshot(client: &mut Object) -> Result<Vec<Record>, Fault> {
+/// One table of a backup: its query and how a row becomes a record.
+struct Table {
+    sql: String,
+    record: fn(&Row) -> Result<Record, StoreError>,
+}
+
+/// Every table, in the order of the backup.
+fn tables() -> [Table; 11] {
+    [
+        Table {
+            sql: format!(
+                "SELECT {}, COALESCE(b.available, 0) AS available FROM accounts a
+                 LEFT JOIN balances b ON b.account_id = a.id ORDER BY a.id",
+                codec::ACCOUNT
+            ),
+            record: |row| {
+                Ok(Record::Account {
+                    account: codec::account(row)?,
+                    balance: row.get("available"),
+                })
+            },
+        },
+        Table {
+            sql: format!("SELECT {} FROM api_keys k ORDER BY k.hash", codec::API_KEY),
+            record: |row| {
+                let (hash, record) = codec::api_key(row)?;
+                Ok(Record::ApiKey { hash, record })
+            },
+        },
+        Table {
+            sql: format!("SELECT {} FROM products ORDER BY id", codec::PRODUCT),
+            record: |row| Ok(Record::Product(codec::product(row)?)),
+        },
+        Table {
+            sql: format!("SELECT {} FROM orders ORDER BY id", codec::ORDER),
+            record: |row| Ok(Record::Order(codec::order(row)?)),
+        },
+        Table {
+            sql: format!(
+                "SELECT {} FROM ledger ORDER BY account_id, id",
+                codec::LEDGER
+            ),
+            record: |row| {
+                Ok(Record::Ledger {
+                    account: codec::account_id(row.get("account_id"))?,
+                    entry: codec::ledger(row)?,
+                })
+            },
+        },
+        Table {
+            sql: "SELECT id, order_id, amount, reason, created_at FROM refunds ORDER BY id".into(),
+            record: |row| Ok(Record::Refund(codec::refund(row)?)),
+        },
+        Table {
+            sql: "SELECT snapshot FROM events ORDER BY account_id, id".into(),
+            record: |row| Ok(Record::Event(codec::event(row)?)),
+        },
+        Table {
+            sql: "SELECT event_id, due_at, account_id, url, attempt FROM outbox
+                  ORDER BY due_at, event_id"
+                .into(),
+            record: |row| {
+                let (due_at, delivery) = codec::delivery(row)?;
+                Ok(Record::Delivery { due_at, delivery })
+            },
+        },
+        Table {
+            sql: "SELECT provider, external_id, txn_id, account_id, amount, received_at
+                  FROM provider_payments ORDER BY provider, external_id"
+                .into(),
+            record: |row| Ok(Record::ProviderPayment(codec::provider_payment(row)?)),
+        },
+        Table {
+            sql: format!(
+                "SELECT account_id, key, {} FROM idempotency_keys ORDER BY account_id, key",
+                codec::KEY_ROW
+            ),
+            record: |row| {
+                Ok(Record::IdempotencyKey {
+                    account: codec::account_id(row.get("account_id"))?,
+                    key: row.get("key"),
+                    record: codec::key_record(row)?,
+                })
+            },
+        },
+        Table {
+            sql: "SELECT event_id, log FROM delivery_logs ORDER BY event_id".into(),
+            record: |row| {
+                Ok(Record::DeliveryLog {
+                    event_id: row.get("event_id"),
+                    log: codec::json(row, "log")?,
+                })
+            },
+        },
+    ]
+}
+
+/// Streams every table into `producer` from one REPEATABLE READ, READ ONLY transaction (one
+/// instant, no write half in it, no write waiting for it), through a cursor per table that
+/// fetches `FETCH` rows at a time: memory holds a page, whatever the database's size.
+pub async fn stream(mut client: Object, producer: Producer) {
+    match stream_tables(&mut client, &producer).await {
+        Ok(true) => producer.finish().await,
+        // The reader went away, or was sent the error that ends the snapshot.
+        Ok(false) => {}
+        Err(fault) => {
+            producer.send(Err(fault.into())).await;
+        }
+    }
+}
+
+async fn stream_tables(client: &mut Object, producer: &Producer) -> Result<bool, Fault> {
     let tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
         .await?;
-    let mut records = Vec::new();
-    let sql = format!(
-        "SELECT {}, COALESCE(b.available, 0) AS available FROM accounts a
-         LEFT JOIN balances b ON b.account_id = a.id ORDER BY a.id",
-        codec::ACCOUNT
-    );
-    for row in query(&tx, &sql, &[]).await? {
-        records.push(Record::Account {
-            account: codec::account(&row)?,
-            balance: row.get("available"),
-        });
-    }
-    let sql = format!("SELECT {} FROM api_keys k ORDER BY k.hash", codec::API_KEY);
-    for row in query(&tx, &sql, &[]).await? {
-        let (hash, record) = codec::api_key(&row)?;
-        records.push(Record::ApiKey { hash, record });
-    }
-    let sql = format!("SELECT {} FROM products ORDER BY id", codec::PRODUCT);
-    for row in query(&tx, &sql, &[]).await? {
-        records.push(Record::Product(codec::product(&row)?));
-    }
-    let sql = format!("SELECT {} FROM orders ORDER BY id", codec::ORDER);
-    for row in query(&tx, &sql, &[]).await? {
-        records.push(Record::Order(codec::order(&row)?));
-    }
-    let sql = format!(
-        "SELECT {} FROM ledger ORDER BY account_id, id",
-        codec::LEDGER
-    );
-    for row in query(&tx, &sql, &[]).await? {
-        records.push(Record::Ledger {
-            account: codec::account_id(row.get("account_id"))?,
-            entry: codec::ledger(&row)?,
-        });
-    }
-    let sql = "SELECT id, order_id, amount, reason, created_at FROM refunds ORDER BY id";
-    for row in query(&tx, sql, &[]).await? {
-        records.push(Record::Refund(codec::refund(&row)?));
-    }
-    for row in query(
-        &tx,
-        "SELECT snapshot FROM events ORDER BY account_id, id",
-        &[],
-    )
-    .await?
-    {
-        records.push(Record::Event(codec::event(&row)?));
-    }
-    let sql =
-        "SELECT event_id, due_at, account_id, url, attempt FROM outbox ORDER BY due_at, event_id";
-    for row in query(&tx, sql, &[]).await? {
-        let (due_at, delivery) = codec::delivery(&row)?;
-        records.push(Record::Delivery { due_at, delivery });
-    }
-    let sql = "SELECT provider, external_id, txn_id, account_id, amount, received_at
-               FROM provider_payments ORDER BY provider, external_id";
-    for row in query(&tx, sql, &[]).await? {
-        records.push(Record::ProviderPayment(codec::provider_payment(&row)?));
-    }
-    let sql = format!(
-        "SELECT account_id, key, {} FROM idempotency_keys ORDER BY account_id, key",
-        codec::KEY_ROW
-    );
-    for row in query(&tx, &sql, &[]).await? {
-        records.push(Record::IdempotencyKey {
-            account: codec::account_id(row.get("account_id"))?,
-            key: row.get("key"),
-            record: codec::key_record(&row)?,
-        });
-    }
-    for row in query(
-        &tx,
-        "SELECT event_id, log FROM delivery_logs ORDER BY event_id",
-        &[],
-    )
-    .await?
-    {
-        records.push(Record::DeliveryLog {
-            event_id: row.get("event_id"),
-            log: codec::json(&row, "log")?,
-        });
+    for table in tables() {
+        let portal = tx.bind(table.sql.as_str(), &[]).await?;
+        loop {
+            let rows = tx.query_portal(&portal, FETCH).await?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let record = (table.record)(row);
+                let failed = record.is_err();
+                if !producer.send(record).await || failed {
+                    return Ok(false);
+                }
+            }
+        }
     }
     tx.commit().await?;
-    Ok(records)
+    Ok(true)
 }
 
 async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {

@@ -382,8 +382,10 @@ impl Store for PgStore {
     }
 
     async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let records = settled(retried!(self, |c| backup::snapshot(&mut c)))?;
-        Ok(Box::new(records.into_iter().map(Ok)))
+        let client = settled(self.client().await)?;
+        let (producer, snapshot) = Snapshot::channel();
+        tokio::spawn(backup::stream(client, producer));
+        Ok(snapshot)
     }
 
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {

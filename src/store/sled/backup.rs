@@ -1,11 +1,19 @@
-//! Snapshots and restores on sled. A snapshot is a raw copy of every tree that holds records
-//! (indexes are left out and rebuilt), taken as one job on the writer thread: no write can be
-//! half in it, and writes wait only for the copy (cheap: sled's values are shared, not
-//! copied), not for the decoding and streaming that follow. A restore writes every record and
-//! the indexes they imply (the backup checked whole first, `records::checked_counts`), then
-//! checks that each kind's rows are as many as its records.
+//! Snapshots and restores on sled.
+//!
+//! sled has no snapshots, so a cut is taken as one job on the writer thread (no write can be
+//! half in it): every tree that holds records (indexes are left out and rebuilt) is copied,
+//! key and value as stored, into a spool file beside the data directory, unlinked as soon as
+//! it is created so that nothing is left behind by a crash. Writes wait for that copy, a
+//! sequential write into the page cache; the decoding and streaming that follow read the
+//! spool at the reader's pace, holding a few records in memory, whatever the database's size.
+//!
+//! A restore writes every record and the indexes they imply (the backup checked whole first,
+//! `records::checked_counts`), then checks that each kind's rows are as many as its records.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::path::Path;
 
 use super::codec;
 use super::events::{event_id, outbox_key};
@@ -19,28 +27,53 @@ use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::product::Product;
-use crate::store::{KeyRecord, ProviderPaymentRecord, Record, Snapshot, StoreError};
+use crate::store::{KeyRecord, Producer, ProviderPaymentRecord, Record, StoreError};
 
-type Rows = Vec<(sled::IVec, sled::IVec)>;
-
-/// Every record-holding tree, copied at one instant.
-pub struct RawCut {
-    accounts: Rows,
-    balances: Rows,
-    api_keys: Rows,
-    products: Rows,
-    orders: Rows,
-    ledger: Rows,
-    refunds: Rows,
-    events: Rows,
-    outbox: Rows,
-    provider_payments: Rows,
-    idem_keys: Rows,
-    delivery_logs: Rows,
+/// The trees a cut copies, in the order of the spool (balances first: each account's record
+/// carries its balance) and so of the backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Spooled {
+    Balance,
+    Account,
+    ApiKey,
+    Product,
+    Order,
+    Ledger,
+    Refund,
+    Event,
+    Outbox,
+    ProviderPayment,
+    IdempotencyKey,
+    DeliveryLog,
 }
 
-fn rows(tree: &sled::Tree) -> Result<Rows, StoreError> {
-    Ok(tree.iter().collect::<Result<Rows, _>>()?)
+const SPOOLED: [Spooled; 12] = [
+    Spooled::Balance,
+    Spooled::Account,
+    Spooled::ApiKey,
+    Spooled::Product,
+    Spooled::Order,
+    Spooled::Ledger,
+    Spooled::Refund,
+    Spooled::Event,
+    Spooled::Outbox,
+    Spooled::ProviderPayment,
+    Spooled::IdempotencyKey,
+    Spooled::DeliveryLog,
+];
+
+/// One row as spooled: its tree, key and value.
+type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);
+
+/// A cut on disk: `tree ‖ len(key) ‖ key ‖ len(value) ‖ value` per row, lengths as u32 LE.
+pub struct Spool {
+    file: BufReader<File>,
+}
+
+/// Spool trouble is the backup's, not the database's: refused, and the store goes on.
+fn spool_error(e: io::Error) -> StoreError {
+    StoreError::Unavailable(format!("spooling the backup: {e}"))
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -53,29 +86,47 @@ fn account_of(key: &[u8]) -> Result<AccountId, StoreError> {
         .ok_or_else(|| corrupt("a per-account row"))
 }
 
-fn decoded<T: serde::de::DeserializeOwned>(
-    rows: Rows,
-    make: impl Fn(&[u8], T) -> Result<Record, StoreError> + Send + 'static,
-) -> impl Iterator<Item = Result<Record, StoreError>> + Send {
-    rows.into_iter()
-        .map(move |(key, value)| make(&key, codec::decode::<T>(&value)?))
-}
-
 impl Trees {
-    pub fn raw_cut(&self) -> Result<RawCut, StoreError> {
-        Ok(RawCut {
-            accounts: rows(&self.accounts)?,
-            balances: rows(&self.balances)?,
-            api_keys: rows(&self.api_keys)?,
-            products: rows(&self.products)?,
-            orders: rows(&self.orders)?,
-            ledger: rows(&self.ledger)?,
-            refunds: rows(&self.refunds)?,
-            events: rows(&self.events)?,
-            outbox: rows(&self.outbox)?,
-            provider_payments: rows(&self.provider_payments)?,
-            idem_keys: rows(&self.idem_keys)?,
-            delivery_logs: rows(&self.delivery_logs)?,
+    fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
+        match tree {
+            Spooled::Balance => &self.balances,
+            Spooled::Account => &self.accounts,
+            Spooled::ApiKey => &self.api_keys,
+            Spooled::Product => &self.products,
+            Spooled::Order => &self.orders,
+            Spooled::Ledger => &self.ledger,
+            Spooled::Refund => &self.refunds,
+            Spooled::Event => &self.events,
+            Spooled::Outbox => &self.outbox,
+            Spooled::ProviderPayment => &self.provider_payments,
+            Spooled::IdempotencyKey => &self.idem_keys,
+            Spooled::DeliveryLog => &self.delivery_logs,
+        }
+    }
+
+    /// Copies every record-holding tree into a spool file created (and at once unlinked) in
+    /// `beside`. Run as one writer job: the copy is one instant.
+    pub fn spool_cut(&self, beside: &Path) -> Result<Spool, StoreError> {
+        let name = format!(".orderly-backup-{}.spool", crate::domain::ids::random_hex());
+        let path = beside.join(name);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(spool_error)?;
+        std::fs::remove_file(&path).map_err(spool_error)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        for tree in SPOOLED {
+            for row in self.spooled_tree(tree).iter() {
+                let (key, value) = row?;
+                write_row(&mut out, tree, &key, &value).map_err(spool_error)?;
+            }
+        }
+        let mut file = out.into_inner().map_err(|e| spool_error(e.into_error()))?;
+        file.rewind().map_err(spool_error)?;
+        Ok(Spool {
+            file: BufReader::with_capacity(1 << 20, file),
         })
     }
 
@@ -209,79 +260,127 @@ impl Trees {
     }
 }
 
-impl RawCut {
-    /// The records, decoded one at a time as they are read.
-    pub fn into_records(self) -> Snapshot {
-        let balances: HashMap<sled::IVec, sled::IVec> = self.balances.into_iter().collect();
-        let accounts = decoded(self.accounts, move |key, account: Account| {
-            let balance = match balances.get(key) {
-                Some(bytes) => codec::decode(bytes)?,
-                None => 0,
+fn write_row(out: &mut impl Write, tree: Spooled, key: &[u8], value: &[u8]) -> io::Result<()> {
+    let length = |bytes: &[u8]| {
+        u32::try_from(bytes.len())
+            .map(u32::to_le_bytes)
+            .map_err(|_| io::Error::other("a value over 4 GiB"))
+    };
+    out.write_all(&[tree as u8])?;
+    out.write_all(&length(key)?)?;
+    out.write_all(key)?;
+    out.write_all(&length(value)?)?;
+    out.write_all(value)
+}
+
+impl Spool {
+    /// The next row, `None` at the end of the spool.
+    fn row(&mut self) -> Result<Option<SpooledRow>, StoreError> {
+        let mut tag = [0u8; 1];
+        match self.file.read_exact(&mut tag) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(spool_error(e)),
+        }
+        let tree = *SPOOLED
+            .get(tag[0] as usize)
+            .ok_or_else(|| StoreError::Corrupt("the backup spool is damaged".into()))?;
+        let mut bytes = || -> Result<Vec<u8>, StoreError> {
+            let mut length = [0u8; 4];
+            self.file.read_exact(&mut length).map_err(spool_error)?;
+            let mut bytes = vec![0u8; u32::from_le_bytes(length) as usize];
+            self.file.read_exact(&mut bytes).map_err(spool_error)?;
+            Ok(bytes)
+        };
+        let key = bytes()?;
+        let value = bytes()?;
+        Ok(Some((tree, key, value)))
+    }
+
+    /// Decodes the spool record by record into `producer`, at the reader's pace. Stops when
+    /// the reader goes away; an error ends the snapshot with it.
+    pub fn stream_into(mut self, producer: Producer) {
+        let mut balances: HashMap<Vec<u8>, i64> = HashMap::new();
+        loop {
+            let record = match self.row() {
+                Ok(None) => return producer.blocking_finish(),
+                Ok(Some((Spooled::Balance, key, value))) => match codec::decode(&value) {
+                    Ok(balance) => {
+                        balances.insert(key, balance);
+                        continue;
+                    }
+                    Err(e) => Err(StoreError::from(e)),
+                },
+                Ok(Some((tree, key, value))) => record(tree, &key, &value, &balances),
+                Err(e) => Err(e),
             };
-            Ok(Record::Account { account, balance })
-        });
-        let api_keys = decoded(self.api_keys, |key, record: ApiKeyRecord| {
-            let hash = key.try_into().map_err(|_| corrupt("an api key row"))?;
-            Ok(Record::ApiKey { hash, record })
-        });
-        let products = decoded(self.products, |_, p: Product| Ok(Record::Product(p)));
-        let orders = decoded(self.orders, |_, o: Order| Ok(Record::Order(o)));
-        let ledger = decoded(self.ledger, |key, entry: LedgerEntry| {
-            Ok(Record::Ledger {
-                account: account_of(key)?,
-                entry,
-            })
-        });
-        let refunds = decoded(self.refunds, |_, r: Refund| Ok(Record::Refund(r)));
-        let events = decoded(self.events, |_, e: Event| Ok(Record::Event(e)));
-        let outbox = decoded(self.outbox, |key, delivery: Delivery| {
-            let due_at = key
+            let failed = record.is_err();
+            if !producer.blocking_send(record) || failed {
+                return;
+            }
+        }
+    }
+}
+
+/// One spooled row as the record it stores.
+fn record(
+    tree: Spooled,
+    key: &[u8],
+    value: &[u8],
+    balances: &HashMap<Vec<u8>, i64>,
+) -> Result<Record, StoreError> {
+    Ok(match tree {
+        Spooled::Balance => unreachable!("balances are folded into their accounts"),
+        Spooled::Account => Record::Account {
+            account: codec::decode::<Account>(value)?,
+            balance: balances.get(key).copied().unwrap_or(0),
+        },
+        Spooled::ApiKey => Record::ApiKey {
+            hash: key.try_into().map_err(|_| corrupt("an api key row"))?,
+            record: codec::decode::<ApiKeyRecord>(value)?,
+        },
+        Spooled::Product => Record::Product(codec::decode::<Product>(value)?),
+        Spooled::Order => Record::Order(codec::decode::<Order>(value)?),
+        Spooled::Ledger => Record::Ledger {
+            account: account_of(key)?,
+            entry: codec::decode::<LedgerEntry>(value)?,
+        },
+        Spooled::Refund => Record::Refund(codec::decode::<Refund>(value)?),
+        Spooled::Event => Record::Event(codec::decode::<Event>(value)?),
+        Spooled::Outbox => Record::Delivery {
+            due_at: key
                 .get(..8)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_be_bytes)
-                .ok_or_else(|| corrupt("an outbox row"))?;
-            Ok(Record::Delivery { due_at, delivery })
-        });
-        let payments = decoded(self.provider_payments, |key, p: ProviderPayment| {
+                .ok_or_else(|| corrupt("an outbox row"))?,
+            delivery: codec::decode::<Delivery>(value)?,
+        },
+        Spooled::ProviderPayment => {
             let (provider, external_id) = split_payment_key(key)?;
-            Ok(Record::ProviderPayment(ProviderPaymentRecord {
+            let p = codec::decode::<ProviderPayment>(value)?;
+            Record::ProviderPayment(ProviderPaymentRecord {
                 provider,
                 external_id,
                 txn_id: p.txn_id,
                 account: p.account_id,
                 amount: p.amount,
                 received_at: p.received_at,
-            }))
-        });
-        let keys = decoded(self.idem_keys, |key, record: KeyRecord| {
-            let text = std::str::from_utf8(&key[16..]).map_err(|_| corrupt("a key row"))?;
-            Ok(Record::IdempotencyKey {
-                account: account_of(key)?,
-                key: text.to_string(),
-                record,
             })
-        });
-        let logs = decoded(self.delivery_logs, |key, log: DeliveryLog| {
-            let id = Id::from_bytes(IdKind::Event, key).ok_or_else(|| corrupt("a delivery log"))?;
-            Ok(Record::DeliveryLog {
-                event_id: id.to_string(),
-                log,
-            })
-        });
-        Box::new(
-            accounts
-                .chain(api_keys)
-                .chain(products)
-                .chain(orders)
-                .chain(ledger)
-                .chain(refunds)
-                .chain(events)
-                .chain(outbox)
-                .chain(payments)
-                .chain(keys)
-                .chain(logs),
-        )
-    }
+        }
+        Spooled::IdempotencyKey => Record::IdempotencyKey {
+            account: account_of(key)?,
+            key: std::str::from_utf8(key.get(16..).ok_or_else(|| corrupt("a key row"))?)
+                .map_err(|_| corrupt("a key row"))?
+                .to_string(),
+            record: codec::decode::<KeyRecord>(value)?,
+        },
+        Spooled::DeliveryLog => Record::DeliveryLog {
+            event_id: Id::from_bytes(IdKind::Event, key)
+                .ok_or_else(|| corrupt("a delivery log"))?
+                .to_string(),
+            log: codec::decode::<DeliveryLog>(value)?,
+        },
+    })
 }
 
 /// `len(provider) ‖ provider ‖ provider's id` back into its two parts.

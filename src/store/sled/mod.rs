@@ -89,7 +89,13 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         Arc::clone(&visibility),
         options.flush_hook,
     );
+    // Beside the data directory, on its filesystem: a backup's spool is as large as the data.
+    let spool_dir = match options.path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
     Ok(Arc::new(SledStore {
+        spool_dir,
         trees,
         writer,
         visibility,
@@ -100,6 +106,8 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
 
 struct SledStore {
     trees: Arc<Trees>,
+    /// Where a backup spools its cut.
+    spool_dir: PathBuf,
     writer: Writer,
     visibility: Arc<Visibility>,
     /// API keys already authenticated: a hit saves two point reads, their decoding and the
@@ -470,8 +478,14 @@ impl Store for SledStore {
 
     async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         // The cut is one writer job: writes queue behind the copy, not behind the reading.
-        let cut = self.writer.write(|b| b.trees.raw_cut()).await?;
-        Ok(cut.into_records())
+        let beside = self.spool_dir.clone();
+        let spool = self
+            .writer
+            .write(move |b| b.trees.spool_cut(&beside))
+            .await?;
+        let (producer, snapshot) = Snapshot::channel();
+        tokio::task::spawn_blocking(move || spool.stream_into(producer));
+        Ok(snapshot)
     }
 
     async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
