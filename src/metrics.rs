@@ -45,6 +45,8 @@ pub struct Metrics {
     pub blob_files_synced: Counter,
     pub webhook_attempts: Counter,
     pub webhook_failures: Counter,
+    /// Callbacks that will not be attempted again (410, the schedule spent, a URL refused).
+    pub webhook_given_up: Counter,
     pub sweeper_deleted: Counter,
     pub worker_panics: Family<WorkerLabels, Counter>,
 }
@@ -118,6 +120,12 @@ impl Default for Metrics {
             "Callback attempts that did not get a 2xx",
             webhook_failures.clone(),
         );
+        let webhook_given_up = Counter::default();
+        registry.register(
+            "webhook_given_up",
+            "Callbacks given up: a 410 Gone, the retry schedule spent, or a callback URL refused",
+            webhook_given_up.clone(),
+        );
         let sweeper_deleted = Counter::default();
         registry.register(
             "sweeper_deleted_keys",
@@ -144,6 +152,7 @@ impl Default for Metrics {
             blob_files_synced,
             webhook_attempts,
             webhook_failures,
+            webhook_given_up,
             sweeper_deleted,
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 use crate::domain::account::Account;
-use crate::domain::event::{DeliveryEnd, DeliveryLog, Event};
+use crate::domain::event::{DeliveryLog, DeliveryState, Event};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{BalanceView, Order, Refund};
 use crate::domain::product::Product;
@@ -211,20 +211,16 @@ pub struct AdminEventJson<'a> {
 
 impl<'a> AdminEventJson<'a> {
     pub fn new(event: &'a Event, log: Option<&'a DeliveryLog>) -> Self {
-        let has_callback = event.order.callback_url.is_some();
-        let (delivery, next) = match log {
-            _ if !has_callback => ("none", None),
+        let state = DeliveryState::of(event, log);
+        let next = match state {
             // The first attempt is due when the event is made.
-            None => ("pending", Some(event.created_at)),
-            Some(log) => match log.ended {
-                Some(DeliveryEnd::Delivered) => ("delivered", None),
-                Some(DeliveryEnd::GivenUp) => ("given_up", None),
-                None => ("retrying", log.next_attempt_at),
-            },
+            DeliveryState::Pending => Some(event.created_at),
+            DeliveryState::Retrying => log.and_then(|l| l.next_attempt_at),
+            _ => None,
         };
         AdminEventJson {
             event: event.into(),
-            delivery,
+            delivery: state.as_str(),
             next_attempt_at: next.map(rfc3339),
             deliveries: log
                 .map(|l| {

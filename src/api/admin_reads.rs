@@ -6,13 +6,16 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::account::transactions_of;
 use super::admin::account_id;
-use super::events::events_of;
+use super::events::events_after;
 use super::extract::Admin;
-use super::lists::ListQuery;
+use super::lists::{query_error, ListQuery};
 use super::orders::orders_of;
 use super::{json_response, StoreData};
-use crate::domain::ids::AccountId;
+use crate::domain::event::{DeliveryLog, DeliveryState, Event};
+use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::limits::MAX_PAGE;
 use crate::error::{ApiError, ErrorEnvelope};
+use crate::store::{Page, Store};
 use crate::views::{
     to_json, AccountList, AccountSummaryJson, AdminEventJson, AdminEventList, OrderList,
     TransactionList,
@@ -77,8 +80,8 @@ pub async fn account_transactions(
 
 #[utoipa::path(
     get, path = "/admin/accounts/{id}/events", tag = "admin", summary = "List an account's events and their callbacks",
-    params(("id" = String, Path, description = "acc_…"), ("after" = Option<String>, Query, description = "Only events after this one (evt_…), exclusive"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)")),
-    responses((status = 200, description = "As GET /b2b/events lists them, each with its callback's state and attempts", body = AdminEventList), (status = 404, description = "account_not_found", body = ErrorEnvelope)),
+    params(("id" = String, Path, description = "acc_…"), ("after" = Option<String>, Query, description = "Only events after this one (evt_…), exclusive"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("delivery" = Option<String>, Query, description = "Only events whose callback is in this state: none, pending, delivered, retrying or given_up. A page may then hold fewer than `limit` events and still have a nextCursor.")),
+    responses((status = 200, description = "As GET /b2b/events lists them, each with its callback's state and attempts", body = AdminEventList), (status = 404, description = "account_not_found", body = ErrorEnvelope), (status = 422, description = "A bad limit, after or delivery", body = ErrorEnvelope)),
     security(("admin_token" = []))
 )]
 pub async fn account_events(
@@ -88,17 +91,86 @@ pub async fn account_events(
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
     let account = account_id(&**store, &path).await?;
-    let page = events_of(&**store, account, &req).await?;
-    let ids = page.items.iter().map(|e| e.id.clone()).collect();
-    let logs = store.delivery_logs(account, ids).await?;
+    let query = ListQuery::parse(&req)?;
+    let after = events_after(&query)?;
+    let wanted = match query.get("delivery").filter(|d| !d.is_empty()) {
+        None => None,
+        Some(text) => Some(DeliveryState::parse(text).ok_or_else(|| {
+            query_error(
+                "delivery",
+                "delivery must be one of none, pending, delivered, retrying, given_up",
+            )
+        })?),
+    };
+    let page = match wanted {
+        None => {
+            let page = store.events_page(account, after, query.limit).await?;
+            let ids = page.items.iter().map(|e| e.id.clone()).collect();
+            let logs = store.delivery_logs(account, ids).await?;
+            Page {
+                items: page.items.into_iter().zip(logs).collect(),
+                next_cursor: page.next_cursor,
+            }
+        }
+        Some(state) => filtered_events(&**store, account, after, query.limit, state).await?,
+    };
     Ok(json_response(to_json(&AdminEventList {
         success: true,
         events: page
             .items
             .iter()
-            .zip(&logs)
             .map(|(event, log)| AdminEventJson::new(event, log.as_ref()))
             .collect(),
         next_cursor: page.next_cursor.as_deref(),
     })))
+}
+
+/// Pages of events read per request of a filtered list: the work of one request stays
+/// bounded whatever the history, and the cursor says where the next one goes on.
+const FILTER_SCAN_PAGES: usize = 10;
+
+/// Up to `limit` events after `after` whose callback is in `state`, scanning at most
+/// `FILTER_SCAN_PAGES` pages of `MAX_PAGE`. The cursor is the last event looked at, unless
+/// the history ended.
+async fn filtered_events(
+    store: &dyn Store,
+    account: AccountId,
+    mut after: Option<Id>,
+    limit: usize,
+    state: DeliveryState,
+) -> Result<Page<(Event, Option<DeliveryLog>)>, ApiError> {
+    let mut items = Vec::new();
+    let mut last_seen: Option<String> = None;
+    for _ in 0..FILTER_SCAN_PAGES {
+        let page = store.events_page(account, after, MAX_PAGE).await?;
+        let ids = page.items.iter().map(|e| e.id.clone()).collect();
+        let logs = store.delivery_logs(account, ids).await?;
+        let count = page.items.len();
+        for (i, (event, log)) in page.items.into_iter().zip(logs).enumerate() {
+            last_seen = Some(event.id.clone());
+            if DeliveryState::of(&event, log.as_ref()) != state {
+                continue;
+            }
+            items.push((event, log));
+            if items.len() == limit {
+                let at_the_end = i + 1 == count && page.next_cursor.is_none();
+                let next_cursor = if at_the_end { None } else { last_seen };
+                return Ok(Page { items, next_cursor });
+            }
+        }
+        let Some(next) = page.next_cursor else {
+            return Ok(Page {
+                items,
+                next_cursor: None,
+            });
+        };
+        after = Some(
+            Id::parse(IdKind::Event, &next)
+                .ok_or_else(|| ApiError::Internal("an events page gave a bad cursor".into()))?,
+        );
+    }
+    Ok(Page {
+        items,
+        next_cursor: last_seen,
+    })
 }

@@ -38,12 +38,16 @@ pub(super) async fn events_of(
     req: &HttpRequest,
 ) -> Result<Page<Event>, ApiError> {
     let query = ListQuery::parse(req)?;
-    let after = match query.get("after").filter(|a| !a.is_empty()) {
-        Some(text) => Some(
-            Id::parse(IdKind::Event, text)
-                .ok_or_else(|| query_error("after", "after must be an event id (evt_…)"))?,
-        ),
-        None => query.id_cursor(IdKind::Event)?,
-    };
+    let after = events_after(&query)?;
     Ok(store.events_page(account, after, query.limit).await?)
+}
+
+/// Where a list of events starts: `after=` (an event id, exclusive), else the `cursor`.
+pub(super) fn events_after(query: &ListQuery) -> Result<Option<Id>, ApiError> {
+    match query.get("after").filter(|a| !a.is_empty()) {
+        Some(text) => Ok(Some(Id::parse(IdKind::Event, text).ok_or_else(|| {
+            query_error("after", "after must be an event id (evt_…)")
+        })?)),
+        None => query.id_cursor(IdKind::Event),
+    }
 }

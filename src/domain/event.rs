@@ -70,6 +70,57 @@ pub struct DeliveryLog {
     pub ended: Option<DeliveryEnd>,
 }
 
+/// Where an event's callback stands, as the admin lists show and filter it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// The order has no callbackUrl: nothing to deliver.
+    None,
+    /// No attempt yet; the first is due when the event is made.
+    Pending,
+    Delivered,
+    /// Attempted, not delivered, another attempt due.
+    Retrying,
+    /// Not delivered, and no attempt will follow.
+    GivenUp,
+}
+
+impl DeliveryState {
+    pub const ALL: [DeliveryState; 5] = [
+        DeliveryState::None,
+        DeliveryState::Pending,
+        DeliveryState::Delivered,
+        DeliveryState::Retrying,
+        DeliveryState::GivenUp,
+    ];
+
+    /// The state of `event`'s callback, given its log (`None`: no attempt yet).
+    pub fn of(event: &Event, log: Option<&DeliveryLog>) -> Self {
+        if event.order.callback_url.is_none() {
+            return DeliveryState::None;
+        }
+        match log.map(|l| l.ended) {
+            None => DeliveryState::Pending,
+            Some(Some(DeliveryEnd::Delivered)) => DeliveryState::Delivered,
+            Some(Some(DeliveryEnd::GivenUp)) => DeliveryState::GivenUp,
+            Some(None) => DeliveryState::Retrying,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::None => "none",
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Retrying => "retrying",
+            DeliveryState::GivenUp => "given_up",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
 /// What became of one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeliveryOutcome {

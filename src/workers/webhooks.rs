@@ -74,8 +74,10 @@ enum Attempt {
         status: Option<u16>,
         error: Option<String>,
     },
-    /// Retrying cannot help (the URL is no longer acceptable, or the event is gone).
+    /// Retrying cannot help (the URL is no longer acceptable, the secret is malformed).
     GiveUp(String),
+    /// The receiver answered `410 Gone`: stop sending (Standard Webhooks), no further attempt.
+    Gone,
 }
 
 /// Deliveries in flight: by event, and how many per origin.
@@ -248,6 +250,7 @@ impl WebhookSender {
             Attempt::Delivered { status } => (Some(*status), None),
             Attempt::Retry { status, error, .. } => (*status, error.clone()),
             Attempt::GiveUp(why) => (None, Some(why.clone())),
+            Attempt::Gone => (Some(410), None),
         };
         let record = DeliveryAttempt {
             attempt: delivery.attempt,
@@ -266,6 +269,15 @@ impl WebhookSender {
             }
             Attempt::GiveUp(why) => {
                 log::warn!("webhook {} abandoned: {why}", delivery.event_id);
+                self.metrics.webhook_given_up.inc();
+                DeliveryOutcome::Finished
+            }
+            Attempt::Gone => {
+                log::warn!(
+                    "webhook {} abandoned: the receiver answered 410 Gone",
+                    delivery.event_id
+                );
+                self.metrics.webhook_given_up.inc();
                 DeliveryOutcome::Finished
             }
             Attempt::Retry { retry_after, .. } => {
@@ -286,6 +298,7 @@ impl WebhookSender {
                             delivery.event_id,
                             delivery.attempt
                         );
+                        self.metrics.webhook_given_up.inc();
                         DeliveryOutcome::Finished
                     }
                 }
@@ -324,6 +337,7 @@ impl WebhookSender {
             Ok(response) if response.status().is_success() => Attempt::Delivered {
                 status: response.status().as_u16(),
             },
+            Ok(response) if response.status() == reqwest::StatusCode::GONE => Attempt::Gone,
             Ok(response) => {
                 log::info!(
                     "webhook {} to {} answered {}",

@@ -25,4 +25,5 @@ mod providers;
 mod reads;
 mod replay;
 mod tls;
+mod webhook_ops;
 mod webhooks;
