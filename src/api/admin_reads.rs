@@ -14,7 +14,7 @@ use super::{json_response, StoreData};
 use crate::domain::event::{DeliveryLog, DeliveryState, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::limits::MAX_PAGE;
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::{ApiError, ErrorEnvelope, ValidationError};
 use crate::store::{Page, Store};
 use crate::views::{
     to_json, AccountList, AccountSummaryJson, AdminEventJson, AdminEventList, OrderList,
@@ -81,7 +81,7 @@ pub async fn account_transactions(
 #[utoipa::path(
     get, path = "/admin/accounts/{id}/events", tag = "admin", summary = "List an account's events and their callbacks",
     params(("id" = String, Path, description = "acc_…"), ("after" = Option<String>, Query, description = "Only events after this one (evt_…), exclusive"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("delivery" = Option<String>, Query, description = "Only events whose callback is in this state: none, pending, delivered, retrying or given_up. A page may then hold fewer than `limit` events and still have a nextCursor.")),
-    responses((status = 200, description = "As GET /b2b/events lists them, each with its callback's state and attempts", body = AdminEventList), (status = 404, description = "account_not_found", body = ErrorEnvelope), (status = 422, description = "A bad limit, after or delivery", body = ErrorEnvelope)),
+    responses((status = 200, description = "As GET /b2b/events lists them, each with its callback's state and attempts", body = AdminEventList), (status = 404, description = "account_not_found", body = ErrorEnvelope), (status = 422, description = "A bad limit, after or delivery", body = ValidationError)),
     security(("admin_token" = []))
 )]
 pub async fn account_events(
