@@ -6,7 +6,7 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, skip_on_postgres, spawn_app};
+use crate::helpers::{basket, metric, skip_on_postgres, spawn_app};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_acknowledged_order_survives_kill_9_and_replays_to_the_same_id() {
@@ -90,11 +90,4 @@ async fn an_order_with_300_kb_of_delivery_data_is_answered_after_its_large_value
     );
     let replay = app.post_order(Some(&p.api_key), Some("large"), &body).await;
     assert_eq!(replay.headers()["Idempotency-Replayed"], "true");
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }

@@ -319,6 +319,14 @@ pub struct Partner {
     pub api_key: String,
 }
 
+/// The sum of every sample of the metric `name` in `/metrics` text (all its label sets).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn basket(product: &str, quantity: u64, username: &str) -> Value {
     json!({ "items": [ { "productId": product, "quantity": quantity, "deliveryData": { "username": username } } ] })
 }

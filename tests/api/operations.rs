@@ -8,14 +8,7 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, spawn_app, spawn_app_with};
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+use crate::helpers::{basket, metric, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn metrics_count_a_replay_and_a_conflict() {

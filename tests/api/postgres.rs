@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, on_postgres, spawn_app, sql_i64, sql_on, start, TestDatabase};
+use crate::helpers::{
+    basket, maintenance_sql, on_postgres, spawn_app, sql_i64, sql_on, start, TestDatabase,
+};
 
 fn skip_on_sled(why: &str) -> bool {
     if !on_postgres() {
@@ -56,10 +58,13 @@ fn a_schema_newer_than_the_binary_stops_serve_and_migrate_with_one_line_and_exit
     }
 }
 
-/// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
-/// until the returned sender is dropped.
-fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
-    let (release, released) = mpsc::channel::<()>();
+/// Runs `hold` on a connection of its own to `url`, on a thread and runtime of its own, and
+/// returns once `hold` says (through its sender) that what it holds is held.
+fn in_own_session<Hold, Holding>(url: String, hold: Hold)
+where
+    Hold: FnOnce(tokio_postgres::Client, mpsc::Sender<()>) -> Holding + Send + 'static,
+    Holding: std::future::Future<Output = ()>,
+{
     let (ready, is_ready) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -67,23 +72,32 @@ fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                 .await
                 .unwrap();
             tokio::spawn(connection);
-            let tx = client.transaction().await.unwrap();
-            tx.execute(
-                "SELECT 1 FROM balances WHERE account_id = $1 FOR UPDATE",
-                &[&account],
-            )
-            .await
-            .unwrap();
-            ready.send(()).unwrap();
-            let _ = tokio::task::spawn_blocking(move || released.recv()).await;
-            tx.rollback().await.unwrap();
+            hold(client, ready).await;
         });
     });
     is_ready.recv().unwrap();
+}
+
+/// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
+/// until the returned sender is dropped.
+fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
+    let (release, released) = mpsc::channel::<()>();
+    in_own_session(url, move |mut client, ready| async move {
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            "SELECT 1 FROM balances WHERE account_id = $1 FOR UPDATE",
+            &[&account],
+        )
+        .await
+        .unwrap();
+        ready.send(()).unwrap();
+        let _ = tokio::task::spawn_blocking(move || released.recv()).await;
+        tx.rollback().await.unwrap();
+    });
     release
 }
 
@@ -326,4 +340,75 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
     app.assert_ledger_matches_balance(&p.api_key).await;
     drop(app);
     drop(own);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_whose_default_isolation_is_repeatable_read_still_takes_concurrent_orders_and_top_ups_of_one_account(
+) {
+    if skip_on_sled("PostgreSQL's isolation levels") {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let database = TestDatabase::create(&dir);
+    // What a DBA might set: every transaction that does not state its level would run so.
+    maintenance_sql(format!(
+        "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'",
+        database.name
+    ))
+    .unwrap();
+    let app = start(&dir, &[]);
+    let p = app.partner_with_balance(1_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let keys: Vec<String> = (0..40).map(|i| format!("hot-{i}")).collect();
+
+    // Orders and top-ups of one account at once: each write waits for the balance row that
+    // the one before it updated, which under REPEATABLE READ is a serialization failure.
+    let orders = futures::future::join_all(
+        keys.iter()
+            .map(|key| app.post_order(Some(&p.api_key), Some(key), &body)),
+    );
+    let credits = futures::future::join_all((0..40).map(|_| app.credit(&p.account_id, 100)));
+    let (answers, _) = futures::future::join(orders, credits).await;
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        1_000_000 - 999 * 40 + 100 * 40
+    );
+}
+
+/// Holds orderly's migration lock on `url` from a session of its own for `held`.
+fn hold_migration_lock(url: String, held: Duration) {
+    in_own_session(url, move |client, ready| async move {
+        // The constant of src/store/postgres/migrate.rs ("orderly").
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&0x006f_7264_6572_6c79_i64])
+            .await
+            .unwrap();
+        ready.send(()).unwrap();
+        tokio::time::sleep(held).await;
+    });
+}
+
+#[tokio::test]
+async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_instead_of_exiting() {
+    if skip_on_sled("PostgreSQL's migration lock") {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let database = TestDatabase::create(&dir);
+    // Longer than the session's lock_timeout (3 s), which used to end the wait with exit 1.
+    hold_migration_lock(database.url.clone(), Duration::from_secs(5));
+    let started = Instant::now();
+
+    let app = start(&dir, &[]);
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "listened after {:?}, while the lock was held",
+        started.elapsed()
+    );
+    let resp = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
 }

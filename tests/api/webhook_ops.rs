@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app_with, Partner, TestApp};
+use crate::helpers::{metric, spawn_app_with, Partner, TestApp};
 use crate::receiver::Receiver;
 
 const FAST_RETRIES: [&str; 5] = [
@@ -44,13 +44,6 @@ async fn until_listed(app: &TestApp, p: &Partner, query: &str, n: usize) -> Valu
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[tokio::test]

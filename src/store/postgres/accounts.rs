@@ -6,6 +6,7 @@ use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
 use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
+use super::tx::ReadCommitted;
 use super::tx::{execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::time::now_millis;
@@ -15,7 +16,7 @@ pub async fn credit(
     client: &mut Object,
     credit: &NewCredit,
 ) -> Result<Result<Vec<u8>, CreditRefusal>, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let account = credit.account.id;
     if let Some(claim) = &credit.claim {
         if let Some(row) = key_taken(&tx, &account, &claim.key).await? {
@@ -45,7 +46,7 @@ pub async fn record_provider_payment(
     client: &mut Object,
     payment: &ProviderCredit,
 ) -> Result<Result<Recorded, ProviderRefusal>, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let seen = query_opt(
         &tx,
         "SELECT 1 FROM provider_payments WHERE provider = $1 AND external_id = $2",

@@ -13,6 +13,7 @@ use super::codec;
 use super::reads::{row_counts, TABLES};
 use super::rows;
 use super::tx::Fault;
+use super::tx::ReadCommitted;
 use crate::store::records::{checked_counts, verify_counts};
 use crate::store::{Producer, Record, RestoreCounts, StoreError};
 
@@ -181,7 +182,7 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
 
 pub async fn restore(client: &mut Object, records: &[Record]) -> Result<RestoreCounts, Fault> {
     let counts = checked_counts(records)?;
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     if row_counts(&tx).await?.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
     }

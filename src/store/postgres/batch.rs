@@ -27,6 +27,7 @@ use tokio_postgres::error::SqlState;
 
 use super::codec;
 use super::rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
+use super::tx::ReadCommitted;
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
 use crate::domain::ids::AccountId;
 use crate::domain::order::Order;
@@ -205,7 +206,7 @@ async fn place_batch(
     client: &mut Object,
     orders: &[&NewOrder],
 ) -> Result<Vec<Result<Vec<u8>, OrderRefusal>>, Failure> {
-    let tx = client.transaction().await.map_err(before)?;
+    let tx = client.read_committed().await.map_err(before)?;
     let view = read_view(&tx, &Wants::of(orders))
         .await
         .map_err(Failure::BeforeCommit)?;

@@ -45,10 +45,14 @@ pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Confi
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30))
         .application_name(application_name)
-        // A commit is durable before it is acknowledged, whatever the server's default.
+        // A commit is durable before it is acknowledged, whatever the server's default; and
+        // a statement run on its own (the limiter's, a claim's) is READ COMMITTED as every
+        // write transaction states itself (`tx::ReadCommitted`), whatever a DBA set for the
+        // database or the role (startup options override both). The space is escaped.
         .options(format!(
             "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={} \
-             -c idle_in_transaction_session_timeout={}",
+             -c idle_in_transaction_session_timeout={} \
+             -c default_transaction_isolation=read\\ committed",
             LOCK_TIMEOUT.as_millis(),
             IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
         ));

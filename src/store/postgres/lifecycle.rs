@@ -12,6 +12,7 @@ use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
+use super::tx::ReadCommitted;
 use super::tx::{key_taken, lock_events, pipelined3, query, query_opt, Fault};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
@@ -107,7 +108,7 @@ pub async fn cancel_order(
     client: &mut Object,
     request: &CancelRequest,
 ) -> Result<Result<Vec<u8>, CancelRefusal>, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let account = request.account;
     if let Some(claim) = &request.claim {
         if let Some(row) = key_taken(&tx, &account, &claim.key).await? {
@@ -128,7 +129,7 @@ pub async fn refund_order(
     client: &mut Object,
     request: &RefundRequest,
 ) -> Result<Result<Vec<u8>, RefundRefusal>, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let account = request.account;
     if let Some(row) = key_taken(&tx, &account, &request.claim.key).await? {
         return Ok(Err(RefundRefusal::KeyTaken(row)));
@@ -151,7 +152,7 @@ pub async fn complete_due_orders(
     created_by: crate::domain::time::Millis,
     max: usize,
 ) -> Result<usize, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let sql = format!(
         "SELECT {} FROM orders WHERE status = 'Processing' AND created_at <= $1
          ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",

@@ -4,7 +4,11 @@
 //! whose recorded version is above the highest this binary knows is refused: it was
 //! migrated by a newer orderly, whose rows this one could misread.
 
+use std::time::{Duration, Instant};
+
 use deadpool_postgres::Object;
+
+use super::tx::ReadCommitted;
 
 /// `(version, SQL)`, in order.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -37,9 +41,7 @@ pub fn known_version() -> i32 {
 
 /// Applies every pending migration; returns the versions applied.
 pub async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
+    take_the_lock(client).await?;
     let outcome = apply_pending(client).await;
     // The lock is the session's: released here, or by the server if this connection dies.
     let unlocked = client
@@ -48,6 +50,33 @@ pub async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
     let applied = outcome?;
     unlocked?;
     Ok(applied)
+}
+
+/// How long an instance waits for another one's migrations before it gives up.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Takes the migration lock, waiting up to `LOCK_WAIT` for an instance that holds it. Polled
+/// with `pg_try_advisory_lock` rather than waited on: a blocking `pg_advisory_lock` would be
+/// cut off by the session's `lock_timeout` (3 s), and an instance starting beside a long
+/// migration would exit instead of waiting for it.
+async fn take_the_lock(client: &Object) -> Result<(), MigrateError> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let taken: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&MIGRATION_LOCK])
+            .await?
+            .get(0);
+        if taken {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(MigrateError::Database(format!(
+                "another instance has held the migration lock for {} s",
+                LOCK_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn apply_pending(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
@@ -72,7 +101,7 @@ async fn apply_pending(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
     }
     let mut applied = Vec::new();
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
-        let tx = client.transaction().await?;
+        let tx = client.read_committed().await?;
         tx.batch_execute(sql).await?;
         tx.execute(
             "INSERT INTO orderly_schema_migrations (version, applied_at) VALUES ($1, now())",

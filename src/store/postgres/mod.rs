@@ -50,7 +50,7 @@ use crate::store::{
     Recorded, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot, Store,
     StoreError,
 };
-use tx::{retried, Fault};
+use tx::{retried, Fault, ReadCommitted};
 
 /// How long `/readyz` waits for the database to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -192,7 +192,7 @@ impl Store for PgStore {
 
     async fn create_account(&self, account: Account) -> Result<(), StoreError> {
         settled(write!(self, |c| async {
-            let tx = c.transaction().await?;
+            let tx = c.read_committed().await?;
             rows::insert_account(&tx, &account, 0).await?;
             tx.commit().await?;
             Ok(())

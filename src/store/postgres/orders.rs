@@ -8,6 +8,7 @@ use deadpool_postgres::Object;
 
 use super::batch::{catalog, write_decisions, PRODUCTS_SQL};
 use super::rows::lock_balance;
+use super::tx::ReadCommitted;
 use super::tx::{key_taken, pipelined3, query, Fault};
 use crate::domain::time::now_millis;
 use crate::store::batch::{decide, OrderView, Wants};
@@ -17,7 +18,7 @@ pub async fn place_order(
     client: &mut Object,
     new: &NewOrder,
 ) -> Result<Result<Vec<u8>, OrderRefusal>, Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let account = new.account.id;
     let wants = Wants::of(&[new]);
     // Sent together: the key's lock and check, the catalog the lines are priced from, and

@@ -19,6 +19,7 @@ use tokio_postgres::types::ToSql;
 
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
+use super::tx::ReadCommitted;
 use super::tx::{execute, query, query_opt, Fault};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog};
 use crate::domain::time::Millis;
@@ -173,7 +174,7 @@ pub async fn settle_delivery(
     outcome: DeliveryOutcome,
     attempt: &DeliveryAttempt,
 ) -> Result<(), Fault> {
-    let tx = client.transaction().await?;
+    let tx = client.read_committed().await?;
     let event_id = &due.delivery.event_id;
     let (removed, found) = futures_util::future::try_join(
         execute(

@@ -2,10 +2,10 @@
 //! through the connection's statement cache, the lock that serializes the uses of one key,
 //! and the bounded retry of transactions that lost a serialization race or a deadlock.
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Object, Transaction};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
+use tokio_postgres::{IsolationLevel, Row};
 
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
@@ -15,6 +15,23 @@ use crate::store::{StoreError, Taken};
 pub const MAX_TRIES: u32 = 3;
 
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Every write transaction states its isolation level itself (`START TRANSACTION ISOLATION
+/// LEVEL READ COMMITTED`), whatever the server's or the role's default: money is serialized
+/// by orderly's row locks, and under a default of REPEATABLE READ each race on a hot account
+/// would be a serialization failure.
+pub trait ReadCommitted {
+    async fn read_committed(&mut self) -> Result<Transaction<'_>, tokio_postgres::Error>;
+}
+
+impl ReadCommitted for Object {
+    async fn read_committed(&mut self) -> Result<Transaction<'_>, tokio_postgres::Error> {
+        self.build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await
+    }
+}
 
 /// Why an operation did not complete.
 #[derive(Debug)]
