@@ -412,3 +412,47 @@ async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_inste
     let resp = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_in_progress_409_not_a_500(
+) {
+    if skip_on_sled("a key's lock held by another PostgreSQL session") {
+        return;
+    }
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    // The key's lock as another instance's first use would hold it: longer than every try.
+    let (release, released) = mpsc::channel::<()>();
+    let scoped = format!("{}busy", p.account_id);
+    in_own_session(
+        app.database_url().unwrap(),
+        move |mut client, ready| async move {
+            let tx = client.transaction().await.unwrap();
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&scoped],
+            )
+            .await
+            .unwrap();
+            ready.send(()).unwrap();
+            let _ =
+                tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
+                    .await;
+            tx.rollback().await.unwrap();
+        },
+    );
+
+    let resp = app.post_order(Some(&p.api_key), Some("busy"), &body).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        resp.text().await.unwrap(),
+        r#"{"success":false,"error":"Duplicate request in progress, retry later"}"#
+    );
+
+    // Nothing was written: once the key is free, the same request is its first use.
+    drop(release);
+    let resp = app.post_order(Some(&p.api_key), Some("busy"), &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers().get("Idempotency-Replayed").is_none());
+}

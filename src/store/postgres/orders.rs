@@ -9,7 +9,7 @@ use deadpool_postgres::Object;
 use super::batch::{catalog, write_decisions, PRODUCTS_SQL};
 use super::rows::lock_balance;
 use super::tx::ReadCommitted;
-use super::tx::{key_taken, pipelined3, query, Fault};
+use super::tx::{first_cause, key_taken, query, Fault};
 use crate::domain::time::now_millis;
 use crate::store::batch::{decide, OrderView, Wants};
 use crate::store::{NewOrder, OrderRefusal};
@@ -23,12 +23,22 @@ pub async fn place_order(
     let wants = Wants::of(&[new]);
     // Sent together: the key's lock and check, the catalog the lines are priced from, and
     // the balance row, locked to the commit.
-    let (taken, rows, balance) = pipelined3(
+    let (taken, rows, balance) = futures_util::future::join3(
         key_taken(&tx, &account, &new.claim.key),
         query(&tx, &PRODUCTS_SQL, &[&wants.products]),
         lock_balance(&tx, &account),
     )
-    .await?;
+    .await;
+    // A key held elsewhere past the lock timeout aborts the transaction, and the statements
+    // sent with it fail with 25P02, which is no reason: the answer is the key's (taken, its
+    // row not yet visible), which the caller turns into a replay or the in-progress 409.
+    if let Ok(Some(None)) = taken {
+        return Ok(Err(OrderRefusal::KeyTaken(None)));
+    }
+    let (taken, rows, balance) = match (taken, rows, balance) {
+        (Ok(taken), Ok(rows), Ok(balance)) => (taken, rows, balance),
+        (a, b, c) => return Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
+    };
     if let Some(row) = taken {
         return Ok(Err(OrderRefusal::KeyTaken(row)));
     }
