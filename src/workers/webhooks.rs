@@ -258,6 +258,7 @@ impl WebhookSender {
             status,
             error,
         };
+        let delivered = matches!(attempt, Attempt::Delivered { .. });
         let settled = match attempt {
             Attempt::Delivered { .. } => {
                 log::info!(
@@ -269,7 +270,6 @@ impl WebhookSender {
             }
             Attempt::GiveUp(why) => {
                 log::warn!("webhook {} abandoned: {why}", delivery.event_id);
-                self.metrics.webhook_given_up.inc();
                 DeliveryOutcome::Finished
             }
             Attempt::Gone => {
@@ -277,7 +277,6 @@ impl WebhookSender {
                     "webhook {} abandoned: the receiver answered 410 Gone",
                     delivery.event_id
                 );
-                self.metrics.webhook_given_up.inc();
                 DeliveryOutcome::Finished
             }
             Attempt::Retry { retry_after, .. } => {
@@ -298,12 +297,16 @@ impl WebhookSender {
                             delivery.event_id,
                             delivery.attempt
                         );
-                        self.metrics.webhook_given_up.inc();
                         DeliveryOutcome::Finished
                     }
                 }
             }
         };
+        // Finished without a 2xx: given up, whichever way (a 410, the schedule spent, a URL
+        // or secret refused).
+        if settled == DeliveryOutcome::Finished && !delivered {
+            self.metrics.webhook_given_up.inc();
+        }
         if let Err(e) = self.store.settle_delivery(due, settled, record).await {
             log::error!("webhooks: updating the outbox: {e}");
         }

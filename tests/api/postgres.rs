@@ -343,6 +343,7 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_database_whose_default_isolation_is_repeatable_read_still_takes_concurrent_orders_and_top_ups_of_one_account(
 ) {
     if skip_on_sled("PostgreSQL's isolation levels") {
@@ -392,6 +393,7 @@ fn hold_migration_lock(url: String, held: Duration) {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_instead_of_exiting() {
     if skip_on_sled("PostgreSQL's migration lock") {
         return;
@@ -414,6 +416,7 @@ async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_inste
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_in_progress_409_not_a_500(
 ) {
     if skip_on_sled("a key's lock held by another PostgreSQL session") {
