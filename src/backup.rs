@@ -3,7 +3,8 @@
 //! - The first line is the header: `{"kind":"header","format":"orderly-backup","version":1,
 //!   "createdAt":"…"}`.
 //! - Then one line per record, `{"kind":"account"|"apiKey"|"product"|"order"|"ledger"|
-//!   "refund"|"event"|"delivery"|"providerPayment"|"idempotencyKey"|"deliveryLog", …}`.
+//!   "refund"|"event"|"delivery"|"providerPayment"|"idempotencyKey"|"deliveryLog"|
+//!   "previousWebhookSecret", …}`.
 //! - The last line is `{"kind":"end","counts":{kind: n, …},"sha256":"<hex>"}`: the counts of
 //!   each kind and the SHA-256 of every byte before this line. A file without it, or whose
 //!   digest or counts differ, is refused whole: a truncated or damaged backup never restores.
@@ -22,6 +23,7 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::{rfc3339, Millis};
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, Record, StoredResponse};
 
 pub const FORMAT: &str = "orderly-backup";
@@ -86,6 +88,10 @@ enum Line {
     DeliveryLog {
         event_id: String,
         log: DeliveryLog,
+    },
+    PreviousWebhookSecret {
+        account: AccountId,
+        previous: PreviousSecret,
     },
     End {
         counts: BTreeMap<String, u64>,
@@ -152,6 +158,9 @@ fn line_of(record: Record) -> Line {
             body: b64.encode(&record.response.body),
         },
         Record::DeliveryLog { event_id, log } => Line::DeliveryLog { event_id, log },
+        Record::PreviousWebhookSecret { account, previous } => {
+            Line::PreviousWebhookSecret { account, previous }
+        }
     }
 }
 
@@ -198,6 +207,9 @@ fn record_of(line: Line) -> Result<Record, BackupError> {
             },
         },
         Line::DeliveryLog { event_id, log } => Record::DeliveryLog { event_id, log },
+        Line::PreviousWebhookSecret { account, previous } => {
+            Record::PreviousWebhookSecret { account, previous }
+        }
         Line::Header { .. } | Line::End { .. } => {
             return Err(damaged("a header or end record in the middle"))
         }

@@ -155,6 +155,10 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_WEBHOOK_ORIGIN_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub webhook_origin_concurrency: u32,
 
+    /// After a webhook secret is rotated, how long the old one still signs beside the new.
+    #[arg(long, env = "ORDERLY_WEBHOOK_SECRET_OVERLAP", default_value = "24h", value_parser = parse_duration)]
+    pub webhook_secret_overlap: Duration,
+
     /// Development only: accept loopback/private callback hosts.
     #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
     pub allow_private_callbacks: bool,

@@ -29,7 +29,7 @@ use crate::views::{
     ProductJson, ProductOne, Success,
 };
 
-fn account_not_found(id: &str) -> ApiError {
+pub(super) fn account_not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("account_not_found: no account {id:?}"))
 }
 

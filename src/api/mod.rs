@@ -15,6 +15,7 @@ pub mod ops;
 pub mod orders;
 pub mod providers;
 pub mod refunds;
+pub mod webhook_ops;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
@@ -100,6 +101,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(not_allowed()),
     )
     .service(
+        web::resource("/b2b/events/{event_id}/redeliver")
+            .route(web::post().to(webhook_ops::partner_redeliver))
+            .default_service(not_allowed()),
+    )
+    .service(
         web::resource("/webhooks/providers/{provider}")
             .route(web::post().to(providers::provider_notification))
             .default_service(not_allowed()),
@@ -153,6 +159,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/accounts/{id}/credits")
             .route(web::post().to(admin::credit_account))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/webhook-secret")
+            .route(web::post().to(webhook_ops::rotate_webhook_secret))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/accounts/{id}/deliveries/recover")
+            .route(web::post().to(webhook_ops::recover_deliveries))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/admin/events/{event_id}/redeliver")
+            .route(web::post().to(webhook_ops::admin_redeliver))
             .default_service(not_allowed()),
     )
     .service(

@@ -174,6 +174,66 @@ impl Delivery {
     }
 }
 
+/// A redelivery: one attempt of an event's callback queued now, with the same event (so the
+/// same `webhook-id` and body), whatever the callback's state.
+#[derive(Clone, Debug)]
+pub struct Redelivery {
+    pub due_at: Millis,
+    pub delivery: Delivery,
+    /// The callback's log with the attempt queued (`None`: never attempted, still pending).
+    pub log: Option<DeliveryLog>,
+}
+
+impl DeliveryLog {
+    /// Whether the callback was given up at or after `since` (when its last attempt was made).
+    pub fn given_up_since(&self, since: Millis) -> bool {
+        self.ended == Some(DeliveryEnd::GivenUp)
+            && self.attempts.last().is_some_and(|a| a.at >= since)
+    }
+}
+
+/// The redelivery of `event`'s callback at `now`, or `None` when its order has no callbackUrl.
+///
+/// `queued` is the callback's outbox entry, when it still has one (pending or retrying): the
+/// redelivery takes its place, brought forward to now, and keeps its attempt number, so the
+/// schedule goes on from where it stood. A callback that ended (delivered or given up) gets the
+/// attempt after its last one: when that fails, the schedule resumes from there, and once it
+/// is spent the redelivery was a single attempt. Its due time always differs from the
+/// replaced entry's: an attempt still in flight on that entry then finds it gone, and logs its
+/// outcome without settling the callback, which is now the redelivery's.
+pub fn redelivery(
+    event: &Event,
+    queued: Option<(Millis, &Delivery)>,
+    log: Option<DeliveryLog>,
+    now: Millis,
+) -> Option<Redelivery> {
+    let url = event.order.callback_url.clone()?;
+    let attempt = match (queued, &log) {
+        (Some((_, delivery)), _) => delivery.attempt,
+        (None, Some(log)) => log.attempts.iter().map(|a| a.attempt).max().unwrap_or(0) + 1,
+        (None, None) => 1,
+    };
+    let due_at = match queued {
+        Some((at, _)) if at == now => now + 1,
+        _ => now,
+    };
+    let log = log.map(|mut log| {
+        log.ended = None;
+        log.next_attempt_at = Some(due_at);
+        log
+    });
+    Some(Redelivery {
+        due_at,
+        delivery: Delivery {
+            event_id: event.id.clone(),
+            account_id: event.account_id,
+            url,
+            attempt,
+        },
+        log,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +277,65 @@ mod tests {
         let (at, next) = delivery.next(DeliveryOutcome::RetryAt(40)).unwrap();
         assert_eq!((at, next.attempt, next.event_id.as_str()), (40, 3, "evt_1"));
         assert!(delivery.next(DeliveryOutcome::Finished).is_none());
+    }
+    fn event(url: Option<&str>) -> Event {
+        use crate::domain::ids::OrderId;
+        use crate::domain::order::OrderStatus;
+        let account_id = AccountId::new();
+        Event {
+            id: "evt_1".into(),
+            kind: EventKind::OrderCompleted,
+            account_id,
+            created_at: 10,
+            order: Order {
+                id: OrderId::new(),
+                account_id,
+                status: OrderStatus::Completed,
+                items: Vec::new(),
+                total: 100,
+                currency: "USD".into(),
+                callback_url: url.map(str::to_string),
+                external_order_id: None,
+                refunded: 0,
+                created_at: 10,
+                updated_at: 10,
+            },
+            refund: None,
+        }
+    }
+
+    #[test]
+    fn an_event_without_a_callback_url_has_nothing_to_redeliver() {
+        assert!(redelivery(&event(None), None, None, 50).is_none());
+    }
+
+    #[test]
+    fn a_given_up_callback_is_redelivered_as_the_attempt_after_its_last_one_due_now() {
+        let log = DeliveryLog::default().after(attempt(Some(410)), DeliveryOutcome::Finished, true);
+        assert!(log.given_up_since(5) && !log.given_up_since(6));
+        let again = redelivery(&event(Some("https://p.example/cb")), None, Some(log), 50).unwrap();
+        assert_eq!((again.due_at, again.delivery.attempt), (50, 2));
+        assert_eq!(again.delivery.event_id, "evt_1");
+        let log = again.log.unwrap();
+        assert_eq!(
+            (log.ended, log.next_attempt_at, log.attempts.len()),
+            (None, Some(50), 1)
+        );
+    }
+
+    #[test]
+    fn a_queued_callback_is_brought_forward_keeping_its_attempt_and_never_onto_its_own_due_time() {
+        let cb = "https://p.example/cb";
+        let url = Some(cb);
+        let queued = Delivery {
+            event_id: "evt_1".into(),
+            account_id: AccountId::new(),
+            url: cb.into(),
+            attempt: 3,
+        };
+        let later = redelivery(&event(url), Some((900, &queued)), None, 50).unwrap();
+        assert_eq!((later.due_at, later.delivery.attempt), (50, 3));
+        let same_instant = redelivery(&event(url), Some((50, &queued)), None, 50).unwrap();
+        assert_eq!(same_instant.due_at, 51);
     }
 }

@@ -14,3 +14,4 @@ pub mod order;
 pub mod placing;
 pub mod product;
 pub mod time;
+pub mod webhook_secret;

@@ -34,12 +34,13 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::domain::webhook_secret::PreviousSecret;
 
 pub use records::{
     checked_counts, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery,
     KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord,
-    ProviderRefusal, Record, Recorded, RefundRefusal, RefundRequest, RestoreCounts, StoredResponse,
-    Taken,
+    ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
+    StoredResponse, Taken,
 };
 pub use snapshot::{Producer, Snapshot};
 
@@ -257,6 +258,33 @@ pub trait Store: Send + Sync + 'static {
         after: Option<Id>,
         limit: usize,
     ) -> Result<Page<Event>, StoreError>;
+
+    // --- webhook operations (SPEC 22)
+    /// Replaces the account's webhook secret with `secret`; the one replaced keeps signing
+    /// for `overlap` after `now` (`domain::webhook_secret::retire`). `None`: no such account.
+    async fn rotate_webhook_secret(
+        &self,
+        account: AccountId,
+        secret: String,
+        now: Millis,
+        overlap: std::time::Duration,
+    ) -> Result<Option<PreviousSecret>, StoreError>;
+    /// Queues one attempt of the event's callback at `now`, as `domain::event::redelivery`
+    /// decides; `owner` restricts it to that account's events (a partner's own).
+    async fn redeliver(
+        &self,
+        event: Id,
+        owner: Option<AccountId>,
+        now: Millis,
+    ) -> Result<Redelivered, StoreError>;
+    /// Redelivers every callback of the account given up at or after `since`; returns how
+    /// many were queued.
+    async fn recover_deliveries(
+        &self,
+        account: AccountId,
+        since: Millis,
+        now: Millis,
+    ) -> Result<u64, StoreError>;
 
     // --- background work
     // Every instance on a shared store runs every worker: each call below claims the work it

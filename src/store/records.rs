@@ -21,6 +21,7 @@ use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
 use crate::domain::placing::{OrderRefused, OrderTerms};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::domain::webhook_secret::PreviousSecret;
 
 use super::StoreError;
 
@@ -226,6 +227,19 @@ pub struct DueDelivery {
     pub delivery: Delivery,
     pub event: Event,
     pub webhook_secret: String,
+    /// The secret the last rotation replaced, signing beside the current one while its
+    /// overlap lasts.
+    pub previous_secret: Option<PreviousSecret>,
+}
+
+/// What a redelivery request came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redelivered {
+    Queued,
+    /// The event's order has no callbackUrl.
+    NoCallback,
+    /// No such event (or not the owner's).
+    NotFound,
 }
 
 /// What became of one attempt (decided in `domain::event`).
@@ -265,6 +279,11 @@ pub enum Record {
         event_id: String,
         log: DeliveryLog,
     },
+    /// The secret an account's last rotation replaced, with its overlap.
+    PreviousWebhookSecret {
+        account: AccountId,
+        previous: PreviousSecret,
+    },
 }
 
 /// An inbound payment as recorded: unique by `(provider, external_id)`.
@@ -296,6 +315,7 @@ impl Record {
             Record::ProviderPayment(_) => "providerPayment",
             Record::IdempotencyKey { .. } => "idempotencyKey",
             Record::DeliveryLog { .. } => "deliveryLog",
+            Record::PreviousWebhookSecret { .. } => "previousWebhookSecret",
         }
     }
 }

@@ -26,6 +26,7 @@ use super::survive;
 use crate::domain::callback_url::{is_public_ip, origin_of, redacted, AddressPolicy, CallbackUrl};
 use crate::domain::event::{Delivery, DeliveryAttempt};
 use crate::domain::time::now_millis;
+use crate::domain::webhook_secret::signing_secrets;
 use crate::metrics::Metrics;
 use crate::store::{DeliveryOutcome, DueDelivery, Store};
 use crate::views::event_body;
@@ -322,9 +323,20 @@ impl WebhookSender {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let Some(signature) = sign(&due.webhook_secret, &event.id, timestamp, &body) else {
+        // During a rotation's overlap, one signature per secret, the new one first.
+        let secrets = signing_secrets(
+            &due.webhook_secret,
+            due.previous_secret.as_ref(),
+            now_millis(),
+        );
+        let signatures: Option<Vec<String>> = secrets
+            .iter()
+            .map(|secret| sign(secret, &event.id, timestamp, &body))
+            .collect();
+        let Some(signatures) = signatures else {
             return Attempt::GiveUp("the account's webhook secret is malformed".into());
         };
+        let signature = signatures.join(" ");
         self.metrics.webhook_attempts.inc();
         let sent = self
             .client

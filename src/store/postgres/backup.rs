@@ -29,7 +29,7 @@ struct Table {
 }
 
 /// Every table, in the order of the backup.
-fn tables() -> [Table; 11] {
+fn tables() -> [Table; 12] {
     [
         Table {
             sql: format!(
@@ -116,6 +116,18 @@ fn tables() -> [Table; 11] {
                 })
             },
         },
+        Table {
+            sql: "SELECT account_id, secret AS previous_secret, valid_until AS previous_valid_until
+                  FROM previous_webhook_secrets ORDER BY account_id"
+                .into(),
+            record: |row| {
+                Ok(Record::PreviousWebhookSecret {
+                    account: codec::account_id(row.get("account_id"))?,
+                    previous: codec::previous_secret(row)
+                        .ok_or_else(|| codec::corrupt("a previous webhook secret"))?,
+                })
+            },
+        },
     ]
 }
 
@@ -177,6 +189,9 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
             record,
         } => rows::insert_key_rows(tx, &[(account, key, record)]).await,
         Record::DeliveryLog { event_id, log } => rows::upsert_delivery_log(tx, event_id, log).await,
+        Record::PreviousWebhookSecret { account, previous } => {
+            rows::upsert_previous_secret(tx, account, previous).await
+        }
     }
 }
 

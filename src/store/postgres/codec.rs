@@ -14,6 +14,7 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError, StoredResponse};
 
 pub fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -161,6 +162,16 @@ pub fn delivery(row: &Row) -> Result<(Millis, Delivery), StoreError> {
             attempt: attempt.max(0) as u32,
         },
     ))
+}
+
+/// The `previous_secret` and `previous_valid_until` columns, when the account has rotated.
+pub fn previous_secret(row: &Row) -> Option<PreviousSecret> {
+    let secret: Option<String> = row.get("previous_secret");
+    let valid_until: Option<i64> = row.get("previous_valid_until");
+    Some(PreviousSecret {
+        secret: secret?,
+        valid_until: millis(valid_until?),
+    })
 }
 
 pub fn provider_payment(row: &Row) -> Result<ProviderPaymentRecord, StoreError> {

@@ -28,6 +28,7 @@ mod rate_limit;
 mod reads;
 mod rows;
 mod tx;
+mod webhook_ops;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,12 +44,13 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot, Store,
-    StoreError,
+    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot,
+    Store, StoreError,
 };
 use tx::{retried, Fault, ReadCommitted};
 
@@ -311,6 +313,40 @@ impl Store for PgStore {
     ) -> Result<Page<LedgerEntry>, StoreError> {
         settled(retried!(self, |c| reads::ledger_page(
             &c, &account, before, limit
+        )))
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        account: AccountId,
+        secret: String,
+        now: Millis,
+        overlap: Duration,
+    ) -> Result<Option<PreviousSecret>, StoreError> {
+        settled(write!(self, |c| webhook_ops::rotate_webhook_secret(
+            &mut c, &account, &secret, now, overlap
+        )))
+    }
+
+    async fn redeliver(
+        &self,
+        event: Id,
+        owner: Option<AccountId>,
+        now: Millis,
+    ) -> Result<Redelivered, StoreError> {
+        settled(write!(self, |c| webhook_ops::redeliver(
+            &mut c, &event, owner, now
+        )))
+    }
+
+    async fn recover_deliveries(
+        &self,
+        account: AccountId,
+        since: Millis,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        settled(write!(self, |c| webhook_ops::recover(
+            &mut c, &account, since, now
         )))
     }
 

@@ -21,6 +21,7 @@ use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
 use super::tx::ReadCommitted;
 use super::tx::{execute, query, query_opt, Fault};
+use super::webhook_ops::lock_callback;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog};
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
@@ -61,10 +62,12 @@ pub async fn due_deliveries(
     let statement = c
         .prepare_cached(concat!(
             "SELECT o.event_id, o.due_at, o.account_id, o.url, o.attempt, e.snapshot,
-                    a.webhook_secret
+                    a.webhook_secret, p.secret AS previous_secret,
+                    p.valid_until AS previous_valid_until
              FROM outbox o
              LEFT JOIN events e ON e.id = o.event_id
              LEFT JOIN accounts a ON a.id = o.account_id
+             LEFT JOIN previous_webhook_secrets p ON p.account_id = o.account_id
              WHERE o.due_at <= $1 AND ",
             unclaimed!("$1"),
             " ORDER BY o.due_at, o.event_id"
@@ -97,6 +100,7 @@ pub async fn due_deliveries(
                     event: codec::event(&row)?,
                     delivery,
                     webhook_secret,
+                    previous_secret: codec::previous_secret(&row),
                 }),
                 _ => {
                     log::warn!(
@@ -165,8 +169,9 @@ pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
 }
 
 /// Settles an attempt of a delivery `instance` claimed. When the claim lapsed and another
-/// instance has taken the delivery over, the attempt is still logged, but the outbox row is
-/// the new holder's to settle.
+/// instance has taken the delivery over, or a redelivery moved the row, the attempt is still
+/// logged, but the outbox row is the new holder's (or the redelivery's) to settle; a claim of
+/// this instance on a moved row is released, so the redelivery goes out at once.
 pub async fn settle_delivery(
     client: &mut Object,
     instance: &str,
@@ -176,7 +181,9 @@ pub async fn settle_delivery(
 ) -> Result<(), Fault> {
     let tx = client.read_committed().await?;
     let event_id = &due.delivery.event_id;
-    let (removed, found) = futures_util::future::try_join(
+    // Pipelined: the lock is taken before the two statements behind it run.
+    let ((), removed, found) = futures_util::future::try_join3(
+        lock_callback(&tx, event_id),
         execute(
             &tx,
             "DELETE FROM outbox WHERE event_id = $1 AND due_at = $2
@@ -191,6 +198,15 @@ pub async fn settle_delivery(
     )
     .await?;
     let still_ours = removed > 0;
+    if !still_ours {
+        execute(
+            &tx,
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL
+             WHERE event_id = $1 AND claimed_by = $2",
+            &[event_id, &instance],
+        )
+        .await?;
+    }
     let log: DeliveryLog = match found {
         Some(row) => codec::json(&row, "log")?,
         None => DeliveryLog::default(),

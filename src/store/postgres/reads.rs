@@ -252,7 +252,7 @@ pub async fn is_empty(c: &Object) -> Result<bool, Fault> {
 }
 
 /// The tables that hold records, with the kind each holds in a backup.
-pub const TABLES: [(&str, &str); 11] = [
+pub const TABLES: [(&str, &str); 12] = [
     ("accounts", "account"),
     ("api_keys", "apiKey"),
     ("products", "product"),
@@ -264,6 +264,7 @@ pub const TABLES: [(&str, &str); 11] = [
     ("provider_payments", "providerPayment"),
     ("idempotency_keys", "idempotencyKey"),
     ("delivery_logs", "deliveryLog"),
+    ("previous_webhook_secrets", "previousWebhookSecret"),
 ];
 
 pub async fn row_counts<C: deadpool_postgres::GenericClient>(

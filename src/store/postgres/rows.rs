@@ -13,6 +13,7 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError};
 
 pub async fn insert_account<C: GenericClient>(
@@ -272,6 +273,26 @@ pub async fn upsert_delivery_log<C: GenericClient>(
         "INSERT INTO delivery_logs (event_id, log) VALUES ($1, $2)
          ON CONFLICT (event_id) DO UPDATE SET log = excluded.log",
         &[&event_id, &Json(log)],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn upsert_previous_secret<C: GenericClient>(
+    c: &C,
+    account: &AccountId,
+    previous: &PreviousSecret,
+) -> Result<(), Fault> {
+    execute(
+        c,
+        "INSERT INTO previous_webhook_secrets (account_id, secret, valid_until) VALUES ($1, $2, $3)
+         ON CONFLICT (account_id) DO UPDATE
+         SET secret = excluded.secret, valid_until = excluded.valid_until",
+        &[
+            &account.to_string(),
+            &previous.secret,
+            &time(previous.valid_until),
+        ],
     )
     .await?;
     Ok(())

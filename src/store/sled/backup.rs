@@ -27,6 +27,7 @@ use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::product::Product;
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, Producer, ProviderPaymentRecord, Record, StoreError};
 
 /// The trees a cut copies, in the order of the spool (balances first: each account's record
@@ -46,9 +47,10 @@ enum Spooled {
     ProviderPayment,
     IdempotencyKey,
     DeliveryLog,
+    PreviousSecret,
 }
 
-const SPOOLED: [Spooled; 12] = [
+const SPOOLED: [Spooled; 13] = [
     Spooled::Balance,
     Spooled::Account,
     Spooled::ApiKey,
@@ -61,6 +63,7 @@ const SPOOLED: [Spooled; 12] = [
     Spooled::ProviderPayment,
     Spooled::IdempotencyKey,
     Spooled::DeliveryLog,
+    Spooled::PreviousSecret,
 ];
 
 /// One row as spooled: its tree, key and value.
@@ -101,6 +104,7 @@ impl Trees {
             Spooled::ProviderPayment => &self.provider_payments,
             Spooled::IdempotencyKey => &self.idem_keys,
             Spooled::DeliveryLog => &self.delivery_logs,
+            Spooled::PreviousSecret => &self.previous_secrets,
         }
     }
 
@@ -220,6 +224,10 @@ impl Trees {
                     self.delivery_logs
                         .insert(&event_id(id)?.bytes()[..], codec::encode(log)?)?;
                 }
+                Record::PreviousWebhookSecret { account, previous } => {
+                    self.previous_secrets
+                        .insert(account.bytes(), codec::encode(previous)?)?;
+                }
             }
         }
         Ok(())
@@ -242,7 +250,7 @@ impl Trees {
     }
 
     /// The rows of each kind of record, named as in a backup.
-    pub fn restored_counts(&self) -> [(&'static str, u64); 11] {
+    pub fn restored_counts(&self) -> [(&'static str, u64); 12] {
         [
             ("account", &self.accounts),
             ("apiKey", &self.api_keys),
@@ -255,6 +263,7 @@ impl Trees {
             ("providerPayment", &self.provider_payments),
             ("idempotencyKey", &self.idem_keys),
             ("deliveryLog", &self.delivery_logs),
+            ("previousWebhookSecret", &self.previous_secrets),
         ]
         .map(|(kind, tree)| (kind, tree.len() as u64))
     }
@@ -379,6 +388,10 @@ fn record(
                 .ok_or_else(|| corrupt("a delivery log"))?
                 .to_string(),
             log: codec::decode::<DeliveryLog>(value)?,
+        },
+        Spooled::PreviousSecret => Record::PreviousWebhookSecret {
+            account: account_of(key)?,
+            previous: codec::decode::<PreviousSecret>(value)?,
         },
     })
 }

@@ -159,6 +159,7 @@ impl Trees {
                     due_at,
                     delivery,
                     event,
+                    previous_secret: self.previous_secret(&account.id)?,
                     webhook_secret: account.webhook_secret,
                 }))),
                 _ => {
@@ -178,7 +179,9 @@ impl Trees {
         Ok(())
     }
 
-    /// Removes the delivery from the outbox, or moves it to its next attempt.
+    /// Removes the delivery from the outbox, or moves it to its next attempt. When its entry
+    /// is gone (a redelivery took its place while the attempt was in flight), the attempt is
+    /// only logged: what comes next is the redelivery's to say.
     pub fn settle_delivery(
         &self,
         due: &DueDelivery,
@@ -186,17 +189,20 @@ impl Trees {
         attempt: &DeliveryAttempt,
     ) -> Result<(), StoreError> {
         let id = event_id(&due.delivery.event_id)?;
-        let log: DeliveryLog = Trees::get(&self.delivery_logs, id.bytes())?.unwrap_or_default();
-        // One process holds every delivery it took: each attempt settles its callback.
-        let log = codec::encode(&log.after(attempt.clone(), outcome, true))?;
         let current = outbox_key(due.due_at, &id);
-        let next = match due.delivery.next(outcome) {
+        // Read on the writer thread, which alone writes the outbox: still true at the commit.
+        let settles = self.outbox.contains_key(&current)?;
+        let log: DeliveryLog = Trees::get(&self.delivery_logs, id.bytes())?.unwrap_or_default();
+        let log = codec::encode(&log.after(attempt.clone(), outcome, settles))?;
+        let next = match due.delivery.next(outcome).filter(|_| settles) {
             Some((at, next)) => Some((outbox_key(at, &id), codec::encode(&next)?)),
             None => None,
         };
         let outcome =
             (&self.outbox, &self.delivery_logs).transaction(|(outbox, logs)| -> TxResult<(), ()> {
-                tx(outbox.remove(current.as_slice()))?;
+                if settles {
+                    tx(outbox.remove(current.as_slice()))?;
+                }
                 if let Some((key, value)) = &next {
                     tx(outbox.insert(key.as_slice(), value.as_slice()))?;
                 }

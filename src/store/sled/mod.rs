@@ -18,6 +18,7 @@ mod providers;
 mod trees;
 mod tx;
 mod visibility;
+mod webhook_ops;
 mod writer;
 
 use std::fs::File;
@@ -35,12 +36,14 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::{now_millis, Millis};
+use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
 use crate::store::cache::Cache;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store, StoreError,
+    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store,
+    StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
@@ -442,6 +445,65 @@ impl Store for SledStore {
                 // The log is shown by the console with the account's events.
                 b.touches(Stripe::account(&due.delivery.account_id));
                 b.trees.settle_delivery(&due, outcome, &attempt)
+            })
+            .await
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        account: AccountId,
+        secret: String,
+        now: Millis,
+        overlap: std::time::Duration,
+    ) -> Result<Option<PreviousSecret>, StoreError> {
+        let cache = Arc::clone(&self.auth_cache);
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::profile(&account));
+                cache.around(|| {
+                    b.trees
+                        .rotate_webhook_secret(&account, secret, now, overlap)
+                })
+            })
+            .await
+    }
+
+    async fn redeliver(
+        &self,
+        event: Id,
+        owner: Option<AccountId>,
+        now: Millis,
+    ) -> Result<Redelivered, StoreError> {
+        self.writer
+            .write(move |b| {
+                let Some(found) = b.trees.event_by_id(&event, owner)? else {
+                    // Nothing is written: the not-found rests on what is durable once the
+                    // batch it rode in is (every earlier write of the event was before it).
+                    return Ok(Redelivered::NotFound);
+                };
+                b.touches(Stripe::account(&found.account_id));
+                b.trees.redeliver(&found, now)
+            })
+            .await
+    }
+
+    async fn recover_deliveries(
+        &self,
+        account: AccountId,
+        since: Millis,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        // The scan runs off the writer; the writer then looks at each event again.
+        let events = self
+            .scan(move |t| t.given_up_since(&account, since))
+            .await?;
+        if events.is_empty() {
+            return self.settled(0, Stripe::account(&account)).await;
+        }
+        self.writer
+            .write(move |b| {
+                b.touches(Stripe::account(&account));
+                b.trees.recover(&events, since, now)
             })
             .await
     }

@@ -32,6 +32,8 @@ pub struct Trees {
     pub provider_payments: sled::Tree,
     /// `event id` → the callback's attempts and what comes next.
     pub delivery_logs: sled::Tree,
+    /// `account id` → the webhook secret its last rotation replaced (`PreviousSecret`).
+    pub previous_secrets: sled::Tree,
 }
 
 impl Trees {
@@ -62,6 +64,7 @@ impl Trees {
             outbox: tree("outbox")?,
             provider_payments: tree("provider_payments")?,
             delivery_logs: tree("delivery_logs")?,
+            previous_secrets: tree("previous_secrets")?,
             db,
         };
         super::idempotency::merge_split_key_rows(&trees)?;
@@ -90,6 +93,7 @@ impl Trees {
             ("idem_expiry", &self.idem_expiry),
             ("provider_payments", &self.provider_payments),
             ("delivery_logs", &self.delivery_logs),
+            ("previous_secrets", &self.previous_secrets),
         ]
         .into_iter()
         .map(|(name, tree)| (name, tree.len() as u64))
