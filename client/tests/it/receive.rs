@@ -224,6 +224,38 @@ fn orderlys_own_callback_passes_the_receiver_and_runs_the_command_once() {
     assert_eq!(event["data"]["order"]["externalOrderId"], "hooked-1");
 }
 
+#[test]
+fn during_a_secret_rotations_overlap_a_receiver_holding_either_secret_runs_the_command() {
+    let server = Server::start(&["--allow-private-callbacks", "--fulfillment-delay", "200ms"]);
+    let partner = server.partner(10_000, 0);
+    let rotated = server.admin(
+        "POST",
+        &format!("/admin/accounts/{}/webhook-secret", partner.account_id),
+        None,
+    );
+    let new_secret = rotated["webhookSecret"].as_str().unwrap();
+    let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let holding_old = Receiver::start(old_dir.path(), &partner.webhook_secret, RECORD);
+    let holding_new = Receiver::start(new_dir.path(), new_secret, RECORD);
+    let cli = Cli::new(&server.url, &partner.api_key, old_dir.path());
+    for (n, receiver) in [&holding_old, &holding_new].into_iter().enumerate() {
+        let mut order = basket("player1", 1);
+        order["callbackUrl"] = json!(format!("{}/hooks/orders", receiver.url));
+        cli.place(&format!("overlap-{n}"), &order);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while holding_old.runs() == 0 || holding_new.runs() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "runs: old secret {}, new secret {}",
+            holding_old.runs(),
+            holding_new.runs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn receive_status(dir: &Path, listen: &str, secret: &str) -> Option<i32> {
     command()
         .args(["receive", "--listen", listen, "--secret", secret, "--inbox"])
