@@ -211,6 +211,30 @@ def main():
         check("the last status of the delivery is shown", "HTTP 500" in last, last)
         shot(driver, "account-callbacks", (1280, 800), "events-title")
 
+        # The delivery filter, the redeliver button and the secret's rotation (SPEC 22).
+        def filter_events(state):
+            driver.execute_script("const f = document.getElementById('events-filter');"
+                                  "f.value = arguments[0]; f.dispatchEvent(new Event('change'));", state)
+        filter_events("retrying")
+        only = wait(driver, "filtered", lambda d: (lambda rows: rows if rows and all(
+            "retrying" in r["text"] for r in rows) else None)(d.execute_script(EVENT_ROWS)))
+        check("the callback filter shows only events in that state", only, only)
+        filter_events("")
+        clicked = wait(driver, "a redeliver button", lambda d: d.execute_script(
+            "const b = document.querySelector('#events [data-redeliver]'); if (b) b.click(); return !!b;"))
+        queued = wait(driver, "redelivery", lambda d: "queued" in d.find_element(By.ID, "events-result").text)
+        check("an event with a callback has a redeliver button that queues a redelivery",
+              clicked and queued, driver.find_element(By.ID, "events-result").text)
+        rotate_button = driver.find_element(By.ID, "rotate-secret")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", rotate_button)
+        rotate_button.click()
+        WebDriverWait(driver, 5).until(lambda d: d.switch_to.alert).accept()
+        shown = wait(driver, "new secret", lambda d: d.find_elements(By.ID, "new-secret")
+                     and d.find_element(By.ID, "new-secret").text or None)
+        s, account = api(base, "GET", f"/admin/accounts/{partner_account(base, partner)}", headers=admin)
+        check("a rotation shows the new secret once, the one the account now has",
+              shown and shown.startswith("whsec_") and account["account"]["webhookSecret"] == shown, shown)
+
         s, before = api(base, "GET", "/b2b/balance", headers={"X-Api-Key": partner})
         driver.find_element(By.ID, "demo-key").send_keys(partner)
         driver.find_element(By.CSS_SELECTOR, "#demo-form button").click()

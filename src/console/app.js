@@ -136,6 +136,22 @@ async function readEvents(base, v) {
   v.events = got;
 }
 
+/** With a delivery filter: the newest SHOWN events in that state. The server scans a bounded
+ *  number of events per request, so a short page can still carry a cursor; at most
+ *  FILTER_READS requests per poll. */
+const FILTER_READS = 10;
+async function readFiltered(base, v, state) {
+  let after = null;
+  let got = [];
+  for (let n = 0; n < FILTER_READS; n++) {
+    const data = await read(`${base}/events?limit=100&delivery=${encodeURIComponent(state)}${after ? `&after=${encodeURIComponent(after)}` : ""}`);
+    got = got.concat(data.events).slice(-SHOWN);
+    if (!data.nextCursor) break;
+    after = data.nextCursor;
+  }
+  v.events = got;
+}
+
 function badge(state) {
   const labels = { given_up: "given up" };
   const marks = { processing: "◐", completed: "●", cancelled: "○", pending: "…", delivered: "✓", retrying: "↻", given_up: "✕", none: "—" };
@@ -228,8 +244,40 @@ function renderAccount(account, orders, v) {
       el("td", {}, badge(ev.delivery)),
       el("td", { class: "num attempts" }, String(ev.deliveries.length)),
       el("td", { class: "last-result" }, result),
-      el("td", {}, when(ev.nextAttemptAt)));
+      el("td", {}, when(ev.nextAttemptAt)),
+      el("td", {}, ev.delivery === "none" ? "—"
+        : el("button", { type: "button", class: "redeliver small", "data-redeliver": ev.id }, "Redeliver")));
   }));
+}
+
+/** Queues one more attempt of an event's callback (same webhook-id and body). */
+async function redeliver(eventId) {
+  const result = $("events-result");
+  try {
+    await admin(`/admin/events/${encodeURIComponent(eventId)}/redeliver`, { body: {} });
+    result.className = "note";
+    result.textContent = `Redelivery of ${eventId} queued.`;
+    await refresh();
+  } catch (e) {
+    result.className = "error";
+    result.textContent = `Not redelivered: ${e.message}`;
+  }
+}
+
+/** Replaces the account's webhook secret; the new one is shown here once. */
+async function rotateSecret() {
+  const result = $("rotate-result");
+  if (!selected || !confirm("Make a new webhook secret? The current one keeps signing beside it for the overlap, then stops.")) return;
+  try {
+    const data = await admin(`/admin/accounts/${encodeURIComponent(selected)}/webhook-secret`, { body: {} });
+    result.className = "note";
+    result.replaceChildren("New secret (shown once; give it to the partner): ",
+      el("code", { id: "new-secret", class: "mono" }, data.webhookSecret),
+      `. The previous one signs beside it until ${when(data.previousSecretValidUntil)}.`);
+  } catch (e) {
+    result.className = "error";
+    result.textContent = `Not rotated: ${e.message}`;
+  }
 }
 
 let refreshing = false;
@@ -246,8 +294,10 @@ async function refresh() {
       if (!view || view.account !== selected) view = freshView(selected);
       const v = view;
       const base = `/admin/accounts/${encodeURIComponent(selected)}`;
+      const filter = $("events-filter").value;
+      const events = filter ? readFiltered(base, v, filter) : readEvents(base, v);
       const [one, orders] = await Promise.all([
-        read(base), read(`${base}/orders?limit=${SHOWN}`), readLedger(base, v), readEvents(base, v)]);
+        read(base), read(`${base}/orders?limit=${SHOWN}`), readLedger(base, v), events]);
       // Another account chosen meanwhile: its own refresh renders it.
       if (view === v) renderAccount(one.account, orders.orders, v);
     }
@@ -345,5 +395,15 @@ document.addEventListener("DOMContentLoaded", () => {
   $("sign-out").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); selected = null; showSignIn(""); });
   $("topup-form").addEventListener("submit", topUp);
   $("demo-form").addEventListener("submit", demonstrate);
+  $("events").addEventListener("click", (event) => {
+    const button = event.target.closest("[data-redeliver]");
+    if (button) redeliver(button.getAttribute("data-redeliver"));
+  });
+  $("events-filter").addEventListener("change", () => {
+    // Back to the incremental read of everything, or a fresh filtered one.
+    if (view) { view.eventsFrom = null; view.events = []; }
+    refresh();
+  });
+  $("rotate-secret").addEventListener("click", rotateSecret);
   if (token()) signIn(token()); else showSignIn("");
 });
