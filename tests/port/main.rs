@@ -12,6 +12,7 @@ mod lifecycle;
 mod orders;
 mod outbox;
 mod visibility;
+mod webhook_ops;
 
 /// Two tests of one case: one per engine.
 macro_rules! conformance {
