@@ -649,3 +649,79 @@ async fn while_the_database_is_down_an_instance_still_limits_with_a_bucket_of_it
     drop(app);
     drop(own);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_secret_rotated_through_one_instance_signs_beside_the_old_one_on_every_instance() {
+    if skip_on_sled("instances sharing a database") {
+        return;
+    }
+    let receiver = Receiver::start(vec![]);
+    let pair = two_instances(&["--fulfillment-delay", "100ms", "--allow-private-callbacks"]);
+    let p = pair.a.partner_with_balance(100_000).await;
+    let path = format!("/admin/accounts/{}", p.account_id);
+    let shown: Value = pair
+        .a
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let old = shown["account"]["webhookSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rotated: Value = pair
+        .a
+        .admin(Method::POST, &format!("{path}/webhook-secret"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let new = rotated["webhookSecret"].as_str().unwrap().to_string();
+    let shown: Value = pair
+        .b
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        shown["account"]["webhookSecret"],
+        new.as_str(),
+        "b shows the new secret"
+    );
+
+    // Eight callbacks, placed through both; each instance's worker takes its share.
+    for i in 0..8 {
+        let app = if i % 2 == 0 { &pair.a } else { &pair.b };
+        let mut body = basket("prd_uc", 1, "p");
+        body["callbackUrl"] = json!(receiver.url());
+        let (status, _, _) = order(app, &p.api_key, &format!("rot-{i}"), &body)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+    }
+    let got = receiver.wait_for(8, Duration::from_secs(20)).await;
+    assert!(got.len() >= 8, "{} deliveries", got.len());
+    let sign = |secret: &str, d: &crate::receiver::Received| {
+        use base64::Engine;
+        let engine = base64::engine::general_purpose::STANDARD;
+        let key = engine
+            .decode(secret.strip_prefix("whsec_").unwrap())
+            .unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        let id = d.header("webhook-id").unwrap();
+        let timestamp = d.header("webhook-timestamp").unwrap();
+        mac.update(format!("{id}.{timestamp}.").as_bytes());
+        mac.update(&d.body);
+        format!("v1,{}", engine.encode(mac.finalize().into_bytes()))
+    };
+    for delivery in &got {
+        let expected = format!("{} {}", sign(&new, delivery), sign(&old, delivery));
+        assert_eq!(
+            delivery.header("webhook-signature"),
+            Some(expected.as_str())
+        );
+    }
+}
