@@ -3,7 +3,14 @@
 //! UUIDv7 is time-ordered, so the 16 raw bytes make sled keys that sort by creation time:
 //! the newest-first lists are reverse scans with no secondary time index.
 
-use uuid::Uuid;
+use std::sync::Mutex;
+
+use uuid::timestamp::context::ContextV7;
+use uuid::{Timestamp, Uuid};
+
+/// Keeps the ids this process makes strictly increasing, even within one millisecond or
+/// when now steps back (a re-anchoring to the database's clock).
+static CONTEXT: Mutex<ContextV7> = Mutex::new(ContextV7::new());
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdKind {
@@ -36,11 +43,30 @@ pub struct Id {
 }
 
 impl Id {
-    /// A fresh, time-ordered id. UUIDv7 from one process is monotonic.
+    /// A fresh, time-ordered id, stamped with the process's now (`time::now_micros`: the
+    /// database's clock when instances share one). UUIDv7 from one process is monotonic.
     pub fn new(kind: IdKind) -> Self {
+        let micros = super::time::now_micros().max(0) as u64;
+        let (seconds, nanos) = (micros / 1_000_000, (micros % 1_000_000) as u32 * 1_000);
+        let context = CONTEXT.lock().unwrap_or_else(|e| e.into_inner());
         Id {
             kind_prefix: kind.prefix(),
-            uuid: Uuid::now_v7(),
+            uuid: Uuid::new_v7(Timestamp::from_unix(&*context, seconds, nanos)),
+        }
+    }
+
+    /// A fresh id greater than `last`: where ids made by several processes must follow one
+    /// order (an account's events, made under its lock), each is made after the newest.
+    /// When the clock has not passed `last`, it is `last` plus one, which changes only its
+    /// random bits (a carry into the variant bits needs 62 random bits that are all ones).
+    pub fn after(kind: IdKind, last: Option<Id>) -> Self {
+        let fresh = Id::new(kind);
+        match last {
+            Some(last) if last.uuid >= fresh.uuid => Id {
+                kind_prefix: kind.prefix(),
+                uuid: Uuid::from_u128(last.uuid.as_u128().wrapping_add(1)),
+            },
+            _ => fresh,
         }
     }
 
@@ -157,6 +183,21 @@ pub fn random_bytes(len: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_made_after_another_is_greater_even_when_the_other_is_from_the_future() {
+        let now = Id::new(IdKind::Event);
+        assert!(Id::after(IdKind::Event, Some(now)) > now);
+        // Ten minutes ahead, as another instance's clock might have made it.
+        let ahead = Id {
+            kind_prefix: "evt_",
+            uuid: Uuid::from_u128(now.uuid.as_u128() + (600_000u128 << 80)),
+        };
+        let next = Id::after(IdKind::Event, Some(ahead));
+        assert!(next > ahead);
+        assert_eq!(next.uuid.as_u128(), ahead.uuid.as_u128() + 1);
+        assert!(Id::after(IdKind::Event, None) > now);
+    }
 
     #[test]
     fn an_id_round_trips_through_its_public_form() {

@@ -1,15 +1,72 @@
-//! Wall-clock instants as milliseconds since the Unix epoch, and their RFC 3339 rendering.
+//! Wall-clock instants as milliseconds since the Unix epoch, and their RFC 3339 rendering;
+//! and the process's one notion of now.
+//!
+//! Alone on sled, now is this machine's clock. Instances sharing a database must agree on
+//! time (a key's expiry written by one is swept by another, a delivery's lease taken by one is
+//! judged by another, event ids order one account's events across all of them), so there the
+//! engine makes the database's clock the reference: `follow` anchors now to a reading of it,
+//! and from then on now advances with this machine's monotonic clock, which a step of the
+//! wall clock (NTP, an operator, a wrong time zone setting) does not move.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch; the unit of every stored time.
 pub type Millis = u64;
 
-pub fn now_millis() -> Millis {
+/// Whether now follows a reference clock (`follow` was called).
+static FOLLOWING: AtomicBool = AtomicBool::new(false);
+/// The reference clock's reading minus `monotonic_micros()`, in microseconds.
+static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
+
+/// Microseconds of this process's monotonic clock, since its first use.
+fn monotonic_micros(at: Instant) -> i64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    // Floored in nanoseconds, so that instants before the base map back exactly too.
+    let nanos = match at.checked_duration_since(base) {
+        Some(after) => after.as_nanos() as i128,
+        None => -(base.duration_since(at).as_nanos() as i128),
+    };
+    nanos.div_euclid(1_000) as i64
+}
+
+fn system_micros() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
+        .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
+}
+
+/// Now, in microseconds since the epoch: the reference clock's when one is followed.
+pub fn now_micros() -> i64 {
+    if FOLLOWING.load(Ordering::Acquire) {
+        followed(OFFSET_MICROS.load(Ordering::Relaxed), Instant::now())
+    } else {
+        system_micros()
+    }
+}
+
+/// The reference clock's time at `at`, given the offset one of its readings set.
+fn followed(offset_micros: i64, at: Instant) -> i64 {
+    monotonic_micros(at) + offset_micros
+}
+
+/// The offset that makes the reading `reference_micros`, taken at `at`, the time at `at`.
+fn offset_of(reference_micros: i64, at: Instant) -> i64 {
+    reference_micros - monotonic_micros(at)
+}
+
+pub fn now_millis() -> Millis {
+    (now_micros().max(0) / 1_000) as Millis
+}
+
+/// Makes the reference clock's reading `reference_micros`, taken at `at`, this process's now
+/// (re-anchored at each call: the error is the reading's, half its round trip at most).
+pub fn follow(reference_micros: i64, at: Instant) {
+    OFFSET_MICROS.store(offset_of(reference_micros, at), Ordering::Relaxed);
+    FOLLOWING.store(true, Ordering::Release);
 }
 
 /// `2026-11-30T10:00:00Z`: whole seconds, UTC, as partners see every time.
@@ -58,6 +115,21 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_followed_reading_is_the_time_at_its_instant_and_advances_with_the_monotonic_clock() {
+        // A reading ten minutes ahead of this machine, taken at `read`. (Pure: the process's
+        // own clock is left alone, other tests run beside this one.)
+        let read = Instant::now();
+        let reading = system_micros() + 600_000_000;
+        let offset = offset_of(reading, read);
+        assert_eq!(followed(offset, read), reading);
+        let later = read + Duration::from_millis(1_500);
+        assert_eq!(followed(offset, later), reading + 1_500_000);
+        // An instant before the process's monotonic base still maps back in time.
+        let earlier = read.checked_sub(Duration::from_secs(1)).unwrap();
+        assert_eq!(followed(offset, earlier), reading - 1_000_000);
+    }
 
     #[test]
     fn rfc3339_times_parse_in_utc_with_offsets_and_fractions() {

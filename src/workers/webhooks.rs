@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -320,9 +320,9 @@ impl WebhookSender {
         }
         let event = &due.event;
         let body = event_body(event);
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // The process's now (the database's clock when instances share one), so that a
+        // receiver's tolerance check is not failed by this machine's wrong wall clock.
+        let timestamp = now_millis() / 1_000;
         // During a rotation's overlap, one signature per secret, the new one first.
         let secrets = signing_secrets(
             &due.webhook_secret,

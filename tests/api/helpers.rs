@@ -200,7 +200,7 @@ pub async fn spawn_app_with(extra: &[&str]) -> TestApp {
 /// The server logging at `info` (so that tests can read what it logs).
 pub async fn spawn_app_logging(extra: &[&str]) -> TestApp {
     let root = tempfile::tempdir().expect("temp dir");
-    let mut app = launch(&root.path().join("db"), extra, true, "info");
+    let mut app = launch(&root.path().join("db"), extra, true, "info", &[]);
     app._data_root = Some(root);
     app
 }
@@ -208,22 +208,33 @@ pub async fn spawn_app_logging(extra: &[&str]) -> TestApp {
 /// The server without `--admin-token`: its admin API does not exist.
 pub async fn spawn_app_without_admin() -> TestApp {
     let root = tempfile::tempdir().expect("temp dir");
-    let mut app = launch(&root.path().join("db"), &[], false, "warn");
+    let mut app = launch(&root.path().join("db"), &[], false, "warn", &[]);
     app._data_root = Some(root);
     app
 }
 
 /// Starts the binary on `data_dir` (an existing database is reused, as after a crash).
 pub fn start(data_dir: &Path, extra: &[&str]) -> TestApp {
-    launch(data_dir, extra, true, "warn")
+    launch(data_dir, extra, true, "warn", &[])
+}
+
+/// `start`, with these variables in the server's environment (libfaketime's, for one).
+pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> TestApp {
+    launch(data_dir, extra, true, "warn", env)
 }
 
 /// `start`, logging at `info` (so that tests can read what it logs).
 pub fn start_logging(data_dir: &Path, extra: &[&str]) -> TestApp {
-    launch(data_dir, extra, true, "info")
+    launch(data_dir, extra, true, "info", &[])
 }
 
-fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) -> TestApp {
+fn launch(
+    data_dir: &Path,
+    extra: &[&str],
+    with_admin: bool,
+    log_level: &str,
+    env: &[(&str, &str)],
+) -> TestApp {
     let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
     // On PostgreSQL: the data directory's database, created on its first start.
     let mut database = None;
@@ -262,6 +273,7 @@ fn launch(data_dir: &Path, extra: &[&str], with_admin: bool, log_level: &str) ->
     let mut child = Command::new(env!("CARGO_BIN_EXE_orderly"))
         .args(&args)
         .env("RUST_LOG", log_level)
+        .envs(env.iter().copied())
         .env_remove("ORDERLY_ADMIN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -44,7 +44,7 @@ async fn lock_view(
     order: &OrderId,
     account: &AccountId,
 ) -> Result<(Option<Order>, i64, Stamp), Fault> {
-    let (order, balance, ()) = pipelined3(
+    let (order, balance, newest) = pipelined3(
         lock_order(tx, order),
         lock_balance(tx, account),
         lock_events(tx, account),
@@ -53,7 +53,7 @@ async fn lock_view(
     let stamp = Stamp {
         now: now_millis(),
         txn: Id::new(IdKind::Transaction),
-        event: Id::new(IdKind::Event),
+        event: Id::after(IdKind::Event, newest),
     };
     Ok((order, balance, stamp))
 }
@@ -170,12 +170,21 @@ pub async fn complete_due_orders(
     due.sort_by_key(|o| (o.account_id, o.id));
     let mut accounts: Vec<AccountId> = due.iter().map(|o| o.account_id).collect();
     accounts.dedup();
-    try_join_all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
-    // Decided once every event lock is held, so the events' ids follow the commits.
+    let newest = try_join_all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
+    let mut newest: std::collections::HashMap<AccountId, Option<Id>> =
+        accounts.iter().copied().zip(newest).collect();
+    // Decided once every event lock is held, each id after its account's newest, so the
+    // events' ids follow the commits.
     let now = now_millis();
     let completed: Vec<(Order, Emitted)> = due
         .into_iter()
-        .filter_map(|order| lifecycle::complete(order, Id::new(IdKind::Event), now))
+        .filter_map(|order| {
+            let last = newest.entry(order.account_id).or_default();
+            let id = Id::after(IdKind::Event, *last);
+            let done = lifecycle::complete(order, id, now)?;
+            *last = Some(id);
+            Some(done)
+        })
         .collect();
     // Sent as one pipeline: the updates, then the events and their callbacks.
     try_join_all(completed.iter().map(|(order, _)| update_order(&tx, order))).await?;

@@ -18,6 +18,7 @@
 mod accounts;
 mod backup;
 mod batch;
+mod clock;
 mod codec;
 mod connect;
 mod lifecycle;
@@ -125,7 +126,17 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     );
     let pool = connect(&options, &outbox::application_name(&instance))?;
     migrated(&pool).await?;
+    // Every time that decides between instances is the database's (`clock.rs`).
+    let skew = clock::sync(&pool).await.map_err(|e| {
+        OpenError::Database(format!(
+            "reading the database's clock: {}",
+            StoreError::from(e)
+        ))
+    })?;
+    clock::report(skew);
+    let clock = tokio::spawn(clock::follow_the_database(pool.clone()));
     Ok(Arc::new(PgStore {
+        clock: clock.abort_handle(),
         limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
         orders: batch::Batcher::new(pool.clone()),
         instance,
@@ -136,6 +147,8 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
 
 struct PgStore {
     pool: Pool,
+    /// The task that keeps now on the database's clock; stopped with the store.
+    clock: tokio::task::AbortHandle,
     metrics: Arc<Metrics>,
     /// The per-client rate budget, on the same connections.
     limiter: Arc<rate_limit::PgRateLimit>,
@@ -144,6 +157,12 @@ struct PgStore {
     /// Names this process in the outbox claims it holds (unique per start), and in the
     /// `application_name` of its connections, by which the others know it is alive.
     instance: String,
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.clock.abort();
+    }
 }
 
 impl PgStore {
@@ -461,6 +480,7 @@ impl Store for PgStore {
     }
 
     async fn stop(&self) {
+        self.clock.abort();
         // The workers have stopped, so nothing this instance claimed is in flight any more:
         // hand the claims back at once rather than let another instance wait out the lease
         // (a rolling restart would otherwise delay those callbacks by up to the lease).

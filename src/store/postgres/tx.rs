@@ -185,18 +185,41 @@ pub async fn key_taken<C: GenericClient>(
     }
 }
 
-/// Orders the events of one account by commit: taken before an event's id is made, and held
-/// to the commit, so that `GET /b2b/events?after=` never skips an event that commits later
-/// with a smaller id.
-pub async fn lock_events<C: GenericClient>(c: &C, account: &AccountId) -> Result<(), Fault> {
+/// Orders the events of one account by commit, across instances: the account's event lock,
+/// held to the commit, and then its newest event id, which every event made under the lock
+/// follows (`Id::after`). Each instance's clock follows the database's, but two clocks agree
+/// only to about a round trip; the newest id makes the order exact, so that
+/// `GET /b2b/events?after=` never skips an event that commits later with a smaller id.
+pub async fn lock_events<C: GenericClient>(
+    c: &C,
+    account: &AccountId,
+) -> Result<Option<crate::domain::ids::Id>, Fault> {
+    use crate::domain::ids::{Id, IdKind};
     let name = format!("events:{account}");
-    execute(
-        c,
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        &[&name],
+    // Pipelined: the second statement runs once the lock is held, and sees every event
+    // committed before it was.
+    let (_, newest) = futures_util::future::try_join(
+        execute(
+            c,
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&name],
+        ),
+        query_opt(
+            c,
+            "SELECT id FROM events WHERE account_id = $1 ORDER BY id DESC LIMIT 1",
+            &[&account.to_string()],
+        ),
     )
     .await?;
-    Ok(())
+    match newest {
+        Some(row) => {
+            let id: String = row.get(0);
+            let parsed = Id::parse(IdKind::Event, &id)
+                .ok_or_else(|| StoreError::Corrupt(format!("bad event id {id:?}")))?;
+            Ok(Some(parsed))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Runs `$body` (an async expression using the pooled connection `$client`) until it
