@@ -109,6 +109,7 @@ async fn place(bench: &Bench, account: usize, key: String) {
             operation: Operation::PlaceOrder,
             fingerprint: fingerprint(&bench.lines),
             ttl: Duration::from_secs(86_400),
+            wait_until: Instant::now() + Duration::from_secs(5),
         },
         render: order_placed,
     };

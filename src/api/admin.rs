@@ -23,7 +23,7 @@ use crate::domain::time::now_millis;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
 use crate::metrics::Metrics;
-use crate::store::{CreditRefusal, KeyClaim, NewCredit, Store};
+use crate::store::{CreditRefusal, NewCredit, Store};
 use crate::views::{
     balance_only, to_json, AccountJson, AccountOne, ApiKeyCreated, ApiKeyJson, BalanceOne,
     ProductJson, ProductOne, Success,
@@ -255,12 +255,7 @@ pub async fn credit_account(
     let account = load_account(&**store, &path).await?;
     let key = required_idempotency_key(&req)?;
     let fingerprint = Fingerprint::of_credit(body.amount);
-    let write = KeyedWrite {
-        account: account.id,
-        key: key.clone(),
-        operation: Operation::AdminCredit,
-        fingerprint,
-    };
+    let write = KeyedWrite::new(account.id, key, Operation::AdminCredit, fingerprint);
     let credit = || {
         let credit = NewCredit {
             account: account.clone(),
@@ -268,17 +263,12 @@ pub async fn credit_account(
             reason: LedgerReason::Credit,
             reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
             currency: settings.currency.clone(),
-            claim: Some(KeyClaim {
-                key: key.clone(),
-                operation: Operation::AdminCredit,
-                fingerprint,
-                ttl: settings.idempotency_ttl,
-            }),
+            claim: Some(write.claim(settings.idempotency_ttl)),
             render: balance_only,
         };
         credit_first_use(&**store, credit)
     };
-    run_once(&**store, &metrics, write, credit).await
+    run_once(&**store, &metrics, &write, credit).await
 }
 
 async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstUse, ApiError> {

@@ -8,7 +8,7 @@
 //! write's own durability, not the request's future.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::HttpResponse;
 
@@ -18,7 +18,7 @@ use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::store::{KeyRecord, Store};
+use crate::store::{KeyClaim, KeyRecord, Store};
 
 /// How long a request waits for the first use of its key to become durable.
 pub const KEY_WAIT: Duration = Duration::from_secs(5);
@@ -34,22 +34,52 @@ pub enum FirstUse {
     KeyTaken(crate::store::Taken),
 }
 
-/// One idempotent write: who is asking, under which key, for what.
+/// One idempotent write: who is asking, under which key, for what, and until when it waits
+/// for the key (`KEY_WAIT` from its arrival, in all: lookups, first uses and their locks).
 pub struct KeyedWrite {
     pub account: AccountId,
     pub key: IdempotencyKey,
     pub operation: Operation,
     pub fingerprint: Fingerprint,
+    pub until: Instant,
 }
 
-/// The key's durable row, waiting at most `KEY_WAIT` for a first use in flight.
+impl KeyedWrite {
+    pub fn new(
+        account: AccountId,
+        key: IdempotencyKey,
+        operation: Operation,
+        fingerprint: Fingerprint,
+    ) -> Self {
+        KeyedWrite {
+            account,
+            key,
+            operation,
+            fingerprint,
+            until: Instant::now() + KEY_WAIT,
+        }
+    }
+
+    /// The claim its first use records, bounded by the same wait.
+    pub fn claim(&self, ttl: Duration) -> KeyClaim {
+        KeyClaim {
+            key: self.key.clone(),
+            operation: self.operation,
+            fingerprint: self.fingerprint,
+            ttl,
+            wait_until: self.until,
+        }
+    }
+}
+
+/// The key's durable row, waiting for a first use in flight until the write's bound.
 async fn lookup(
     store: &dyn Store,
     metrics: &Metrics,
     write: &KeyedWrite,
 ) -> Result<Option<KeyRecord>, ApiError> {
-    match tokio::time::timeout(
-        KEY_WAIT,
+    match tokio::time::timeout_at(
+        write.until.into(),
         store.replay_lookup(write.account, write.key.clone()),
     )
     .await
@@ -67,7 +97,7 @@ async fn lookup(
 pub async fn run_once<F, Fut>(
     store: &dyn Store,
     metrics: &Metrics,
-    write: KeyedWrite,
+    write: &KeyedWrite,
     first_use: F,
 ) -> Result<HttpResponse, ApiError>
 where
@@ -75,13 +105,26 @@ where
     Fut: Future<Output = Result<FirstUse, ApiError>>,
 {
     for _ in 0..FIRST_USE_TRIES {
-        if let Some(record) = lookup(store, metrics, &write).await? {
-            return decide(metrics, &write, record);
+        if let Some(record) = lookup(store, metrics, write).await? {
+            return decide(metrics, write, record);
         }
         match first_use().await? {
             FirstUse::Durable(body) => return Ok(json_response(body)),
             // Taken by a concurrent first use: its row decides on the next lookup.
-            FirstUse::KeyTaken(Some(record)) => return decide(metrics, &write, *record),
+            FirstUse::KeyTaken(Some(record)) => return decide(metrics, write, *record),
+            // Held past the bound: one last lookup may find the holder's commit.
+            FirstUse::KeyTaken(None) if Instant::now() >= write.until => {
+                return match store
+                    .replay_lookup(write.account, write.key.clone())
+                    .await?
+                {
+                    Some(record) => decide(metrics, write, record),
+                    None => {
+                        metrics.key_conflict("in_progress");
+                        Err(ApiError::in_progress())
+                    }
+                }
+            }
             FirstUse::KeyTaken(None) => continue,
         }
     }
@@ -97,7 +140,9 @@ where
 {
     match first_use.await? {
         FirstUse::Durable(body) => Ok(json_response(body)),
-        FirstUse::KeyTaken(_) => Err(ApiError::Internal(
+        // A row it needs held elsewhere past the bound: in progress, as for a key.
+        FirstUse::KeyTaken(None) => Err(ApiError::in_progress()),
+        FirstUse::KeyTaken(Some(_)) => Err(ApiError::Internal(
             "a write without a key reported its key taken".into(),
         )),
     }

@@ -22,7 +22,7 @@ use crate::domain::order::Order;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
 use crate::metrics::Metrics;
-use crate::store::{KeyClaim, NewOrder, OrderRefusal, Store};
+use crate::store::{NewOrder, OrderRefusal, Store};
 use crate::views::{
     order_only, order_placed, to_json, OrderJson, OrderList, OrderOne, OrderPlaced,
 };
@@ -144,18 +144,8 @@ pub async fn create_order(
         quantity: l.quantity,
         delivery_data: &l.delivery_data,
     }));
-    let write = KeyedWrite {
-        account: partner.account.id,
-        key: key.clone(),
-        operation: Operation::PlaceOrder,
-        fingerprint,
-    };
-    let claim = KeyClaim {
-        key,
-        operation: Operation::PlaceOrder,
-        fingerprint,
-        ttl: settings.idempotency_ttl,
-    };
+    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint);
+    let claim = write.claim(settings.idempotency_ttl);
     let place = || {
         let order = NewOrder {
             account: partner.account.clone(),
@@ -168,7 +158,7 @@ pub async fn create_order(
         };
         first_use(&**store, &metrics, order)
     };
-    run_once(&**store, &metrics, write, place).await
+    run_once(&**store, &metrics, &write, place).await
 }
 
 /// The first use of the key: the port's one transaction, answered once on disk.

@@ -11,27 +11,12 @@ use super::orders::{order_not_found, own_order};
 use super::{optional_idempotency_key, required_idempotency_key, StoreData};
 use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
-use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::limits::MAX_REASON_LEN;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
 use crate::metrics::Metrics;
-use crate::store::{CancelRefusal, CancelRequest, KeyClaim, RefundRefusal, RefundRequest, Store};
+use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, Store};
 use crate::views::{order_only, refund_made, OrderOne, RefundMade};
-
-fn claim(
-    settings: &Settings,
-    key: &IdempotencyKey,
-    operation: Operation,
-    fingerprint: Fingerprint,
-) -> KeyClaim {
-    KeyClaim {
-        key: key.clone(),
-        operation,
-        fingerprint,
-        ttl: settings.idempotency_ttl,
-    }
-}
 
 /// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -63,27 +48,19 @@ pub async fn cancel_order(
     let key = optional_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_cancel(&path);
+    let write =
+        key.map(|k| KeyedWrite::new(partner.account.id, k, Operation::CancelOrder, fingerprint));
     let cancel = || {
         let request = CancelRequest {
             account: partner.account.id,
             order,
-            claim: key
-                .as_ref()
-                .map(|k| claim(&settings, k, Operation::CancelOrder, fingerprint)),
+            claim: write.as_ref().map(|w| w.claim(settings.idempotency_ttl)),
             render: order_only,
         };
         cancel_first_use(&**store, request, &path)
     };
-    match &key {
-        Some(k) => {
-            let write = KeyedWrite {
-                account: partner.account.id,
-                key: k.clone(),
-                operation: Operation::CancelOrder,
-                fingerprint,
-            };
-            run_once(&**store, &metrics, write, cancel).await
-        }
+    match &write {
+        Some(write) => run_once(&**store, &metrics, write, cancel).await,
         None => run_unkeyed(cancel()).await,
     }
 }
@@ -154,24 +131,19 @@ pub async fn refund_order(
     let key = required_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
-    let write = KeyedWrite {
-        account: partner.account.id,
-        key: key.clone(),
-        operation: Operation::RefundOrder,
-        fingerprint,
-    };
+    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,
             order,
             amount: body.amount,
             reason: body.reason.clone(),
-            claim: claim(&settings, &key, Operation::RefundOrder, fingerprint),
+            claim: write.claim(settings.idempotency_ttl),
             render: refund_made,
         };
         refund_first_use(&**store, request, &path)
     };
-    run_once(&**store, &metrics, write, refund).await
+    run_once(&**store, &metrics, &write, refund).await
 }
 
 async fn refund_first_use(

@@ -5,7 +5,7 @@
 //! transaction decided into the 200 body: the engine stores exactly those bytes as the
 //! key's replay, so the bytes sent and the bytes replayed are the same bytes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +47,8 @@ pub struct KeyRecord {
 
 /// The row of a key that a concurrent first use committed first, when the engine read it
 /// (PostgreSQL does, under the key's lock): it decides at once, even if the sweeper deletes
-/// it a moment later. `None`: look the key up again.
+/// it a moment later. `None`: taken, or a row the write needs held, past the claim's
+/// `wait_until` (another instance's transaction): nothing was written; look the key up again.
 pub type Taken = Option<Box<KeyRecord>>;
 
 /// A first use of a key, recorded by the operation's own transaction when it succeeds.
@@ -58,6 +59,9 @@ pub struct KeyClaim {
     pub fingerprint: Fingerprint,
     /// The row expires this long after the commit.
     pub ttl: Duration,
+    /// The end of the request's wait for the key and the rows its write locks (SPEC 5: about
+    /// 5 s in all); an engine whose locks are shared with other processes waits no longer.
+    pub wait_until: Instant,
 }
 
 pub struct NewOrder {
@@ -394,6 +398,7 @@ impl NewOrder {
                 operation: Operation::PlaceOrder,
                 fingerprint: Fingerprint([fingerprint; 32]),
                 ttl: Duration::from_secs(3600),
+                wait_until: Instant::now() + Duration::from_secs(5),
             },
             render: |order, balance| format!("{} {}", order.id, balance.available).into_bytes(),
         }

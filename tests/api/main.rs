@@ -6,6 +6,7 @@ mod receiver;
 mod admin;
 mod backup;
 mod business_rules;
+mod busy;
 mod clocks;
 mod concurrency;
 mod console;

@@ -62,6 +62,7 @@ pub fn claim(key: &str, operation: Operation, ttl: Duration) -> KeyClaim {
         operation,
         fingerprint: Fingerprint([7; 32]),
         ttl,
+        wait_until: std::time::Instant::now() + Duration::from_secs(5),
     }
 }
 

@@ -7,7 +7,7 @@ use tokio_postgres::error::SqlState;
 
 use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
 use super::tx::ReadCommitted;
-use super::tx::{execute, key_taken, query_opt, Fault};
+use super::tx::{bound_lock_waits, execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::time::now_millis;
 use crate::store::{CreditRefusal, NewCredit, ProviderCredit, ProviderRefusal, Recorded};
@@ -19,11 +19,26 @@ pub async fn credit(
     let tx = client.read_committed().await?;
     let account = credit.account.id;
     if let Some(claim) = &credit.claim {
-        if let Some(row) = key_taken(&tx, &account, &claim.key).await? {
+        if let Some(row) = key_taken(&tx, &account, claim).await? {
             return Ok(Err(CreditRefusal::KeyTaken(row)));
         }
     }
-    let balance = lock_balance(&tx, &account).await?;
+    // The balance row's wait is bounded by what the key's wait left of the claim's bound.
+    let locked = match &credit.claim {
+        Some(claim) => futures_util::future::try_join(
+            bound_lock_waits(&tx, claim.wait_until),
+            lock_balance(&tx, &account),
+        )
+        .await
+        .map(|((), balance)| balance),
+        None => lock_balance(&tx, &account).await,
+    };
+    let balance = match locked {
+        Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => {
+            return Ok(Err(CreditRefusal::KeyTaken(None)))
+        }
+        other => other?,
+    };
     let txn = Id::new(IdKind::Transaction);
     let decided = match credit.decide(balance, &txn, now_millis()) {
         Ok(decided) => decided,

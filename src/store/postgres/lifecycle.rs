@@ -13,7 +13,7 @@ use super::rows::{
     update_order,
 };
 use super::tx::ReadCommitted;
-use super::tx::{key_taken, lock_events, pipelined3, query, query_opt, Fault};
+use super::tx::{bound_lock_waits, first_cause, key_taken, lock_events, query, query_opt, Fault};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
@@ -23,6 +23,7 @@ use crate::store::writes::Decided;
 use crate::store::{
     CancelRefusal, CancelRequest, KeyClaim, RefundRefusal, RefundRequest, StoreError,
 };
+use tokio_postgres::error::SqlState;
 
 /// The order, locked until the commit.
 async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>, Fault> {
@@ -38,24 +39,44 @@ async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>,
 
 /// What a cancel or a refund decides from, read in one round trip with every lock its write
 /// needs: the order, the balance and the account's event lock (taken before the event's id
-/// is made, so ids follow the commits). The stamp is made once they are all held.
+/// is made, so ids follow the commits). The stamp is made once they are all held. `None`
+/// when a lock was held elsewhere past the claim's bound (or, without a claim, the session's
+/// lock timeout): busy, nothing written.
 async fn lock_view(
     tx: &Transaction<'_>,
     order: &OrderId,
     account: &AccountId,
-) -> Result<(Option<Order>, i64, Stamp), Fault> {
-    let (order, balance, newest) = pipelined3(
-        lock_order(tx, order),
-        lock_balance(tx, account),
-        lock_events(tx, account),
-    )
-    .await?;
+    claim: Option<&KeyClaim>,
+) -> Result<Option<(Option<Order>, i64, Stamp)>, Fault> {
+    let bound = async {
+        match claim {
+            Some(claim) => bound_lock_waits(tx, claim.wait_until).await,
+            None => Ok(()),
+        }
+    };
+    let locks = async {
+        futures_util::future::join3(
+            lock_order(tx, order),
+            lock_balance(tx, account),
+            lock_events(tx, account),
+        )
+        .await
+    };
+    let (bounded, (order, balance, newest)) = futures_util::future::join(bound, locks).await;
+    let outcome = match (bounded, order, balance, newest) {
+        (Ok(()), Ok(order), Ok(balance), Ok(newest)) => Ok((order, balance, newest)),
+        (a, b, c, d) => Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed")),
+    };
+    let (order, balance, newest) = match outcome {
+        Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
+        other => other?,
+    };
     let stamp = Stamp {
         now: now_millis(),
         txn: Id::new(IdKind::Transaction),
         event: Id::after(IdKind::Event, newest),
     };
-    Ok((order, balance, stamp))
+    Ok(Some((order, balance, stamp)))
 }
 
 /// Writes the event and, when it has one, its first callback.
@@ -111,11 +132,15 @@ pub async fn cancel_order(
     let tx = client.read_committed().await?;
     let account = request.account;
     if let Some(claim) = &request.claim {
-        if let Some(row) = key_taken(&tx, &account, &claim.key).await? {
+        if let Some(row) = key_taken(&tx, &account, claim).await? {
             return Ok(Err(CancelRefusal::KeyTaken(row)));
         }
     }
-    let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
+    let claim = request.claim.as_ref();
+    let Some((order, balance, stamp)) = lock_view(&tx, &request.order, &account, claim).await?
+    else {
+        return Ok(Err(CancelRefusal::KeyTaken(None)));
+    };
     let decided = match request.decide(order, balance, &stamp) {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
@@ -131,10 +156,14 @@ pub async fn refund_order(
 ) -> Result<Result<Vec<u8>, RefundRefusal>, Fault> {
     let tx = client.read_committed().await?;
     let account = request.account;
-    if let Some(row) = key_taken(&tx, &account, &request.claim.key).await? {
+    if let Some(row) = key_taken(&tx, &account, &request.claim).await? {
         return Ok(Err(RefundRefusal::KeyTaken(row)));
     }
-    let (order, balance, stamp) = lock_view(&tx, &request.order, &account).await?;
+    let claim = Some(&request.claim);
+    let Some((order, balance, stamp)) = lock_view(&tx, &request.order, &account, claim).await?
+    else {
+        return Ok(Err(RefundRefusal::KeyTaken(None)));
+    };
     let decided = match request.decide(order, balance, Id::new(IdKind::Refund), &stamp)? {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),

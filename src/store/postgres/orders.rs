@@ -24,7 +24,7 @@ pub async fn place_order(
     // Sent together: the key's lock and check, the catalog the lines are priced from, and
     // the balance row, locked to the commit.
     let (taken, rows, balance) = futures_util::future::join3(
-        key_taken(&tx, &account, &new.claim.key),
+        key_taken(&tx, &account, &new.claim),
         query(&tx, &PRODUCTS_SQL, &[&wants.products]),
         lock_balance(&tx, &account),
     )

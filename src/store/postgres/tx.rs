@@ -2,14 +2,15 @@
 //! through the connection's statement cache, the lock that serializes the uses of one key,
 //! and the bounded retry of transactions that lost a serialization race or a deadlock.
 
+use std::time::Instant;
+
 use deadpool_postgres::{GenericClient, Object, Transaction};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
 
-use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
-use crate::store::{StoreError, Taken};
+use crate::store::{KeyClaim, StoreError, Taken};
 
 /// Transactions tried before a serialization failure or deadlock is the caller's.
 pub const MAX_TRIES: u32 = 3;
@@ -96,18 +97,6 @@ pub fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<Fault> 
     (!faults.is_empty()).then(|| faults.swap_remove(cause))
 }
 
-/// Three statements sent together; the first cause when any failed (see `first_cause`).
-pub async fn pipelined3<A, B, C>(
-    a: impl std::future::Future<Output = Result<A, Fault>>,
-    b: impl std::future::Future<Output = Result<B, Fault>>,
-    c: impl std::future::Future<Output = Result<C, Fault>>,
-) -> Result<(A, B, C), Fault> {
-    match futures_util::future::join3(a, b, c).await {
-        (Ok(a), Ok(b), Ok(c)) => Ok((a, b, c)),
-        (a, b, c) => Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
-    }
-}
-
 impl From<Fault> for StoreError {
     fn from(fault: Fault) -> Self {
         let retryable = fault.retryable();
@@ -155,34 +144,54 @@ pub async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> 
 /// `None` when the key is free, after waiting for any transaction that is using it now: the
 /// transaction-scoped advisory lock on (account, key) makes a concurrent first use, here or
 /// in another instance, wait for this one's commit and then find its row, which is returned
-/// to decide. A wait longer than the lock timeout counts as taken, without a row (the caller
-/// looks the key up again).
+/// to decide. A wait past the claim's `wait_until` counts as taken, without a row (the
+/// caller looks the key up again, or answers that it is in progress). The bound, the lock
+/// and the row's read are sent together: one round trip.
 pub async fn key_taken<C: GenericClient>(
     c: &C,
     account: &AccountId,
-    key: &IdempotencyKey,
+    claim: &KeyClaim,
 ) -> Result<Option<Taken>, Fault> {
+    let bound = bound_lock_waits(c, claim.wait_until);
     let account = account.to_string();
     // The account id has a fixed length, so the concatenation names one pair.
-    let scoped = format!("{account}{}", key.as_str());
-    let locked = execute(
-        c,
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        &[&scoped],
-    )
-    .await;
-    match locked {
-        Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(Some(None)),
-        other => other?,
-    };
+    let scoped = format!("{account}{}", claim.key.as_str());
     let sql = format!(
         "SELECT {} FROM idempotency_keys WHERE account_id = $1 AND key = $2",
         super::codec::KEY_ROW
     );
-    match query_opt(c, &sql, &[&account, &key.as_str()]).await? {
-        Some(row) => Ok(Some(Some(Box::new(super::codec::key_record(&row)?)))),
-        None => Ok(None),
+    let key = claim.key.as_str();
+    let (lock_params, row_params): (Params, Params) = (&[&scoped], &[&account, &key]);
+    let (bound, locked, row) = futures_util::future::join3(
+        bound,
+        execute(
+            c,
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            lock_params,
+        ),
+        query_opt(c, &sql, row_params),
+    )
+    .await;
+    match (bound, locked, row) {
+        (Ok(()), Ok(_), Ok(Some(row))) => Ok(Some(Some(Box::new(super::codec::key_record(&row)?)))),
+        (Ok(()), Ok(_), Ok(None)) => Ok(None),
+        // Held past the bound (the read behind it failed with 25P02, which is no reason).
+        (_, Err(fault), _) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => Ok(Some(None)),
+        (a, b, c) => Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
     }
+}
+
+/// Bounds every lock wait that follows in this transaction by what is left until `until`
+/// (`SET LOCAL lock_timeout`), so that a write's waits add up to the request's one bound
+/// rather than a lock timeout each. Sent together with the first lock it bounds. When
+/// nothing is left, each lock may still be taken if it is free (a bound of 1 ms; 0 would
+/// mean none), so that a wait spent elsewhere (queued behind a batch) is told apart from a
+/// key or row that is held: the answer says which.
+pub async fn bound_lock_waits<C: GenericClient>(c: &C, until: Instant) -> Result<(), Fault> {
+    let left = until.saturating_duration_since(Instant::now());
+    let millis = left.as_millis().max(1).to_string();
+    query_opt(c, "SELECT set_config('lock_timeout', $1, true)", &[&millis]).await?;
+    Ok(())
 }
 
 /// Orders the events of one account by commit, across instances: the account's event lock,
@@ -223,7 +232,8 @@ pub async fn lock_events<C: GenericClient>(
 }
 
 /// Runs `$body` (an async expression using the pooled connection `$client`) until it
-/// succeeds, fails for good, or has lost `MAX_TRIES` races; evaluates to its last result.
+/// succeeds, fails for good, or has lost `MAX_TRIES` races (serialization failures and
+/// deadlocks; a lock timeout is final, its wait was the bound); evaluates to its last result.
 /// `retried!($store, spent = N, …)` starts with `N` of the tries already used (a batch's
 /// lock wait counts as one of its orders' tries).
 macro_rules! retried {
@@ -242,8 +252,11 @@ macro_rules! retried {
                 Err(fault) => Err(fault),
             };
             match outcome {
+                // A lock waited out is not waited for again: the wait was the bound.
                 Err(fault)
-                    if fault.retryable() && tries + 1 < $crate::store::postgres::tx::MAX_TRIES =>
+                    if fault.retryable()
+                        && !fault.is(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+                        && tries + 1 < $crate::store::postgres::tx::MAX_TRIES =>
                 {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
