@@ -49,6 +49,10 @@ pub struct Metrics {
     pub webhook_given_up: Counter,
     pub sweeper_deleted: Counter,
     pub worker_panics: Family<WorkerLabels, Counter>,
+    /// Statements the shared rate limit sent (PostgreSQL), and the client buckets they spent:
+    /// the work the limiter costs the database, however many addresses are counting.
+    pub rate_limit_statements: Counter,
+    pub rate_limit_buckets_spent: Counter,
 }
 
 impl Default for Metrics {
@@ -138,7 +142,21 @@ impl Default for Metrics {
             "Panics caught in a background worker (its work is retried on the next pass)",
             worker_panics.clone(),
         );
+        let rate_limit_statements = Counter::default();
+        registry.register(
+            "rate_limit_statements",
+            "Statements the shared rate limit sent to the database (one per tick, all its clients)",
+            rate_limit_statements.clone(),
+        );
+        let rate_limit_buckets_spent = Counter::default();
+        registry.register(
+            "rate_limit_buckets_spent",
+            "Client buckets spent by the shared rate limit's statements",
+            rate_limit_buckets_spent.clone(),
+        );
         Metrics {
+            rate_limit_statements,
+            rate_limit_buckets_spent,
             worker_panics,
             registry,
             requests,

@@ -14,7 +14,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    basket, maintenance_sql, on_postgres, spawn_app, sql_i64, sql_on, start, TestDatabase,
+    basket, maintenance_sql, metric, on_postgres, spawn_app, spawn_app_with, sql_i64, sql_on,
+    start, TestDatabase,
 };
 
 fn skip_on_sled(why: &str) -> bool {
@@ -459,4 +460,37 @@ async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_i
     let resp = app.post_order(Some(&p.api_key), Some("busy"), &body).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers().get("Idempotency-Replayed").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn three_hundred_clients_at_once_cost_the_shared_limiter_at_most_one_statement_per_tick() {
+    let app = spawn_app_with(&["--trusted-proxies", "127.0.0.1/32"]).await;
+    let started = Instant::now();
+    let answers = futures::future::join_all((0..300).map(|i| {
+        app.client
+            .get(app.url("/b2b/balance"))
+            .header("X-Forwarded-For", format!("198.18.{}.{}", i / 250, i % 250))
+            .send()
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    for answer in answers {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+        // Spent from the shared budget, each client its own bucket.
+        assert_eq!(answer.headers()["X-RateLimit-Remaining"], "999999");
+    }
+    let text = app.text("/metrics").await;
+    let statements = metric(&text, "orderly_rate_limit_statements_total");
+    assert_eq!(
+        metric(&text, "orderly_rate_limit_buckets_spent_total"),
+        300.0
+    );
+    // One statement per tick of 2 ms at most, whatever the number of clients.
+    let ticks = (elapsed.as_millis() / 2 + 1) as f64;
+    assert!(
+        statements >= 1.0 && statements <= ticks,
+        "{statements} statements in {elapsed:?} for 300 clients"
+    );
 }

@@ -72,6 +72,7 @@ impl Drop for IoRuntime {
 }
 
 /// Opens connections on the engine's own runtime.
+#[derive(Clone)]
 struct OnOwnRuntime {
     tls: MakeRustlsConnect,
     handle: tokio::runtime::Handle,
@@ -112,6 +113,12 @@ impl Connect for OnOwnRuntime {
 
 /// A pool of up to `size` connections.
 pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String> {
+    Ok(pools(config, &[size])?.remove(0))
+}
+
+/// Pools of up to `sizes` connections each, driven by one runtime: the engine's pool and the
+/// rate limiter's connection of its own.
+pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool>, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("orderly-postgres")
@@ -124,22 +131,28 @@ pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String>
         handle,
         _runtime: Arc::new(IoRuntime(Some(runtime))),
     };
-    let manager = Manager::from_connect(
-        config,
-        connect,
-        ManagerConfig {
-            // A connection the server closed is noticed and replaced; a live one costs nothing.
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(size.max(1))
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(CONNECT_TIMEOUT))
-        .create_timeout(Some(CONNECT_TIMEOUT))
-        .recycle_timeout(Some(CONNECT_TIMEOUT))
-        .build()
-        .map_err(|e| format!("cannot build the connection pool: {e}"))
+    sizes
+        .iter()
+        .map(|&size| {
+            let manager = Manager::from_connect(
+                config.clone(),
+                connect.clone(),
+                ManagerConfig {
+                    // A connection the server closed is noticed and replaced; a live one
+                    // costs nothing.
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size.max(1))
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(CONNECT_TIMEOUT))
+                .create_timeout(Some(CONNECT_TIMEOUT))
+                .recycle_timeout(Some(CONNECT_TIMEOUT))
+                .build()
+                .map_err(|e| format!("cannot build the connection pool: {e}"))
+        })
+        .collect()
 }
 
 /// TLS for `sslmode=prefer` and `require`. As with libpq without a root certificate, the

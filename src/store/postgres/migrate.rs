@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_tables.sql")),
     (2, include_str!("migrations/0002_instances.sql")),
     (3, include_str!("migrations/0003_webhook_operations.sql")),
+    (4, include_str!("migrations/0004_limiter_ticks.sql")),
 ];
 
 /// The session advisory lock under which migrations run (an arbitrary constant: "orderly").

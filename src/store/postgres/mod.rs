@@ -94,6 +94,19 @@ fn connect(options: &Options, application_name: &str) -> Result<Pool, OpenError>
     connect::pool(config, options.pool_size).map_err(OpenError::Config)
 }
 
+/// The engine's pool, and the rate limiter's one connection of its own (so that however
+/// many clients are counting, the limiter never takes a connection partner requests wait
+/// for).
+fn connect_with_limiter(
+    options: &Options,
+    application_name: &str,
+) -> Result<(Pool, Pool), OpenError> {
+    let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
+    let mut pools = connect::pools(config, &[options.pool_size, 1]).map_err(OpenError::Config)?;
+    let limiter = pools.pop().expect("two pools");
+    Ok((pools.pop().expect("two pools"), limiter))
+}
+
 async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
     let mut client = pool
         .get()
@@ -124,7 +137,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         std::process::id(),
         crate::domain::ids::random_hex()
     );
-    let pool = connect(&options, &outbox::application_name(&instance))?;
+    let (pool, limiter) = connect_with_limiter(&options, &outbox::application_name(&instance))?;
     migrated(&pool).await?;
     // Every time that decides between instances is the database's (`clock.rs`).
     let skew = clock::sync(&pool).await.map_err(|e| {
@@ -137,7 +150,10 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     let clock = tokio::spawn(clock::follow_the_database(pool.clone()));
     Ok(Arc::new(PgStore {
         clock: clock.abort_handle(),
-        limiter: Arc::new(rate_limit::PgRateLimit::new(pool.clone())),
+        limiter: Arc::new(rate_limit::PgRateLimit::new(
+            limiter,
+            Arc::clone(&options.metrics),
+        )),
         orders: batch::Batcher::new(pool.clone()),
         instance,
         pool,

@@ -1,64 +1,86 @@
 //! The rate budget shared by every instance on the database: GCRA on the UNLOGGED
-//! `rate_limits` table, one statement per batch. The row lock of the upsert serializes the
-//! spending of one client across instances, and the database's clock is the only clock, so
-//! instances whose clocks drift still spend from one budget.
+//! `rate_limits` table. The row lock of the upsert serializes the spending of one client
+//! across instances, and the database's clock is the only clock, so instances whose clocks
+//! drift still spend from one budget.
 //!
-//! Requests of one client that arrive while its statement is in flight wait for it and then
-//! go together as the next statement, which spends all of them at once and says how many fit
-//! (group commit, for the limiter): a client with 64 connections open costs the database one
-//! statement per round trip, not 64 updates queueing on one row. Each request still gets the
-//! decision it would have had alone, in arrival order: the first `granted` are allowed, the
-//! rest refused.
+//! The database's work is bounded per instance, however many clients are counting (SPEC 17):
+//! one statement in flight at a time, on a connection of its own (never one of the pool's
+//! that partner requests wait for), at most one per `TICK`. Every request that arrives while
+//! a statement runs, of every client, goes into the next one: one multi-row upsert that
+//! spends each client's requests at once and says how many fit. Each request still gets the
+//! decision it would have had alone, in arrival order: the first `granted` of its client are
+//! allowed, the rest refused. A quiet instance sends a request's statement at once.
 //!
-//! A batch runs on a task of its own, so a request that gives up waiting (the edge bounds the
-//! wait) never cancels the statement the others are waiting for.
+//! The statements run on a task of their own, so a request that gives up waiting (the edge
+//! bounds the wait) never cancels the statement the others are waiting for.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use tokio::sync::oneshot;
 
-use super::tx::{execute, query_opt, Fault};
+use super::tx::{execute, query, Fault};
+use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent, StoreError};
 
-/// $1 bucket, $2 emission interval, $3 window (ns), $4 requests in the batch. Each moves the
-/// arrival time on by one emission from max(arrival, now) while it stays within the window
-/// of now; `granted` says how many did. RETURNING sees only the new row, so `seen` (the now
-/// of this statement) and `granted` are written beside `tat`.
+/// $1 buckets, $2 emission intervals, $3 windows (ns), $4 requests of each. Each bucket's
+/// arrival time moves on by one emission per request from max(arrival, now) while it stays
+/// within the window of now; `granted` says how many did. The proposed row carries the
+/// bucket's terms (`excluded.*`), and RETURNING sees only the new row, so `seen` (the now of
+/// this statement) and `granted` are written beside `tat`. Rows go in bucket order, so two
+/// instances' statements lock shared buckets in one order and never deadlock.
 const SPEND: &str = "
 WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint AS now)
-INSERT INTO rate_limits AS r (bucket, tat, granted, seen)
-SELECT $1::text, clock.now + least($4::bigint, $3::bigint / $2::bigint) * $2,
-       least($4, $3 / $2), clock.now FROM clock
+INSERT INTO rate_limits AS r (bucket, tat, granted, seen, wanted, emission, span)
+SELECT u.bucket, clock.now + least(u.n, u.span / u.emission) * u.emission,
+       least(u.n, u.span / u.emission), clock.now, u.n, u.emission, u.span
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(bucket, emission, span, n),
+     clock
+ORDER BY u.bucket
 ON CONFLICT (bucket) DO UPDATE SET
-    granted = least($4, greatest(0,
-        (excluded.seen + $3 - greatest(r.tat, excluded.seen)) / $2)),
-    tat = greatest(r.tat, excluded.seen) + $2 * least($4, greatest(0,
-        (excluded.seen + $3 - greatest(r.tat, excluded.seen)) / $2)),
-    seen = excluded.seen
-RETURNING granted, greatest(tat - seen, 0) AS ahead";
+    granted = least(excluded.wanted, greatest(0,
+        (excluded.seen + excluded.span - greatest(r.tat, excluded.seen)) / excluded.emission)),
+    tat = greatest(r.tat, excluded.seen) + excluded.emission * least(excluded.wanted, greatest(0,
+        (excluded.seen + excluded.span - greatest(r.tat, excluded.seen)) / excluded.emission)),
+    seen = excluded.seen,
+    wanted = excluded.wanted,
+    emission = excluded.emission,
+    span = excluded.span
+RETURNING bucket, granted, greatest(tat - seen, 0) AS ahead";
 
 /// A bucket whose arrival time has passed holds its whole budget: forgetting it changes
 /// nothing a client could see.
 const PRUNE: &str = "DELETE FROM rate_limits
     WHERE tat < (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
 
-/// How long a batch's statement may take before its requests are told it failed (they fall
-/// back to the instance's own buckets).
+/// How long a statement may take before its requests are told it failed (they fall back to
+/// the instance's own buckets).
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The shortest time between two statements' starts: at most 500 statements a second per
+/// instance, whatever the traffic, and never more than 2 ms added to a request's wait.
+pub const TICK: Duration = Duration::from_millis(2);
 
-/// The requests of one bucket waiting for the next statement, and whether a batch is running.
+type Waiter = oneshot::Sender<Result<Spent, StoreError>>;
+
+/// The requests of one client waiting for the next statement.
+struct Waiting {
+    terms: Terms,
+    waiters: Vec<Waiter>,
+}
+
+/// Every client's requests waiting for the next statement, and whether statements are
+/// being sent.
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<oneshot::Sender<Result<Spent, StoreError>>>,
+    waiting: HashMap<String, Waiting>,
     running: bool,
 }
 
-/// The terms a batch is spent under: those of its first request (an instance applies one
-/// limit to one bucket).
+/// The terms a client's requests are spent under: those of its first request of the tick
+/// (an instance applies one limit to one bucket).
 #[derive(Clone, Copy)]
 struct Terms {
     emission: i64,
@@ -66,20 +88,23 @@ struct Terms {
 }
 
 pub struct PgRateLimit {
+    /// The limiter's own connection (a pool of one, so that it is reopened by itself).
     pool: Pool,
-    queues: Arc<Mutex<HashMap<String, Queue>>>,
+    queue: Arc<Mutex<Queue>>,
+    metrics: Arc<Metrics>,
 }
 
 impl PgRateLimit {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: Pool, metrics: Arc<Metrics>) -> Self {
         PgRateLimit {
             pool,
-            queues: Arc::default(),
+            queue: Arc::default(),
+            metrics,
         }
     }
 }
 
-/// The decision of each request of a batch of `n` that `granted` of fit, the arrival time
+/// The decision of each request of a client's `n` that `granted` of fit, the arrival time
 /// ending `ahead` ns ahead of now: request i (in arrival order) moved it to
 /// `ahead - (granted - 1 - i) * emission`.
 fn decisions(n: usize, granted: i64, ahead: i64, emission: i64) -> Vec<Spent> {
@@ -100,53 +125,73 @@ fn decisions(n: usize, granted: i64, ahead: i64, emission: i64) -> Vec<Spent> {
         .collect()
 }
 
-async fn spend_batch(
+/// One tick's statement: every client's (granted, ahead), by bucket.
+async fn spend_tick(
     pool: &Pool,
-    bucket: &str,
-    terms: Terms,
-    n: usize,
-) -> Result<(i64, i64), Fault> {
+    tick: &[(String, Terms, i64)],
+) -> Result<HashMap<String, (i64, i64)>, Fault> {
     let client = pool.get().await?;
-    let n = n as i64;
-    let row = query_opt(
-        &client,
-        SPEND,
-        &[&bucket, &terms.emission, &terms.window, &n],
-    )
-    .await?
-    .ok_or_else(|| StoreError::Corrupt("the rate-limit upsert returned no row".into()))?;
-    Ok((row.get("granted"), row.get("ahead")))
+    let buckets: Vec<&str> = tick.iter().map(|(b, _, _)| b.as_str()).collect();
+    let emissions: Vec<i64> = tick.iter().map(|(_, t, _)| t.emission).collect();
+    let windows: Vec<i64> = tick.iter().map(|(_, t, _)| t.window).collect();
+    let counts: Vec<i64> = tick.iter().map(|(_, _, n)| *n).collect();
+    let rows = query(&client, SPEND, &[&buckets, &emissions, &windows, &counts]).await?;
+    Ok(rows
+        .iter()
+        .map(|row| (row.get("bucket"), (row.get("granted"), row.get("ahead"))))
+        .collect())
 }
 
-/// Spends batch after batch of `bucket` until nobody is waiting.
-async fn run_batches(
-    pool: Pool,
-    queues: Arc<Mutex<HashMap<String, Queue>>>,
-    bucket: String,
-    terms: Terms,
-) {
+/// Sends statement after statement, at most one per `TICK`, until nobody is waiting.
+async fn run_ticks(pool: Pool, queue: Arc<Mutex<Queue>>, metrics: Arc<Metrics>) {
+    let mut last_start: Option<Instant> = None;
     loop {
-        let batch = {
-            let mut queues = queues.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(queue) = queues.get_mut(&bucket) else {
-                return;
-            };
+        if let Some(started) = last_start {
+            let next = started + TICK;
+            if Instant::now() < next {
+                tokio::time::sleep_until(next.into()).await;
+            }
+        }
+        let mut clients: Vec<(String, Waiting)> = {
+            let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
             if queue.waiting.is_empty() {
-                queues.remove(&bucket);
+                queue.running = false;
                 return;
             }
-            std::mem::take(&mut queue.waiting)
+            std::mem::take(&mut queue.waiting).into_iter().collect()
         };
-        let spent = tokio::time::timeout(
-            STATEMENT_TIMEOUT,
-            spend_batch(&pool, &bucket, terms, batch.len()),
-        )
-        .await;
+        clients.sort_by(|(a, _), (b, _)| a.cmp(b));
+        let tick: Vec<(String, Terms, i64)> = clients
+            .iter()
+            .map(|(bucket, w)| (bucket.clone(), w.terms, w.waiters.len() as i64))
+            .collect();
+        last_start = Some(Instant::now());
+        metrics.rate_limit_statements.inc();
+        metrics.rate_limit_buckets_spent.inc_by(tick.len() as u64);
+        let spent = tokio::time::timeout(STATEMENT_TIMEOUT, spend_tick(&pool, &tick)).await;
         match spent {
-            Ok(Ok((granted, ahead))) => {
-                let each = decisions(batch.len(), granted, ahead, terms.emission);
-                for (waiter, spent) in batch.into_iter().zip(each) {
-                    let _ = waiter.send(Ok(spent));
+            Ok(Ok(mut spent)) => {
+                for (bucket, waiting) in clients {
+                    let answers: Vec<Result<Spent, StoreError>> = match spent.remove(&bucket) {
+                        Some((granted, ahead)) => decisions(
+                            waiting.waiters.len(),
+                            granted,
+                            ahead,
+                            waiting.terms.emission,
+                        )
+                        .into_iter()
+                        .map(Ok)
+                        .collect(),
+                        None => {
+                            let why = StoreError::Failed(
+                                "the rate-limit statement returned no row for a client".into(),
+                            );
+                            vec![Err(why); waiting.waiters.len()]
+                        }
+                    };
+                    for (waiter, answer) in waiting.waiters.into_iter().zip(answers) {
+                        let _ = waiter.send(answer);
+                    }
                 }
             }
             outcome => {
@@ -154,7 +199,7 @@ async fn run_batches(
                     Ok(Err(fault)) => StoreError::from(fault),
                     _ => StoreError::Failed("the rate-limit statement did not finish".into()),
                 };
-                for waiter in batch {
+                for waiter in clients.into_iter().flat_map(|(_, w)| w.waiters) {
                     let _ = waiter.send(Err(why.clone()));
                 }
             }
@@ -172,21 +217,27 @@ impl SharedRateLimit for PgRateLimit {
     ) -> Result<Spent, StoreError> {
         let (decided, decision) = oneshot::channel();
         let start = {
-            let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let queue = queues.entry(bucket.clone()).or_default();
-            queue.waiting.push(decided);
-            !std::mem::replace(&mut queue.running, true)
-        };
-        if start {
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let terms = Terms {
                 emission: emission_nanos.max(1),
                 window: window_nanos,
             };
-            tokio::spawn(run_batches(
+            queue
+                .waiting
+                .entry(bucket)
+                .or_insert_with(|| Waiting {
+                    terms,
+                    waiters: Vec::new(),
+                })
+                .waiters
+                .push(decided);
+            !std::mem::replace(&mut queue.running, true)
+        };
+        if start {
+            tokio::spawn(run_ticks(
                 self.pool.clone(),
-                Arc::clone(&self.queues),
-                bucket,
-                terms,
+                Arc::clone(&self.queue),
+                Arc::clone(&self.metrics),
             ));
         }
         decision
