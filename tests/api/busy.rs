@@ -162,13 +162,7 @@ async fn a_cancel_without_a_key_whose_order_row_another_session_holds_is_the_in_
     let order = place(&app, &p).await;
     let _held = hold_order_row(&app, &order);
 
-    let resp = app
-        .client
-        .post(app.url(&format!("/b2b/orders/{order}/cancel")))
-        .header("X-Api-Key", &p.api_key)
-        .send()
-        .await
-        .unwrap();
+    let resp = app.cancel(&p.api_key, &order).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     assert_eq!(resp.text().await.unwrap(), IN_PROGRESS);
 }

@@ -151,13 +151,7 @@ async fn an_after_poller_misses_no_event_when_cancels_alternate_with_an_instance
         let mut cursor: Option<String> = None;
         for (i, order) in orders.iter().enumerate() {
             let app = if i % 2 == 0 { &a } else { &b };
-            let resp = app
-                .client
-                .post(app.url(&format!("/b2b/orders/{order}/cancel")))
-                .header("X-Api-Key", &p.api_key)
-                .send()
-                .await
-                .unwrap();
+            let resp = app.cancel(&p.api_key, order).await;
             assert_eq!(resp.status(), StatusCode::OK);
             // The poller, through the instance on time, from where it stopped.
             let path = match &cursor {

@@ -540,6 +540,16 @@ impl TestApp {
         req.send().await.expect("order call")
     }
 
+    /// `POST /b2b/orders/{order}/cancel` without a key or a body.
+    pub async fn cancel(&self, api_key: &str, order: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/b2b/orders/{order}/cancel")))
+            .header("X-Api-Key", api_key)
+            .send()
+            .await
+            .expect("cancel call")
+    }
+
     pub async fn get_json(&self, api_key: &str, path: &str) -> Value {
         let resp = self.get(api_key, path).await;
         assert_eq!(resp.status(), StatusCode::OK, "GET {path}");
