@@ -15,8 +15,9 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::domain::account::{hash_api_key, Account, Scope};
+use crate::domain::idempotency_key::IdempotencyKey;
 use crate::error::{ApiError, FieldError};
-use crate::store::Store;
+use crate::store::{Authenticated, Prefetched, Store};
 
 use crate::domain::limits::MAX_BODY_BYTES;
 
@@ -39,9 +40,11 @@ scope_marker!(OrdersRead, Scope::OrdersRead);
 scope_marker!(BalanceRead, Scope::BalanceRead);
 scope_marker!(CatalogRead, Scope::CatalogRead);
 
-/// A wholesale partner whose key carries scope `S`.
+/// A wholesale partner whose key carries scope `S`, and what the port read of the request's
+/// idempotency key beside the API key (a replay's row, on PostgreSQL: one round trip).
 pub struct Partner<S> {
     pub account: Account,
+    pub prefetched: Prefetched,
     _scope: PhantomData<S>,
 }
 
@@ -57,12 +60,17 @@ fn well_formed_api_key(key: &str) -> bool {
 
 async fn authenticate<S: RequiredScope>(
     key_hash: Option<[u8; 32]>,
+    idempotency_key: Option<IdempotencyKey>,
     store: Option<web::Data<dyn Store>>,
 ) -> Result<Partner<S>, ApiError> {
     let key_hash = key_hash.ok_or(ApiError::Unauthorized)?;
     let store = store.ok_or_else(|| ApiError::Internal("the store is not configured".into()))?;
-    let (record, account) = store
-        .authenticate(key_hash)
+    let Authenticated {
+        record,
+        account,
+        prefetched,
+    } = store
+        .authenticate_with_key(key_hash, idempotency_key)
         .await?
         .ok_or(ApiError::Unauthorized)?;
     if !account.wholesale {
@@ -77,6 +85,7 @@ async fn authenticate<S: RequiredScope>(
     }
     Ok(Partner {
         account,
+        prefetched,
         _scope: PhantomData,
     })
 }
@@ -93,7 +102,8 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
             .filter(|k| well_formed_api_key(k))
             .map(hash_api_key);
         let store = req.app_data::<web::Data<dyn Store>>().cloned();
-        Box::pin(authenticate(key_hash, store))
+        let idempotency_key = super::named_idempotency_key(req);
+        Box::pin(authenticate(key_hash, idempotency_key, store))
     }
 }
 

@@ -18,7 +18,7 @@ use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::store::{KeyClaim, KeyRecord, Store};
+use crate::store::{KeyClaim, KeyRecord, Prefetched, Store};
 
 /// How long a request waits for the first use of its key to become durable.
 pub const KEY_WAIT: Duration = Duration::from_secs(5);
@@ -42,6 +42,9 @@ pub struct KeyedWrite {
     pub operation: Operation,
     pub fingerprint: Fingerprint,
     pub until: Instant,
+    /// The key's row as read with the API key (`Some(None)`: it had none), for the first
+    /// lookup; `None`: look it up.
+    prefetched: Option<Option<KeyRecord>>,
 }
 
 impl KeyedWrite {
@@ -57,7 +60,18 @@ impl KeyedWrite {
             operation,
             fingerprint,
             until: Instant::now() + KEY_WAIT,
+            prefetched: None,
         }
+    }
+
+    /// Takes the row the port read of this key with the API key, when it read it.
+    pub fn prefetched(mut self, prefetched: Prefetched) -> Self {
+        if let Prefetched::Read { key, row } = prefetched {
+            if key == self.key {
+                self.prefetched = Some(row);
+            }
+        }
+        self
     }
 
     /// The claim its first use records, bounded by the same wait.
@@ -104,8 +118,12 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<FirstUse, ApiError>>,
 {
-    for _ in 0..FIRST_USE_TRIES {
-        if let Some(record) = lookup(store, metrics, write).await? {
+    for attempt in 0..FIRST_USE_TRIES {
+        let found = match (&write.prefetched, attempt) {
+            (Some(row), 0) => row.clone(),
+            _ => lookup(store, metrics, write).await?,
+        };
+        if let Some(record) = found {
             return decide(metrics, write, record);
         }
         match first_use().await? {

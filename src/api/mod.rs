@@ -62,6 +62,12 @@ pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, Api
     })
 }
 
+/// The request's idempotency key when it names a well-formed one (read ahead with the API
+/// key; the handler's own parse decides what a missing or malformed one is answered).
+pub fn named_idempotency_key(req: &HttpRequest) -> Option<IdempotencyKey> {
+    idempotency_key(req).ok()
+}
+
 /// The idempotency key of a write where it is optional: absent is `None`, malformed is 400.
 pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
     match idempotency_key(req) {

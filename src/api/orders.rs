@@ -144,7 +144,8 @@ pub async fn create_order(
         quantity: l.quantity,
         delivery_data: &l.delivery_data,
     }));
-    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint);
+    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint)
+        .prefetched(partner.prefetched);
     let claim = write.claim(settings.idempotency_ttl);
     let place = || {
         let order = NewOrder {

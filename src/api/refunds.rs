@@ -50,6 +50,7 @@ pub async fn cancel_order(
     let fingerprint = Fingerprint::of_cancel(&path);
     let write =
         key.map(|k| KeyedWrite::new(partner.account.id, k, Operation::CancelOrder, fingerprint));
+    let write = write.map(|w| w.prefetched(partner.prefetched));
     let cancel = || {
         let request = CancelRequest {
             account: partner.account.id,
@@ -131,7 +132,8 @@ pub async fn refund_order(
     let key = required_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
-    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
+    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint)
+        .prefetched(partner.prefetched);
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,

@@ -37,10 +37,10 @@ use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 
 pub use records::{
-    checked_counts, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome, DueDelivery,
-    KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, ProviderCredit, ProviderPaymentRecord,
-    ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
-    StoredResponse, Taken,
+    checked_counts, Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome,
+    DueDelivery, KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, Prefetched,
+    ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Record, Recorded, Redelivered,
+    RefundRefusal, RefundRequest, RestoreCounts, StoredResponse, Taken,
 };
 pub use snapshot::{Producer, Snapshot};
 
@@ -136,6 +136,24 @@ pub trait Store: Send + Sync + 'static {
         &self,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError>;
+    /// `authenticate`, and the row of `key` (the request's idempotency key) in the key's
+    /// account where the engine reads both in one round trip; by default the key is not read
+    /// (`Prefetched::NotRead`) and the handler looks it up.
+    async fn authenticate_with_key(
+        &self,
+        key_hash: [u8; 32],
+        key: Option<IdempotencyKey>,
+    ) -> Result<Option<Authenticated>, StoreError> {
+        let _ = key;
+        Ok(self
+            .authenticate(key_hash)
+            .await?
+            .map(|(record, account)| Authenticated {
+                record,
+                account,
+                prefetched: Prefetched::NotRead,
+            }))
+    }
     /// The account as last committed; `None` when there is no such account.
     async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
     /// The account's available balance as last made durable (0 for an unknown account).

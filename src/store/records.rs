@@ -51,6 +51,28 @@ pub struct KeyRecord {
 /// `wait_until` (another instance's transaction): nothing was written; look the key up again.
 pub type Taken = Option<Box<KeyRecord>>;
 
+/// A partner's live API key and its account, with what the engine read of the request's
+/// idempotency key beside them.
+pub struct Authenticated {
+    pub record: ApiKeyRecord,
+    pub account: Account,
+    pub prefetched: Prefetched,
+}
+
+/// What the port read of a request's idempotency key together with its API key.
+pub enum Prefetched {
+    /// Not read: the handler looks the key up (`replay_lookup`), as on sled, where a lookup
+    /// waits for a first use of the key that is being flushed.
+    NotRead,
+    /// Read in the same statement as the API key (PostgreSQL, which only ever shows committed
+    /// rows): the key's durable row, or `None` when it had none then (a first use decides
+    /// under the key's lock, and finds a row committed since).
+    Read {
+        key: IdempotencyKey,
+        row: Option<KeyRecord>,
+    },
+}
+
 /// A first use of a key, recorded by the operation's own transaction when it succeeds.
 #[derive(Clone, Debug)]
 pub struct KeyClaim {

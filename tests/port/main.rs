@@ -6,6 +6,7 @@
 //! and `on_postgres`, ignored on a plain `cargo test` (it needs a server: set
 //! `ORDERLY_TEST_DATABASE_URL` and pass `--include-ignored`, as CI does).
 
+mod authentication;
 mod engines;
 mod fixtures;
 mod lifecycle;

@@ -48,10 +48,10 @@ use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
 use crate::store::{
-    CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
-    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, SharedRateLimit, Snapshot,
-    Store, StoreError,
+    Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
+    DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, ProviderCredit,
+    ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
+    SharedRateLimit, Snapshot, Store, StoreError,
 };
 use tx::{retried, Fault, ReadCommitted};
 
@@ -217,6 +217,29 @@ impl Store for PgStore {
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
         settled(retried!(self, |c| reads::authenticate(&c, &key_hash)))
+    }
+
+    async fn authenticate_with_key(
+        &self,
+        key_hash: [u8; 32],
+        key: Option<IdempotencyKey>,
+    ) -> Result<Option<Authenticated>, StoreError> {
+        let Some(key) = key else {
+            let found = self.authenticate(key_hash).await?;
+            return Ok(found.map(|(record, account)| Authenticated {
+                record,
+                account,
+                prefetched: Prefetched::NotRead,
+            }));
+        };
+        let found = settled(retried!(self, |c| reads::authenticate_with_key(
+            &c, &key_hash, &key
+        )))?;
+        Ok(found.map(|(record, account, row)| Authenticated {
+            record,
+            account,
+            prefetched: Prefetched::Read { key, row },
+        }))
     }
 
     async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {

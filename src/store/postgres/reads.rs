@@ -48,6 +48,41 @@ pub async fn authenticate(
     }
 }
 
+/// `authenticate` and the key's row in the key's account, one statement: a replay costs one
+/// round trip.
+pub async fn authenticate_with_key(
+    c: &Object,
+    hash: &[u8; 32],
+    key: &IdempotencyKey,
+) -> Result<Option<(ApiKeyRecord, Account, Option<KeyRecord>)>, Fault> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let key_row: Vec<String> = codec::KEY_ROW
+            .split(", ")
+            .map(|c| format!("i.{c}"))
+            .collect();
+        format!(
+            "SELECT {}, {}, {} FROM api_keys k JOIN accounts a ON a.id = k.account_id
+             LEFT JOIN idempotency_keys i ON i.account_id = k.account_id AND i.key = $2
+             WHERE k.hash = $1 AND NOT k.revoked",
+            codec::API_KEY,
+            codec::ACCOUNT,
+            key_row.join(", ")
+        )
+    });
+    match query_opt(c, &SQL, &[&&hash[..], &key.as_str()]).await? {
+        Some(row) => {
+            let (_, record) = codec::api_key(&row)?;
+            // Every column of a key row is NOT NULL: a NULL operation is the join's "none".
+            let key_row = match row.get::<_, Option<String>>("operation") {
+                Some(_) => Some(codec::key_record(&row)?),
+                None => None,
+            };
+            Ok(Some((record, codec::account(&row)?, key_row)))
+        }
+        None => Ok(None),
+    }
+}
+
 pub async fn account(c: &Object, id: &AccountId) -> Result<Option<Account>, Fault> {
     let sql = format!("SELECT {} FROM accounts a WHERE a.id = $1", codec::ACCOUNT);
     Ok(match query_opt(c, &sql, &[&id.to_string()]).await? {
