@@ -10,16 +10,8 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{basket, on_postgres, sql_i64, start, TestApp, TestDatabase, ADMIN_TOKEN};
+use crate::helpers::{basket, sql_i64, start, TestApp, TestDatabase, ADMIN_TOKEN};
 use crate::receiver::Receiver;
-
-fn skip_on_sled(why: &str) -> bool {
-    if !on_postgres() {
-        eprintln!("SKIPPED on sled: {why}");
-        return true;
-    }
-    false
-}
 
 fn copy(from: &Path, to: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_orderly"))
@@ -104,11 +96,9 @@ async fn events(app: &TestApp, account: &str) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_sled_deployment_copied_into_postgresql_replays_every_key_byte_for_byte_and_delivers_its_pending_callbacks(
 ) {
-    if skip_on_sled("a PostgreSQL database to copy into") {
-        return;
-    }
     // Callbacks go to a port where nobody listens yet: they stay pending in the outbox.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -272,10 +262,8 @@ fn rows_in(url: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_second_copy_into_the_same_database_is_refused_and_writes_nothing() {
-    if skip_on_sled("a PostgreSQL database to copy into") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (one, two) = (dir.path().join("one"), dir.path().join("two"));
     let first = start_sled(&one, &[]);
@@ -299,10 +287,8 @@ async fn a_second_copy_into_the_same_database_is_refused_and_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_copy_of_a_running_deployment_is_refused_and_writes_nothing() {
-    if skip_on_sled("a PostgreSQL database to copy into") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("running");
     let running = start_sled(&source, &[]);

@@ -12,7 +12,7 @@ use orderly::store::sled as embedded;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{basket, skip_on_postgres, ADMIN_TOKEN};
+use crate::helpers::{basket, ADMIN_TOKEN};
 use crate::receiver::Receiver;
 
 #[derive(Default)]
@@ -270,9 +270,6 @@ async fn still_pending<T>(task: &mut tokio::task::JoinHandle<T>, for_at_least: D
 
 #[tokio::test]
 async fn a_retry_after_a_dropped_first_use_waits_for_the_flush_and_gets_no_200_when_it_fails() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let api_key = app.partner().await;
     let body = basket("prd_uc", 1, "p");
@@ -305,9 +302,6 @@ async fn a_retry_after_a_dropped_first_use_waits_for_the_flush_and_gets_no_200_w
 
 #[tokio::test]
 async fn a_retry_of_a_first_use_in_flight_answers_once_the_flush_is_done() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let api_key = app.partner().await;
     let body = basket("prd_uc", 1, "p");
@@ -330,9 +324,6 @@ async fn a_retry_of_a_first_use_in_flight_answers_once_the_flush_is_done() {
 
 #[tokio::test]
 async fn a_key_whose_first_use_stays_unflushed_past_the_wait_is_the_in_progress_409() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let api_key = app.partner().await;
     let body = basket("prd_uc", 1, "p");
@@ -358,9 +349,6 @@ async fn a_key_whose_first_use_stays_unflushed_past_the_wait_is_the_in_progress_
 
 #[tokio::test]
 async fn with_the_flush_stalled_on_one_account_another_account_reads_at_once() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let key_a = app.partner().await;
     let key_b = app.partner().await;
@@ -390,9 +378,6 @@ async fn with_the_flush_stalled_on_one_account_another_account_reads_at_once() {
 
 #[tokio::test]
 async fn an_event_is_neither_listed_nor_delivered_before_its_batch_is_on_disk() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let receiver = Receiver::start(vec![]);
     let app = InProcess::start(&["--allow-private-callbacks"]);
     let api_key = app.partner().await;
@@ -440,9 +425,6 @@ async fn an_event_is_neither_listed_nor_delivered_before_its_batch_is_on_disk() 
 #[tokio::test]
 async fn a_batch_is_answered_after_its_one_flush_and_fdatasync_and_a_402_inside_it_leaves_the_others_charged_once(
 ) {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&["--sweep-interval", "1h"]);
     let rich = app.partner().await; // 100,000 at a price of 999
     let poor = app.partner_with(500).await; // less than one order
@@ -556,9 +538,6 @@ async fn revocation_in_flight(
 
 #[tokio::test]
 async fn a_key_whose_revocation_is_not_yet_on_disk_is_refused_only_once_it_is() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let mut request = revocation_in_flight(&app).await;
     still_pending(&mut request, Duration::from_millis(300)).await;
@@ -569,9 +548,6 @@ async fn a_key_whose_revocation_is_not_yet_on_disk_is_refused_only_once_it_is() 
 
 #[tokio::test]
 async fn a_revocation_whose_flush_fails_refused_no_request_on_its_strength() {
-    if skip_on_postgres("the embedded engine's flush hook (sled only)") {
-        return;
-    }
     let app = InProcess::start(&[]);
     let mut request = revocation_in_flight(&app).await;
     still_pending(&mut request, Duration::from_millis(300)).await;

@@ -45,16 +45,6 @@ pub fn on_postgres() -> bool {
     test_database_url().is_some()
 }
 
-/// True (and says so) when the tests run on PostgreSQL and this test is about the embedded
-/// engine only; the caller returns at once. `.ci/run` also leaves these out by name.
-pub fn skip_on_postgres(why: &str) -> bool {
-    if on_postgres() {
-        eprintln!("SKIPPED on PostgreSQL: {why}");
-        return true;
-    }
-    false
-}
-
 /// The URL of database `name` on the test server.
 pub fn database_url(name: &str) -> String {
     let mut url = url::Url::parse(&test_database_url().expect("on PostgreSQL")).expect("a URL");
@@ -201,6 +191,17 @@ pub async fn spawn_app_with(extra: &[&str]) -> TestApp {
 pub async fn spawn_app_logging(extra: &[&str]) -> TestApp {
     let root = tempfile::tempdir().expect("temp dir");
     let mut app = launch(&root.path().join("db"), extra, true, "info", &[]);
+    app._data_root = Some(root);
+    app
+}
+
+/// The server on sled whatever the environment: for tests of the embedded engine's own
+/// mechanisms (CI's PostgreSQL run leaves them out by name).
+pub async fn spawn_app_on_sled() -> TestApp {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("db");
+    let data_dir = dir.display().to_string();
+    let mut app = launch(&dir, &["--data-dir", &data_dir], true, "warn", &[]);
     app._data_root = Some(root);
     app
 }

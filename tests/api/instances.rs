@@ -16,19 +16,10 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use crate::helpers::{
-    basket, database_url, maintenance_sql, on_postgres, sql_i64, start, start_logging, TestApp,
-    TestDatabase,
+    basket, database_url, maintenance_sql, sql_i64, start, start_logging, TestApp, TestDatabase,
 };
 use crate::postgres::{cluster, OwnCluster};
 use crate::receiver::Receiver;
-
-fn skip_on_sled(why: &str) -> bool {
-    if !on_postgres() {
-        eprintln!("SKIPPED on sled: {why}");
-        return true;
-    }
-    false
-}
 
 /// Two instances on one fresh database. Fields drop in order: the servers, then the database.
 pub struct Pair {
@@ -87,10 +78,8 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn fifty_requests_of_one_key_split_over_two_instances_place_one_order_and_charge_once() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let pair = two_instances(&[]);
     let p = pair.a.partner_with_balance(100_000).await;
     let body = basket("prd_uc", 1, "p");
@@ -119,11 +108,9 @@ async fn fifty_requests_of_one_key_split_over_two_instances_place_one_order_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn thirty_one_requests_within_two_seconds_over_two_instances_limited_to_30_get_one_429_the_last(
 ) {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let pair = two_instances(&["--rate-limit", "30"]);
 
     let started = Instant::now();
@@ -160,10 +147,8 @@ async fn thirty_one_requests_within_two_seconds_over_two_instances_limited_to_30
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn forty_requests_at_once_over_two_instances_limited_to_30_allow_exactly_30() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let pair = two_instances(&["--rate-limit", "30"]);
 
     // At once: each instance spends the requests that wait together in one statement.
@@ -185,10 +170,8 @@ async fn forty_requests_at_once_over_two_instances_limited_to_30_allow_exactly_3
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let pair = two_instances(&[]);
     let account = pair.a.create_account(true, 0, "EU").await;
     let created: Value = pair
@@ -220,10 +203,8 @@ async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn two_instances_started_together_on_an_empty_database_apply_each_migration_once() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let name = format!("orderly_empty_{}", std::process::id());
     maintenance_sql(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
     maintenance_sql(format!("CREATE DATABASE {name}")).unwrap();
@@ -270,11 +251,9 @@ async fn two_instances_started_together_on_an_empty_database_apply_each_migratio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn after_a_kill_9_of_one_instance_the_other_completes_its_due_orders_and_sweeps_its_expired_keys_within_30_s(
 ) {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let mut pair = two_instances(&[
         "--fulfillment-delay",
         "3s",
@@ -325,21 +304,17 @@ async fn after_a_kill_9_of_one_instance_the_other_completes_its_due_orders_and_s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn after_a_kill_9_of_the_instance_mid_delivery_the_other_delivers_within_30_s_with_the_same_webhook_id(
 ) {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     // Killed: its sessions end with its sockets, and its claim with them.
     in_flight_delivery_is_taken_over_after("KILL").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn after_the_instance_mid_delivery_freezes_the_other_delivers_within_30_s_once_its_lease_runs_out(
 ) {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     // Frozen (SIGSTOP), as a machine that vanished: its sessions stay open, only the lease ends.
     in_flight_delivery_is_taken_over_after("STOP").await;
 }
@@ -428,10 +403,8 @@ fn provider_signature(body: &[u8]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn twenty_copies_of_one_provider_notification_over_two_instances_credit_once() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let secret = format!("acmepay={PROVIDER_SECRET}");
     let pair = two_instances(&["--provider-secret", &secret]);
     let p = pair.a.partner_with_balance(0).await;
@@ -473,11 +446,9 @@ struct Seen {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn after_a_kill_9_of_one_of_two_instances_under_mixed_load_every_acknowledged_order_replays_from_the_survivor(
 ) {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let mut pair = two_instances(&[]);
     let p = pair.a.partner_with_balance(10_000_000).await;
     let body = basket("prd_uc", 1, "p");
@@ -613,10 +584,8 @@ async fn after_a_kill_9_of_one_of_two_instances_under_mixed_load_every_acknowled
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn while_the_database_is_down_an_instance_still_limits_with_a_bucket_of_its_own() {
-    if skip_on_sled("a PostgreSQL server to stop") {
-        return;
-    }
     // A cluster of its own: the shared one serves the other tests meanwhile.
     let dir = std::env::temp_dir().join(format!("orderly-pg-limit-{}", std::process::id()));
     let url = cluster("start", &dir);
@@ -653,9 +622,6 @@ async fn while_the_database_is_down_an_instance_still_limits_with_a_bucket_of_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_secret_rotated_through_one_instance_signs_beside_the_old_one_on_every_instance() {
-    if skip_on_sled("instances sharing a database") {
-        return;
-    }
     let receiver = Receiver::start(vec![]);
     let pair = two_instances(&["--fulfillment-delay", "100ms", "--allow-private-callbacks"]);
     let p = pair.a.partner_with_balance(100_000).await;

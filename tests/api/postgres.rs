@@ -14,23 +14,13 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    basket, maintenance_sql, metric, on_postgres, spawn_app, spawn_app_with, sql_i64, sql_on,
-    start, TestDatabase,
+    basket, maintenance_sql, metric, spawn_app, spawn_app_with, sql_i64, sql_on, start,
+    TestDatabase,
 };
 
-fn skip_on_sled(why: &str) -> bool {
-    if !on_postgres() {
-        eprintln!("SKIPPED on sled: {why}");
-        return true;
-    }
-    false
-}
-
 #[test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 fn a_schema_newer_than_the_binary_stops_serve_and_migrate_with_one_line_and_exit_2() {
-    if skip_on_sled("PostgreSQL's schema versions") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let database = TestDatabase::create(&dir.path().join("db"));
     sql_on(
@@ -103,11 +93,9 @@ fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_concurrent_balance_modification(
 ) {
-    if skip_on_sled("sled never races on a balance") {
-        return;
-    }
     let app = spawn_app().await;
     let p = app.partner_with_balance(10_000).await;
     let body = basket("prd_uc", 1, "p");
@@ -227,10 +215,8 @@ impl Drop for OwnCluster {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order() {
-    if skip_on_sled("a PostgreSQL server to stop") {
-        return;
-    }
     // A cluster of its own: the shared one serves the other tests meanwhile.
     let dir = std::env::temp_dir().join(format!("orderly-pg-restart-{}", std::process::id()));
     let url = cluster("start", &dir);
@@ -348,9 +334,6 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_database_whose_default_isolation_is_repeatable_read_still_takes_concurrent_orders_and_top_ups_of_one_account(
 ) {
-    if skip_on_sled("PostgreSQL's isolation levels") {
-        return;
-    }
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("db");
     let database = TestDatabase::create(&dir);
@@ -397,9 +380,6 @@ fn hold_migration_lock(url: String, held: Duration) {
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_instead_of_exiting() {
-    if skip_on_sled("PostgreSQL's migration lock") {
-        return;
-    }
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("db");
     let database = TestDatabase::create(&dir);
@@ -421,9 +401,6 @@ async fn an_instance_that_starts_while_another_migrates_waits_for_the_lock_inste
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_in_progress_409_not_a_500(
 ) {
-    if skip_on_sled("a key's lock held by another PostgreSQL session") {
-        return;
-    }
     let app = spawn_app().await;
     let p = app.partner_with_balance(10_000).await;
     let body = basket("prd_uc", 1, "p");
