@@ -78,7 +78,9 @@ async fn an_order_with_300_kb_of_delivery_data_is_answered_after_its_large_value
         "the order's blob files were not synced"
     );
 
-    let app = app.crash_and_restart(&[]);
+    // Back on the same sled directory, whatever the environment.
+    let data_dir = app.data_dir.display().to_string();
+    let app = app.crash_and_restart(&["--data-dir", &data_dir]);
     let order_id = placed["order"]["id"].as_str().unwrap();
     let order = app
         .get_json(&p.api_key, &format!("/b2b/orders/{order_id}"))
