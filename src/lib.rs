@@ -1,16 +1,13 @@
 //! orderly: a single-binary B2B order server where a retry is always safe.
 
 pub mod api;
-pub mod backup;
+pub mod commands;
 pub mod config;
-pub mod copy;
-pub mod demo;
 pub mod domain;
 pub mod edge;
 pub mod error;
 pub mod logging;
 pub mod metrics;
-pub mod restore;
 pub mod startup;
 pub mod store;
 pub mod tls;

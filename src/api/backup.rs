@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 
 use super::extract::Admin;
 use super::StoreData;
-use crate::backup::Writer;
 use crate::domain::time::now_millis;
 use crate::error::ApiError;
+use crate::store::backup_file::Writer;
 
 /// Bytes sent per chunk of the stream.
 const CHUNK: usize = 64 * 1024;

@@ -8,6 +8,8 @@
 //! the embedded engine (one binary, nothing else to run), `postgres` the shared one
 //! (a database that operators already run, replicate and back up).
 
+/// The backup file: the records of a snapshot as checked JSON lines, engine-neutral.
+pub mod backup_file;
 /// The pipeline every engine runs its orders through: read a view, decide, write, answer.
 mod batch;
 /// Rows already read, kept in memory exact under change.

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::{block_on, print_counts, Failure};
 use crate::config::RestoreArgs;
 use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts};
 
@@ -15,7 +16,7 @@ pub enum RestoreError {
     #[error("cannot read {0}: {1}")]
     Read(String, std::io::Error),
     #[error("{0}")]
-    Backup(#[from] crate::backup::BackupError),
+    Backup(#[from] crate::store::backup_file::BackupError),
     #[error("the backup does not add up: {0}")]
     Inconsistent(crate::store::StoreError),
     #[error("the target {0} is not empty")]
@@ -24,6 +25,21 @@ pub enum RestoreError {
     Store(String, crate::store::StoreError),
     #[error("moving the restored data into {0}: {1}")]
     Place(String, std::io::Error),
+}
+
+/// A restore that did not happen, as the command says it (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("restore refused: {0}")]
+pub struct RestoreFailure(#[from] RestoreError);
+
+impl Failure for RestoreFailure {}
+
+/// `orderly restore`: one JSON object of counts per kind on stdout; or one line on stderr,
+/// with nothing written.
+pub fn command(args: &RestoreArgs) -> Result<(), RestoreFailure> {
+    let counts = block_on(run(args))?;
+    print_counts(&counts);
+    Ok(())
 }
 
 fn is_empty_dir(dir: &Path) -> bool {
@@ -48,7 +64,7 @@ pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
 fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
     let bytes =
         std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
-    let records = crate::backup::read(&bytes)?;
+    let records = crate::store::backup_file::read(&bytes)?;
     store::checked_counts(&records).map_err(RestoreError::Inconsistent)?;
     Ok(records)
 }

@@ -7,6 +7,8 @@
 
 use std::path::Path;
 
+use super::{block_on, print_counts, Failure};
+use crate::config::CopyArgs;
 use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts, StoreError};
 
 /// Why nothing was copied; the target is as it was.
@@ -22,6 +24,21 @@ pub enum CopyError {
     Target(String),
     #[error("into the database: {0}")]
     Restore(StoreError),
+}
+
+/// A copy that did not happen, as the command says it (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("copy refused: {0}")]
+pub struct CopyFailure(#[from] CopyError);
+
+impl Failure for CopyFailure {}
+
+/// `orderly copy`: one JSON object of counts per kind on stdout; or one line on stderr, the
+/// target untouched.
+pub fn command(args: &CopyArgs) -> Result<(), CopyFailure> {
+    let counts = block_on(run(&args.from_data_dir, &args.to_database_url))?;
+    print_counts(&counts);
+    Ok(())
 }
 
 pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> {

@@ -3,6 +3,8 @@
 //! shutdown (stop accepting, finish in-flight requests, flush, exit 0), or a storage failure
 //! (stop at once, exit 1: nothing in memory can be trusted to match the disk any more).
 
+pub mod demo;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ pub enum StartupError {
     #[error("cannot bind {0}: {1}")]
     Bind(String, std::io::Error),
     #[error("{0}")]
-    Demo(#[from] crate::demo::DemoError),
+    Demo(#[from] demo::DemoError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("cannot build the webhook client: {0}")]
@@ -94,12 +96,8 @@ impl Application {
         };
         let store = store::open(engine, Arc::clone(&metrics)).await?;
         if settings.demo {
-            crate::demo::seed_and_announce(
-                &*store,
-                &settings.currency,
-                Path::new(crate::demo::DEMO_FILE),
-            )
-            .await?;
+            demo::seed_and_announce(&*store, &settings.currency, Path::new(demo::DEMO_FILE))
+                .await?;
             let token = settings
                 .admin_token
                 .get_or_insert_with(|| format!("adm_{}", random_hex()));

@@ -1,0 +1,57 @@
+//! The subcommands of `orderly`, one file each. Each ends in `Ok` or in an error that knows
+//! what to say on stderr and the process's exit status (`Failure`); `run` turns that into
+//! the status, so the exit-code policy is read next to each command, not in `main`.
+
+pub mod copy;
+pub mod migrate;
+pub mod restore;
+pub mod serve;
+pub mod stats;
+
+use std::process::ExitCode;
+
+use crate::config::Command;
+
+/// A command that did not succeed. Its `Display` is the one line said on stderr after
+/// `orderly: `.
+pub trait Failure: std::fmt::Display {
+    /// 2 for a usage error (the flags, or a configuration or schema this binary cannot use,
+    /// like a bad flag), 1 for anything else.
+    fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
+/// Runs `command` to its exit status.
+pub fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Serve(settings) => serve::run(*settings),
+        Command::Stats(args) => finish(stats::run(&args)),
+        Command::Restore(args) => finish(restore::command(&args)),
+        Command::Migrate(args) => finish(migrate::run(&args.database_url)),
+        Command::Copy(args) => finish(copy::command(&args)),
+    }
+}
+
+fn finish(outcome: Result<(), impl Failure>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("orderly: {failure}");
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// The counts of a restore or a copy on stdout, as one JSON object.
+fn print_counts(counts: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string(counts).expect("counts serialize")
+    );
+}
+
+/// The async part of a command, on a runtime of its own.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    actix_web::rt::System::new().block_on(future)
+}

@@ -1,0 +1,59 @@
+//! `orderly serve [flags]`: build the application, print where it listens, run it until it
+//! stops. A storage failure ends the process with status 1 at once (the rest of the process
+//! is not waited for: it may hold work that must not touch storage again); a schema newer
+//! than the binary, or a certificate that cannot be used, is a usage error (2).
+
+use std::process::ExitCode;
+
+use crate::config::Settings;
+use crate::startup::{Application, RunError, StartupError};
+use crate::store::{postgres as shared, OpenError};
+
+/// How the server ended, when it did not end well.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeFailure {
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl ServeFailure {
+    fn schema_too_new(&self) -> Option<&shared::OpenError> {
+        match self {
+            ServeFailure::Startup(StartupError::Store(OpenError::Shared(
+                why @ shared::OpenError::SchemaTooNew(_),
+            ))) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+pub fn run(settings: Settings) -> ExitCode {
+    let outcome = super::block_on(async move {
+        let app = Application::build(settings).await?;
+        // Tests and scripts read the bound address (port 0 picks a free one) from here.
+        println!("orderly listening on {}", app.url());
+        app.run_until_stopped().await?;
+        Ok::<_, ServeFailure>(())
+    });
+    let Err(failure) = outcome else {
+        return ExitCode::SUCCESS;
+    };
+    // A schema newer than this binary: one line, and the usage status.
+    if let Some(why) = failure.schema_too_new() {
+        eprintln!("orderly: {why}");
+        return ExitCode::from(2);
+    }
+    log::error!("{failure}");
+    eprintln!("orderly: {failure}");
+    match failure {
+        ServeFailure::Run(RunError::StorageFailed(_)) => {
+            crate::logging::flush();
+            std::process::exit(1);
+        }
+        // Configuration that cannot be used is a usage error, like a bad flag.
+        ServeFailure::Startup(StartupError::Tls(_)) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,38 @@
+//! `orderly stats`: rows per keyspace (sled trees or PostgreSQL tables), one per line.
+
+use super::{block_on, Failure};
+use crate::config::StatsArgs;
+use crate::store::{self, Engine};
+
+/// Why the rows were not counted.
+#[derive(Debug, thiserror::Error)]
+#[error("stats: {0}")]
+pub struct StatsFailure(String);
+
+impl Failure for StatsFailure {}
+
+pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
+    let engine = match &args.database_url {
+        Some(url) => Engine::Shared {
+            url: url.clone(),
+            pool_size: 2,
+        },
+        None => Engine::Embedded {
+            path: args.data_dir.clone(),
+            cache_bytes: 16 << 20,
+            flush_hook: None,
+        },
+    };
+    let counts = block_on(async {
+        let store = store::open(engine, Default::default())
+            .await
+            .map_err(|e| StatsFailure(e.to_string()))?;
+        let counts = store.row_counts().await;
+        store.stop().await;
+        counts.map_err(|e| StatsFailure(e.to_string()))
+    })?;
+    for (keyspace, rows) in counts {
+        println!("{keyspace}\t{rows}");
+    }
+    Ok(())
+}
