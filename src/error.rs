@@ -8,6 +8,9 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::domain::basket::BasketRejection;
+use crate::domain::limits::MAX_LINES;
+use crate::domain::order::OrderStatus;
 use crate::store::StoreError;
 
 /// One entry of the 422 `detail` list: `loc` is the JSON path, starting with `"body"`.
@@ -59,6 +62,9 @@ pub struct RateLimited<'a> {
     pub retry_after: u64,
 }
 
+/// Every refusal of the HTTP surface, named for what happened. Each variant's status, token
+/// and sentence are decided below (`status_code`, `message`) and nowhere else; the wire
+/// format is SPEC 8's, byte for byte.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("invalid or missing API key")]
@@ -67,8 +73,12 @@ pub enum ApiError {
     AdminUnauthorized,
     #[error("invalid provider signature")]
     BadSignature,
-    #[error("forbidden: {0}")]
-    Forbidden(&'static str),
+    /// The key's account is not enabled for wholesale orders.
+    #[error("forbidden: not a wholesale account")]
+    NotWholesale,
+    /// The key's scopes do not cover the route.
+    #[error("forbidden: scope missing")]
+    ScopeMissing,
     /// A write whose `Origin` is not allowed (the edge, before the limiter).
     #[error("origin not allowed")]
     OriginNotAllowed,
@@ -77,22 +87,74 @@ pub enum ApiError {
     RateLimited { retry_after: u64 },
     #[error("validation failed")]
     Validation(Vec<FieldError>),
-    /// 400 with the partner-facing `token: sentence`.
-    #[error("bad request: {0}")]
-    BadRequest(String),
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("payment required: {0}")]
-    PaymentRequired(&'static str),
+    #[error("no such route")]
+    RouteNotFound,
+    /// A path parameter that cannot be one (actix's path extractor).
+    #[error("no such resource")]
+    ResourceNotFound,
+    #[error("no order {id:?}")]
+    OrderNotFound { id: String },
+    #[error("no account {id:?}")]
+    AccountNotFound { id: String },
+    #[error("no API key {id:?}")]
+    ApiKeyNotFound { id: String },
+    #[error("no event {id:?}")]
+    EventNotFound { id: String },
+    #[error("no provider {name:?}")]
+    UnknownProvider { name: String },
+    #[error("no idempotency key")]
+    KeyRequired,
+    #[error("invalid idempotency key: {reason}")]
+    InvalidKey { reason: &'static str },
+    #[error("invalid callbackUrl: {reason}")]
+    InvalidCallbackUrl { reason: String },
+    /// A basket rule (SPEC 5 step 4).
+    #[error("basket refused: {0:?}")]
+    Basket(BasketRejection),
+    #[error("currency mismatch")]
+    CurrencyMismatch { settles_in: String },
+    /// The balance after this money in would not fit.
+    #[error("balance too large after {0:?}")]
+    BalanceTooLarge(MoneyIn),
+    /// The key was used before for another request (`other_operation`: another kind).
+    #[error("idempotency key reused")]
+    KeyReused { other_operation: bool },
+    /// The key's first use is still in flight past the wait (SPEC 5).
+    #[error("duplicate request in progress")]
+    InProgress,
+    #[error("order not cancellable: {}", status.as_str())]
+    NotCancellable { status: OrderStatus },
+    #[error("order not refundable: {}", status.as_str())]
+    NotRefundable { status: OrderStatus },
+    #[error("refund exceeds the remaining {remaining}")]
+    RefundExceedsRemaining { remaining: i64 },
+    #[error("event {event:?} has no callback")]
+    NoCallbackUrl { event: String },
+    #[error("insufficient balance")]
+    InsufficientBalance,
+    #[error("exceeds credit limit")]
+    ExceedsCreditLimit,
+    /// A hot balance kept changing under every try (PostgreSQL); retry with the same key.
+    #[error("concurrent balance modification")]
+    ConcurrentModification,
     #[error("method not allowed")]
     MethodNotAllowed,
     /// The storage does not answer (`/readyz`).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The port failed; by its kind in the log, the opaque 500 on the wire (SPEC 20).
+    #[error("storage: {0}")]
+    Storage(#[from] StoreError),
+    /// An invariant of orderly's own that did not hold; the opaque 500.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+/// Where money came in, for `BalanceTooLarge`.
+#[derive(Debug, Clone, Copy)]
+pub enum MoneyIn {
+    Credit,
+    Payment,
 }
 
 impl ApiError {
@@ -108,15 +170,99 @@ impl ApiError {
         }])
     }
 
-    /// The `{"success":false,"error":...}` 409 of a key being used right now.
-    pub fn in_progress() -> Self {
-        ApiError::Conflict("Duplicate request in progress, retry later".into())
+    /// The partner-facing `error` of every `{"success":false,"error":…}` answer: the token
+    /// and its sentence. `None` for the answers with an envelope of their own.
+    fn message(&self) -> Option<String> {
+        let text = match self {
+            ApiError::Unauthorized
+            | ApiError::AdminUnauthorized
+            | ApiError::BadSignature
+            | ApiError::NotWholesale
+            | ApiError::ScopeMissing
+            | ApiError::RateLimited { .. }
+            | ApiError::Validation(_) => return None,
+            ApiError::OriginNotAllowed => "Forbidden: Origin not allowed".into(),
+            ApiError::RouteNotFound => "not_found: no such route".into(),
+            ApiError::ResourceNotFound => "not_found: no such resource".into(),
+            ApiError::OrderNotFound { id } => {
+                format!("order_not_found: no order {id:?} in this account")
+            }
+            ApiError::AccountNotFound { id } => format!("account_not_found: no account {id:?}"),
+            ApiError::ApiKeyNotFound { id } => format!("api_key_not_found: no API key {id:?}"),
+            ApiError::EventNotFound { id } => format!("event_not_found: no event {id:?}"),
+            ApiError::UnknownProvider { name } => {
+                format!("unknown_provider: no provider {name:?} is configured")
+            }
+            ApiError::KeyRequired => "X-Idempotency-Key header is required".into(),
+            ApiError::InvalidKey { reason } => format!("invalid_idempotency_key: {reason}"),
+            ApiError::InvalidCallbackUrl { reason } => format!("Invalid callbackUrl: {reason}"),
+            ApiError::Basket(rejection) => basket_message(rejection),
+            ApiError::CurrencyMismatch { settles_in } => {
+                format!("currency_mismatch: this deployment settles in {settles_in}")
+            }
+            ApiError::BalanceTooLarge(MoneyIn::Credit) => {
+                "balance_too_large: the balance after this credit does not fit".into()
+            }
+            ApiError::BalanceTooLarge(MoneyIn::Payment) => {
+                "balance_too_large: the balance after this payment does not fit".into()
+            }
+            ApiError::KeyReused { other_operation } => {
+                let detail = if *other_operation {
+                    "this key was already used for another kind of request; use a new key for a new operation"
+                } else {
+                    "this key was already used with a different request body; use a new key for a new operation"
+                };
+                format!("idempotency_key_reused_with_different_body: {detail}")
+            }
+            ApiError::InProgress => "Duplicate request in progress, retry later".into(),
+            ApiError::NotCancellable { status } => format!(
+                "order_not_cancellable: the order is {}; only a processing order can be cancelled",
+                status.as_str()
+            ),
+            ApiError::NotRefundable { status } => format!(
+                "order_not_refundable: the order is {}; only a completed order can be refunded",
+                status.as_str()
+            ),
+            ApiError::RefundExceedsRemaining { remaining } => format!(
+                "refund_exceeds_remaining: at most {remaining} can still be refunded on this order"
+            ),
+            ApiError::NoCallbackUrl { event } => format!(
+                "no_callback_url: the order of event {event:?} has no callbackUrl, so there is nothing to deliver"
+            ),
+            ApiError::InsufficientBalance => "Insufficient balance".into(),
+            ApiError::ExceedsCreditLimit => "Exceeds credit limit".into(),
+            ApiError::ConcurrentModification => "Concurrent balance modification".into(),
+            ApiError::MethodNotAllowed => {
+                "method_not_allowed: this route does not accept that method".into()
+            }
+            ApiError::Unavailable(_) => "storage_unavailable: the database does not answer".into(),
+            ApiError::Storage(_) | ApiError::Internal(_) => "Internal server error".into(),
+        };
+        Some(text)
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        ApiError::Internal(e.to_string())
+/// The sentence of each basket rule (SPEC 5 step 4), its token first.
+fn basket_message(rejection: &BasketRejection) -> String {
+    match rejection {
+        BasketRejection::TooManyItems => {
+            format!("too_many_items: maximum {MAX_LINES} items per order")
+        }
+        BasketRejection::UnknownProduct(id) => {
+            format!("unknown_product: product {id:?} does not exist or is not for sale")
+        }
+        BasketRejection::RegionNotAllowed(id) => {
+            format!("region_not_allowed: product {id:?} is not sold in your account's region")
+        }
+        BasketRejection::ZeroPriceItem(id) => {
+            format!("ZERO_PRICE_ITEM: product {id:?} has no price and cannot be ordered")
+        }
+        BasketRejection::InvalidDeliveryData { product_id, field } => format!(
+            "invalid_delivery_data: product {product_id:?} requires a non-blank deliveryData.{field}"
+        ),
+        BasketRejection::TotalTooLarge => {
+            "order_total_too_large: the order total does not fit in a balance".into()
+        }
     }
 }
 
@@ -132,37 +278,52 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized | ApiError::AdminUnauthorized | ApiError::BadSignature => {
                 StatusCode::UNAUTHORIZED
             }
-            ApiError::Forbidden(_) | ApiError::OriginNotAllowed => StatusCode::FORBIDDEN,
+            ApiError::NotWholesale | ApiError::ScopeMissing | ApiError::OriginNotAllowed => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::PaymentRequired(_) => StatusCode::PAYMENT_REQUIRED,
+            ApiError::KeyRequired
+            | ApiError::InvalidKey { .. }
+            | ApiError::InvalidCallbackUrl { .. }
+            | ApiError::Basket(_)
+            | ApiError::CurrencyMismatch { .. }
+            | ApiError::BalanceTooLarge(_) => StatusCode::BAD_REQUEST,
+            ApiError::RouteNotFound
+            | ApiError::ResourceNotFound
+            | ApiError::OrderNotFound { .. }
+            | ApiError::AccountNotFound { .. }
+            | ApiError::ApiKeyNotFound { .. }
+            | ApiError::EventNotFound { .. }
+            | ApiError::UnknownProvider { .. } => StatusCode::NOT_FOUND,
+            ApiError::KeyReused { .. }
+            | ApiError::InProgress
+            | ApiError::NotCancellable { .. }
+            | ApiError::NotRefundable { .. }
+            | ApiError::RefundExceedsRemaining { .. }
+            | ApiError::NoCallbackUrl { .. } => StatusCode::CONFLICT,
+            ApiError::InsufficientBalance
+            | ApiError::ExceedsCreditLimit
+            | ApiError::ConcurrentModification => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Storage(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let business = |error: &str| {
-            json(
-                status,
-                &ErrorEnvelope {
-                    success: false,
-                    error,
-                },
-            )
-        };
         let auth = |error: &str, message: &str| json(status, &AuthError { error, message });
         match self {
             ApiError::Unauthorized => auth("Unauthorized", "Invalid or missing API key"),
             ApiError::AdminUnauthorized => auth("Unauthorized", "Invalid or missing admin token"),
             ApiError::BadSignature => auth("Unauthorized", "Invalid signature"),
-            ApiError::Forbidden(message) => auth("Forbidden", message),
-            ApiError::OriginNotAllowed => business("Forbidden: Origin not allowed"),
+            ApiError::NotWholesale => {
+                auth("Forbidden", "Account is not enabled for wholesale orders")
+            }
+            ApiError::ScopeMissing => {
+                auth("Forbidden", "API key scope does not cover this endpoint")
+            }
             ApiError::RateLimited { retry_after } => {
                 let mut response = json(
                     status,
@@ -179,21 +340,119 @@ impl ResponseError for ApiError {
                 response
             }
             ApiError::Validation(detail) => json(status, &ValidationError { detail }),
-            ApiError::BadRequest(message)
-            | ApiError::NotFound(message)
-            | ApiError::Conflict(message) => business(message),
-            ApiError::PaymentRequired(message) => business(message),
-            ApiError::MethodNotAllowed => {
-                business("method_not_allowed: this route does not accept that method")
-            }
-            ApiError::Unavailable(cause) => {
-                log::error!("readiness probe failed: {cause}");
-                business("storage_unavailable: the database does not answer")
-            }
-            ApiError::Internal(cause) => {
-                log::error!("internal error: {cause}");
-                business("Internal server error")
+            other => {
+                match other {
+                    ApiError::Unavailable(cause) => log::error!("readiness probe failed: {cause}"),
+                    ApiError::Storage(cause) => {
+                        log::error!("storage error ({}): {cause}", kind(cause))
+                    }
+                    ApiError::Internal(cause) => log::error!("internal error: {cause}"),
+                    _ => {}
+                }
+                let error = other.message().expect("a business envelope");
+                json(
+                    status,
+                    &ErrorEnvelope {
+                        success: false,
+                        error: &error,
+                    },
+                )
             }
         }
+    }
+}
+
+/// The port's failure by what a caller could do about it, for the log line.
+fn kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Conflict(_) => "conflict",
+        StoreError::Failed(_) => "failed",
+        StoreError::Corrupt(_) => "corrupt",
+        StoreError::Refused(_) => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(e: ApiError) -> (u16, String) {
+        let response = e.error_response();
+        let status = response.status().as_u16();
+        let body = actix_web::body::to_bytes(response.into_body());
+        let body = futures_util::FutureExt::now_or_never(body)
+            .expect("a body in memory")
+            .ok()
+            .expect("a body");
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    fn envelope(error: &str) -> String {
+        format!(
+            r#"{{"success":false,"error":"{}"}}"#,
+            error.replace('"', "\\\"")
+        )
+    }
+
+    #[test]
+    fn each_refusal_has_its_status_and_its_exact_envelope() {
+        let id = "ord_x".to_string();
+        let cases: Vec<(ApiError, u16, &str)> = vec![
+            (ApiError::RouteNotFound, 404, "not_found: no such route"),
+            (ApiError::ResourceNotFound, 404, "not_found: no such resource"),
+            (ApiError::OrderNotFound { id: id.clone() }, 404, r#"order_not_found: no order "ord_x" in this account"#),
+            (ApiError::AccountNotFound { id: "acc_x".into() }, 404, r#"account_not_found: no account "acc_x""#),
+            (ApiError::ApiKeyNotFound { id: "key_x".into() }, 404, r#"api_key_not_found: no API key "key_x""#),
+            (ApiError::EventNotFound { id: "evt_x".into() }, 404, r#"event_not_found: no event "evt_x""#),
+            (ApiError::UnknownProvider { name: "acme".into() }, 404, r#"unknown_provider: no provider "acme" is configured"#),
+            (ApiError::KeyRequired, 400, "X-Idempotency-Key header is required"),
+            (ApiError::InvalidKey { reason: "too long" }, 400, "invalid_idempotency_key: too long"),
+            (ApiError::InvalidCallbackUrl { reason: "not https".into() }, 400, "Invalid callbackUrl: not https"),
+            (ApiError::Basket(BasketRejection::TooManyItems), 400, "too_many_items: maximum 200 items per order"),
+            (ApiError::Basket(BasketRejection::ZeroPriceItem("prd_f".into())), 400, r#"ZERO_PRICE_ITEM: product "prd_f" has no price and cannot be ordered"#),
+            (ApiError::CurrencyMismatch { settles_in: "USD".into() }, 400, "currency_mismatch: this deployment settles in USD"),
+            (ApiError::BalanceTooLarge(MoneyIn::Credit), 400, "balance_too_large: the balance after this credit does not fit"),
+            (ApiError::BalanceTooLarge(MoneyIn::Payment), 400, "balance_too_large: the balance after this payment does not fit"),
+            (ApiError::KeyReused { other_operation: false }, 409, "idempotency_key_reused_with_different_body: this key was already used with a different request body; use a new key for a new operation"),
+            (ApiError::KeyReused { other_operation: true }, 409, "idempotency_key_reused_with_different_body: this key was already used for another kind of request; use a new key for a new operation"),
+            (ApiError::InProgress, 409, "Duplicate request in progress, retry later"),
+            (ApiError::NotCancellable { status: OrderStatus::Completed }, 409, "order_not_cancellable: the order is completed; only a processing order can be cancelled"),
+            (ApiError::NotRefundable { status: OrderStatus::Processing }, 409, "order_not_refundable: the order is processing; only a completed order can be refunded"),
+            (ApiError::RefundExceedsRemaining { remaining: 5 }, 409, "refund_exceeds_remaining: at most 5 can still be refunded on this order"),
+            (ApiError::NoCallbackUrl { event: "evt_x".into() }, 409, r#"no_callback_url: the order of event "evt_x" has no callbackUrl, so there is nothing to deliver"#),
+            (ApiError::InsufficientBalance, 402, "Insufficient balance"),
+            (ApiError::ExceedsCreditLimit, 402, "Exceeds credit limit"),
+            (ApiError::ConcurrentModification, 402, "Concurrent balance modification"),
+            (ApiError::OriginNotAllowed, 403, "Forbidden: Origin not allowed"),
+            (ApiError::MethodNotAllowed, 405, "method_not_allowed: this route does not accept that method"),
+            (ApiError::Unavailable("down".into()), 503, "storage_unavailable: the database does not answer"),
+            (ApiError::Storage(StoreError::Corrupt("a secret detail".into())), 500, "Internal server error"),
+            (ApiError::Internal("a secret detail".into()), 500, "Internal server error"),
+        ];
+        for (error, status, text) in cases {
+            let what = format!("{error:?}");
+            assert_eq!(answer(error), (status, envelope(text)), "{what}");
+        }
+    }
+
+    #[test]
+    fn the_auth_refusals_have_the_auth_envelope() {
+        assert_eq!(
+            answer(ApiError::NotWholesale),
+            (
+                403,
+                r#"{"error":"Forbidden","message":"Account is not enabled for wholesale orders"}"#
+                    .into()
+            )
+        );
+        assert_eq!(
+            answer(ApiError::ScopeMissing),
+            (
+                403,
+                r#"{"error":"Forbidden","message":"API key scope does not cover this endpoint"}"#
+                    .into()
+            )
+        );
     }
 }

@@ -20,7 +20,7 @@ use crate::domain::limits::{
 };
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
 use crate::metrics::Metrics;
 use crate::store::{CreditRefusal, NewCredit, Store};
@@ -30,7 +30,7 @@ use crate::views::{
 };
 
 pub(super) fn account_not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("account_not_found: no account {id:?}"))
+    ApiError::AccountNotFound { id: id.to_string() }
 }
 
 /// The id of an account that exists; any other id is `account_not_found`.
@@ -199,8 +199,9 @@ pub async fn revoke_api_key(
     path: web::Path<String>,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let not_found =
-        || ApiError::NotFound(format!("api_key_not_found: no API key {:?}", path.as_str()));
+    let not_found = || ApiError::ApiKeyNotFound {
+        id: path.to_string(),
+    };
     let key_id = Id::parse(IdKind::ApiKey, &path).ok_or_else(not_found)?;
     if !store.revoke_api_key(key_id).await? {
         return Err(not_found());
@@ -275,9 +276,7 @@ async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstU
     match store.credit(credit).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(CreditRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
-        Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BadRequest(
-            "balance_too_large: the balance after this credit does not fit".into(),
-        )),
+        Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BalanceTooLarge(MoneyIn::Credit)),
     }
 }
 

@@ -16,7 +16,7 @@ const ICON: &str = include_str!("../console/favicon.svg");
 
 fn asset(admin: &AdminAuth, content_type: &str, body: String) -> Result<HttpResponse, ApiError> {
     if !admin.enabled() {
-        return Err(ApiError::NotFound("not_found: no such route".into()));
+        return Err(ApiError::RouteNotFound);
     }
     Ok(HttpResponse::Ok()
         .content_type(content_type)

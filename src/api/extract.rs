@@ -74,14 +74,10 @@ async fn authenticate<S: RequiredScope>(
         .await?
         .ok_or(ApiError::Unauthorized)?;
     if !account.wholesale {
-        return Err(ApiError::Forbidden(
-            "Account is not enabled for wholesale orders",
-        ));
+        return Err(ApiError::NotWholesale);
     }
     if !record.scopes.contains(&S::SCOPE) {
-        return Err(ApiError::Forbidden(
-            "API key scope does not cover this endpoint",
-        ));
+        return Err(ApiError::ScopeMissing);
     }
     Ok(Partner {
         account,
@@ -139,7 +135,7 @@ fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
         .and_then(|a| a.token_hash);
     let Some(expected) = expected else {
         // Without --admin-token the admin API does not exist.
-        return Err(ApiError::NotFound("not_found: no such route".into()));
+        return Err(ApiError::RouteNotFound);
     };
     let presented = req
         .headers()

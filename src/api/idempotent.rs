@@ -101,7 +101,7 @@ async fn lookup(
         Ok(found) => Ok(found?),
         Err(_) => {
             metrics.key_conflict("in_progress");
-            Err(ApiError::in_progress())
+            Err(ApiError::InProgress)
         }
     }
 }
@@ -139,7 +139,7 @@ where
                     Some(record) => decide(metrics, write, record),
                     None => {
                         metrics.key_conflict("in_progress");
-                        Err(ApiError::in_progress())
+                        Err(ApiError::InProgress)
                     }
                 }
             }
@@ -147,7 +147,7 @@ where
         }
     }
     metrics.key_conflict("in_progress");
-    Err(ApiError::in_progress())
+    Err(ApiError::InProgress)
 }
 
 /// A write without an idempotency key (allowed where the key is optional): run it, and
@@ -159,7 +159,7 @@ where
     match first_use.await? {
         FirstUse::Durable(body) => Ok(json_response(body)),
         // A row it needs held elsewhere past the bound: in progress, as for a key.
-        FirstUse::KeyTaken(None) => Err(ApiError::in_progress()),
+        FirstUse::KeyTaken(None) => Err(ApiError::InProgress),
         FirstUse::KeyTaken(Some(_)) => Err(ApiError::Internal(
             "a write without a key reported its key taken".into(),
         )),
@@ -181,12 +181,7 @@ fn decide(
             .body(record.response.body));
     }
     metrics.key_conflict("different_body");
-    let detail = if record.operation != write.operation {
-        "this key was already used for another kind of request; use a new key for a new operation"
-    } else {
-        "this key was already used with a different request body; use a new key for a new operation"
-    };
-    Err(ApiError::Conflict(format!(
-        "idempotency_key_reused_with_different_body: {detail}"
-    )))
+    Err(ApiError::KeyReused {
+        other_operation: record.operation != write.operation,
+    })
 }

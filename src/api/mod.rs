@@ -50,14 +50,14 @@ fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
     IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
 }
 
-fn invalid_key(reason: &str) -> ApiError {
-    ApiError::BadRequest(format!("invalid_idempotency_key: {reason}"))
+fn invalid_key(reason: &'static str) -> ApiError {
+    ApiError::InvalidKey { reason }
 }
 
 /// The idempotency key of a write that requires one (handler step 1).
 pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
     idempotency_key(req).map_err(|e| match e {
-        KeyError::Missing => ApiError::BadRequest("X-Idempotency-Key header is required".into()),
+        KeyError::Missing => ApiError::KeyRequired,
         KeyError::Invalid(reason) => invalid_key(reason),
     })
 }
@@ -222,15 +222,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(not_allowed()),
     )
     .default_service(web::to(|| async {
-        Err::<actix_web::HttpResponse, _>(ApiError::NotFound("not_found: no such route".into()))
+        Err::<actix_web::HttpResponse, _>(ApiError::RouteNotFound)
     }));
 }
 
 /// A path segment that cannot be decoded names nothing: 404 in the JSON envelope, not
 /// actix's plain-text error.
 pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default()
-        .error_handler(|_, _| ApiError::NotFound("not_found: no such resource".into()).into())
+    web::PathConfig::default().error_handler(|_, _| ApiError::ResourceNotFound.into())
 }
 
 /// 405, except under `/admin` while the admin API is off, where every route is 404.
@@ -239,7 +238,7 @@ async fn method_not_allowed(
     admin: web::Data<AdminAuth>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
     if req.path().starts_with("/admin") && !admin.enabled() {
-        return Err(ApiError::NotFound("not_found: no such route".into()));
+        return Err(ApiError::RouteNotFound);
     }
     Err(ApiError::MethodNotAllowed)
 }

@@ -134,7 +134,7 @@ pub async fn create_order(
     let key = required_idempotency_key(&req)?;
     if let Some(url) = &body.callback_url {
         CallbackUrl::parse(url, callback_policy(&settings))
-            .map_err(|reason| ApiError::BadRequest(format!("Invalid callbackUrl: {reason}")))?;
+            .map_err(|reason| ApiError::InvalidCallbackUrl { reason })?;
     }
     let callback_url = body.callback_url.clone();
     let external_order_id = body.external_order_id.clone();
@@ -171,24 +171,24 @@ async fn first_use(
     match store.place_order(order).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(OrderRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
-        Err(OrderRefusal::Basket(rejection)) => Err(ApiError::BadRequest(rejection.message())),
+        Err(OrderRefusal::Basket(rejection)) => Err(ApiError::Basket(rejection)),
         Err(OrderRefusal::Shortfall(Shortfall::InsufficientBalance)) => {
             metrics.payment_refused("insufficient_balance");
-            Err(ApiError::PaymentRequired("Insufficient balance"))
+            Err(ApiError::InsufficientBalance)
         }
         Err(OrderRefusal::Shortfall(Shortfall::ExceedsCreditLimit)) => {
             metrics.payment_refused("exceeds_credit_limit");
-            Err(ApiError::PaymentRequired("Exceeds credit limit"))
+            Err(ApiError::ExceedsCreditLimit)
         }
         Err(OrderRefusal::ConcurrentModification) => {
             metrics.payment_refused("concurrent_balance_modification");
-            Err(ApiError::PaymentRequired("Concurrent balance modification"))
+            Err(ApiError::ConcurrentModification)
         }
     }
 }
 
 pub(super) fn order_not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("order_not_found: no order {id:?} in this account"))
+    ApiError::OrderNotFound { id: id.to_string() }
 }
 
 #[utoipa::path(

@@ -12,7 +12,7 @@ use super::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::ids::AccountId;
 use crate::domain::limits::MAX_PROVIDER_ID_LEN;
-use crate::error::{ApiError, AuthError, ErrorEnvelope, ValidationError};
+use crate::error::{ApiError, AuthError, ErrorEnvelope, MoneyIn, ValidationError};
 use crate::loc;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded};
 use crate::views::{to_json, ProviderAck};
@@ -82,10 +82,8 @@ pub async fn provider_notification(
         .iter()
         .find(|p| p.name == provider)
         .map(|p| p.secret.clone())
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "unknown_provider: no provider {provider:?} is configured"
-            ))
+        .ok_or_else(|| ApiError::UnknownProvider {
+            name: provider.clone(),
         })?;
     let body = read_body(payload).await?;
     let header = req
@@ -115,16 +113,12 @@ pub async fn provider_notification(
         return Ok(ack(false, Some(true)));
     }
     if note.currency != settings.currency {
-        return Err(ApiError::BadRequest(format!(
-            "currency_mismatch: this deployment settles in {}",
-            settings.currency
-        )));
+        return Err(ApiError::CurrencyMismatch {
+            settles_in: settings.currency.clone(),
+        });
     }
-    let unknown_account = || {
-        ApiError::NotFound(format!(
-            "account_not_found: no account {:?}",
-            note.account_id
-        ))
+    let unknown_account = || ApiError::AccountNotFound {
+        id: note.account_id.clone(),
     };
     let account = AccountId::parse(&note.account_id).ok_or_else(unknown_account)?;
     if store.account(account).await?.is_none() {
@@ -144,9 +138,7 @@ pub async fn provider_notification(
         Ok(Recorded::Credited) => false,
         Ok(Recorded::Duplicate) => true,
         Err(ProviderRefusal::BalanceOverflow) => {
-            return Err(ApiError::BadRequest(
-                "balance_too_large: the balance after this payment does not fit".into(),
-            ))
+            return Err(ApiError::BalanceTooLarge(MoneyIn::Payment))
         }
     };
     Ok(ack(duplicate, None))

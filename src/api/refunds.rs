@@ -75,10 +75,7 @@ async fn cancel_first_use(
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(CancelRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CancelRefusal::NotFound) => Err(order_not_found(path)),
-        Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::Conflict(format!(
-            "order_not_cancellable: the order is {}; only a processing order can be cancelled",
-            status.as_str()
-        ))),
+        Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::NotCancellable { status }),
     }
 }
 
@@ -157,12 +154,9 @@ async fn refund_first_use(
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(RefundRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(RefundRefusal::NotFound) => Err(order_not_found(path)),
-        Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::Conflict(format!(
-            "order_not_refundable: the order is {}; only a completed order can be refunded",
-            status.as_str()
-        ))),
-        Err(RefundRefusal::ExceedsRemaining { remaining }) => Err(ApiError::Conflict(format!(
-            "refund_exceeds_remaining: at most {remaining} can still be refunded on this order"
-        ))),
+        Err(RefundRefusal::NotRefundable(status)) => Err(ApiError::NotRefundable { status }),
+        Err(RefundRefusal::ExceedsRemaining { remaining }) => {
+            Err(ApiError::RefundExceedsRemaining { remaining })
+        }
     }
 }

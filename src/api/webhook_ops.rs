@@ -82,7 +82,7 @@ pub async fn rotate_webhook_secret(
 }
 
 fn event_not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("event_not_found: no event {id:?}"))
+    ApiError::EventNotFound { id: id.to_string() }
 }
 
 /// Queues one attempt of event `id`'s callback; `owner` limits it to that account's events.
@@ -98,9 +98,9 @@ async fn redeliver(
             delivery: "pending",
         }))),
         Redelivered::NotFound => Err(event_not_found(id)),
-        Redelivered::NoCallback => Err(ApiError::Conflict(format!(
-            "no_callback_url: the order of event {id:?} has no callbackUrl, so there is nothing to deliver"
-        ))),
+        Redelivered::NoCallback => Err(ApiError::NoCallbackUrl {
+            event: id.to_string(),
+        }),
     }
 }
 

@@ -26,31 +26,6 @@ pub enum BasketRejection {
     TotalTooLarge,
 }
 
-impl BasketRejection {
-    pub fn message(&self) -> String {
-        match self {
-            BasketRejection::TooManyItems => {
-                format!("too_many_items: maximum {MAX_LINES} items per order")
-            }
-            BasketRejection::UnknownProduct(id) => {
-                format!("unknown_product: product {id:?} does not exist or is not for sale")
-            }
-            BasketRejection::RegionNotAllowed(id) => {
-                format!("region_not_allowed: product {id:?} is not sold in your account's region")
-            }
-            BasketRejection::ZeroPriceItem(id) => {
-                format!("ZERO_PRICE_ITEM: product {id:?} has no price and cannot be ordered")
-            }
-            BasketRejection::InvalidDeliveryData { product_id, field } => format!(
-                "invalid_delivery_data: product {product_id:?} requires a non-blank deliveryData.{field}"
-            ),
-            BasketRejection::TotalTooLarge => {
-                "order_total_too_large: the order total does not fit in a balance".into()
-            }
-        }
-    }
-}
-
 /// Prices every line from the catalog as `lookup` sees it, applying the rules in the
 /// documented order. `lookup` is fallible so it can read inside a storage transaction.
 pub fn price_basket<E>(
@@ -166,22 +141,25 @@ mod tests {
     }
 
     #[test]
-    fn each_rule_gives_its_token() {
-        let cases = [
-            (line("prd_nope", 1, &[]), "unknown_product:"),
-            (line("prd_us", 1, &[]), "region_not_allowed:"),
-            (line("prd_free", 1, &[]), "ZERO_PRICE_ITEM:"),
-            (
-                line("prd_uc", 1, &[("username", "  ")]),
-                "invalid_delivery_data:",
-            ),
-            (line("prd_uc", 1, &[]), "invalid_delivery_data:"),
-        ];
-        for (l, token) in cases {
-            assert!(
-                price(&[l]).unwrap_err().message().starts_with(token),
-                "{token}"
-            );
+    fn each_rule_gives_its_refusal() {
+        let refused = |l| price(&[l]).unwrap_err();
+        assert!(matches!(
+            refused(line("prd_nope", 1, &[])),
+            BasketRejection::UnknownProduct(_)
+        ));
+        assert!(matches!(
+            refused(line("prd_us", 1, &[])),
+            BasketRejection::RegionNotAllowed(_)
+        ));
+        assert!(matches!(
+            refused(line("prd_free", 1, &[])),
+            BasketRejection::ZeroPriceItem(_)
+        ));
+        for blank in [&[("username", "  ")][..], &[]] {
+            assert!(matches!(
+                refused(line("prd_uc", 1, blank)),
+                BasketRejection::InvalidDeliveryData { .. }
+            ));
         }
     }
 

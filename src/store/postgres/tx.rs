@@ -114,7 +114,7 @@ impl From<Fault> for StoreError {
 pub fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("database error {}: {}", db.code().code(), db.message()),
-        None => format!("database: {e}"),
+        None => format!("the database connection: {e}"),
     }
 }
 
