@@ -381,10 +381,9 @@ mod tests {
         let response = e.error_response();
         let status = response.status().as_u16();
         let body = actix_web::body::to_bytes(response.into_body());
-        let body = futures_util::FutureExt::now_or_never(body)
-            .expect("a body in memory")
-            .ok()
-            .expect("a body");
+        let Some(Ok(body)) = futures_util::FutureExt::now_or_never(body) else {
+            panic!("the body is in memory");
+        };
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
