@@ -218,7 +218,7 @@ pub struct CreditBody {
 
 #[utoipa::path(
     post, path = "/admin/accounts/{id}/credits", tag = "admin", summary = "Credit an account (idempotent)",
-    params(("id" = String, Path, description = "acc_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    params(("id" = String, Path, description = "acc_…"), super::key_headers::RequiredKey),
     request_body = CreditBody,
     responses(
         (status = 200, description = "Credited; the new balance", body = BalanceOne, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),

@@ -9,6 +9,7 @@ pub mod console;
 pub mod events;
 pub mod extract;
 pub mod idempotent;
+mod key_headers;
 pub mod lists;
 pub mod openapi;
 pub mod ops;

@@ -110,7 +110,7 @@ impl CreateOrderBody {
 #[utoipa::path(
     post, path = "/b2b/orders", tag = "orders", summary = "Place an order (idempotent)",
     request_body = CreateOrderBody,
-    params(("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    params(super::key_headers::RequiredKey),
     responses(
         (status = 200, description = "The order, durable; a replay returns the first answer byte for byte", body = OrderPlaced, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
         (status = 400, description = "Missing/invalid idempotency key, invalid callbackUrl, or a business rule (token prefix)", body = ErrorEnvelope),

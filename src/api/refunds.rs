@@ -24,7 +24,7 @@ pub struct CancelBody {}
 
 #[utoipa::path(
     post, path = "/b2b/orders/{id}/cancel", tag = "orders", summary = "Cancel a processing order",
-    params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = Option<String>, Header, description = "Optional: with a key, a repeat replays the first answer"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    params(("id" = String, Path, description = "ord_…"), super::key_headers::OptionalKey),
     request_body(content = Option<CancelBody>, description = "Empty, or {}"),
     responses(
         (status = 200, description = "Cancelled; the money is back on the balance", body = OrderOne, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
@@ -90,7 +90,7 @@ pub struct RefundBody {
 
 #[utoipa::path(
     post, path = "/b2b/orders/{id}/refunds", tag = "orders", summary = "Refund a completed order (idempotent)",
-    params(("id" = String, Path, description = "ord_…"), ("X-Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters; one key per business intent"), ("Idempotency-Key" = Option<String>, Header, description = "The IETF spelling; accepted as the same key")),
+    params(("id" = String, Path, description = "ord_…"), super::key_headers::RequiredKey),
     request_body = RefundBody,
     responses(
         (status = 200, description = "The refund, credited to the balance", body = RefundMade, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
