@@ -4,7 +4,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::extract::{BalanceRead, Partner};
 use super::lists::ListQuery;
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::ids::{AccountId, IdKind};
 use crate::domain::order::BalanceView;

@@ -4,9 +4,10 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
+use super::extract::required_idempotency_key;
 use super::extract::{json_body, Admin, Violations};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
-use super::{json_response, required_idempotency_key, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::account::{
     hash_api_key, new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope,

@@ -10,7 +10,7 @@ use super::events::events_after;
 use super::extract::Admin;
 use super::lists::{query_error, ListQuery};
 use super::orders::orders_of;
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::domain::event::{DeliveryLog, DeliveryState, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::limits::MAX_PAGE;

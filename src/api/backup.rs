@@ -8,7 +8,7 @@ use actix_web::HttpResponse;
 use tokio::sync::mpsc;
 
 use super::extract::Admin;
-use super::StoreData;
+use super::respond::StoreData;
 use crate::domain::time::now_millis;
 use crate::error::ApiError;
 use crate::store::backup_file::Writer;

@@ -4,7 +4,7 @@ use actix_web::{HttpRequest, HttpResponse};
 
 use super::extract::{CatalogRead, Partner};
 use super::lists::{query_error, ListQuery};
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::domain::limits::MAX_PRODUCT_ID_LEN;
 use crate::error::ApiError;
 use crate::views::{to_json, ProductJson, ProductList};

@@ -5,7 +5,7 @@ use actix_web::{HttpRequest, HttpResponse};
 
 use super::extract::{OrdersRead, Partner};
 use super::lists::{query_error, ListQuery};
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::error::ApiError;

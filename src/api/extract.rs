@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::domain::account::{hash_api_key, Account, Scope};
-use crate::domain::idempotency_key::IdempotencyKey;
+use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
 use crate::store::{Authenticated, Prefetched, Store};
 
@@ -98,7 +98,7 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
             .filter(|k| well_formed_api_key(k))
             .map(hash_api_key);
         let store = req.app_data::<web::Data<dyn Store>>().cloned();
-        let idempotency_key = super::named_idempotency_key(req);
+        let idempotency_key = named_idempotency_key(req);
         Box::pin(authenticate(key_hash, idempotency_key, store))
     }
 }
@@ -369,6 +369,40 @@ macro_rules! loc {
     ($($part:expr),* $(,)?) => {
         vec![serde_json::Value::from("body"), $(serde_json::Value::from($part)),*]
     };
+}
+
+/// The idempotency key the request names, by either spelling of its header.
+fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
+    let values =
+        |name: &str| -> Vec<&[u8]> { req.headers().get_all(name).map(|v| v.as_bytes()).collect() };
+    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
+}
+
+fn invalid_key(reason: &'static str) -> ApiError {
+    ApiError::InvalidKey { reason }
+}
+
+/// The idempotency key of a write that requires one (handler step 1).
+pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
+    idempotency_key(req).map_err(|e| match e {
+        KeyError::Missing => ApiError::KeyRequired,
+        KeyError::Invalid(reason) => invalid_key(reason),
+    })
+}
+
+/// The request's idempotency key when it names a well-formed one (read ahead with the API
+/// key; the handler's own parse decides what a missing or malformed one is answered).
+pub fn named_idempotency_key(req: &HttpRequest) -> Option<IdempotencyKey> {
+    idempotency_key(req).ok()
+}
+
+/// The idempotency key of a write where it is optional: absent is `None`, malformed is 400.
+pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+    match idempotency_key(req) {
+        Ok(key) => Ok(Some(key)),
+        Err(KeyError::Missing) => Ok(None),
+        Err(KeyError::Invalid(reason)) => Err(invalid_key(reason)),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::HttpResponse;
 
-use super::json_response;
+use super::respond::json_response;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;

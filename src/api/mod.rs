@@ -1,4 +1,6 @@
-//! The HTTP surface: shared state, the route table, and one module per resource.
+//! The HTTP surface: the route table, and one module per resource. What handlers share is
+//! in modules of their own (`extract`: who calls and what they sent; `respond`: the port as
+//! handlers hold it and the 200 they answer), so no handler imports from here.
 
 pub mod account;
 pub mod admin;
@@ -16,67 +18,13 @@ pub mod ops;
 pub mod orders;
 pub mod providers;
 pub mod refunds;
+pub mod respond;
 pub mod webhook_ops;
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest};
 
-use crate::config::Settings;
-use crate::domain::callback_url::AddressPolicy;
-use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::ApiError;
 use extract::AdminAuth;
-
-/// The storage port, as handlers receive it.
-pub type StoreData = web::Data<dyn crate::store::Store>;
-
-/// Whether callbackUrls may name private hosts (`--allow-private-callbacks`).
-pub fn callback_policy(settings: &Settings) -> AddressPolicy {
-    if settings.allow_private_callbacks {
-        AddressPolicy::AllowPrivate
-    } else {
-        AddressPolicy::PublicOnly
-    }
-}
-
-/// A 200 whose body is JSON bytes already rendered.
-pub fn json_response(body: Vec<u8>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(body)
-}
-
-fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
-    let values =
-        |name: &str| -> Vec<&[u8]> { req.headers().get_all(name).map(|v| v.as_bytes()).collect() };
-    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
-}
-
-fn invalid_key(reason: &'static str) -> ApiError {
-    ApiError::InvalidKey { reason }
-}
-
-/// The idempotency key of a write that requires one (handler step 1).
-pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
-    idempotency_key(req).map_err(|e| match e {
-        KeyError::Missing => ApiError::KeyRequired,
-        KeyError::Invalid(reason) => invalid_key(reason),
-    })
-}
-
-/// The request's idempotency key when it names a well-formed one (read ahead with the API
-/// key; the handler's own parse decides what a missing or malformed one is answered).
-pub fn named_idempotency_key(req: &HttpRequest) -> Option<IdempotencyKey> {
-    idempotency_key(req).ok()
-}
-
-/// The idempotency key of a write where it is optional: absent is `None`, malformed is 400.
-pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
-    match idempotency_key(req) {
-        Ok(key) => Ok(Some(key)),
-        Err(KeyError::Missing) => Ok(None),
-        Err(KeyError::Invalid(reason)) => Err(invalid_key(reason)),
-    }
-}
 
 /// Every route, each resource listing its methods so a wrong method is a 405, not a 404.
 pub fn routes(cfg: &mut web::ServiceConfig) {

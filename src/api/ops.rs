@@ -2,7 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::metrics::Metrics;
 use crate::views::{to_json, Health};

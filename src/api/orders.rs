@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
+use super::extract::required_idempotency_key;
 use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
 use super::lists::{query_error, ListQuery};
-use super::{callback_policy, json_response, required_idempotency_key, StoreData};
+use super::respond::{callback_policy, json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::account::Shortfall;
 use crate::domain::basket::RequestedLine;

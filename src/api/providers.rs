@@ -8,7 +8,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 
 use super::extract::{parse_json, read_body, Violations};
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::ids::AccountId;
 use crate::domain::limits::MAX_PROVIDER_ID_LEN;

@@ -5,10 +5,11 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
+use super::extract::{optional_idempotency_key, required_idempotency_key};
 use super::extract::{optional_json_body, OrdersWrite, Partner, Violations};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
 use super::orders::{order_not_found, own_order};
-use super::{optional_idempotency_key, required_idempotency_key, StoreData};
+use super::respond::StoreData;
 use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::limits::MAX_REASON_LEN;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::admin::account_id;
 use super::extract::{json_body, optional_json_body, Admin, OrdersWrite, Partner, Violations};
-use super::{json_response, StoreData};
+use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::account::new_webhook_secret;
 use crate::domain::ids::{AccountId, Id, IdKind};

@@ -270,7 +270,7 @@ fn start_workers(
         WebhookSender::new(
             Arc::clone(store),
             Arc::clone(metrics),
-            api::callback_policy(settings),
+            api::respond::callback_policy(settings),
             settings.webhook_retry_schedule.clone(),
             settings.webhook_origin_concurrency as usize,
         )
