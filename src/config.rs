@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::edge::cidr::Cidr;
+use crate::domain::cidr::Cidr;
 
 #[derive(Debug, Parser)]
 #[command(

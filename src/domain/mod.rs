@@ -3,6 +3,7 @@
 pub mod account;
 pub mod basket;
 pub mod callback_url;
+pub mod cidr;
 pub mod event;
 pub mod fingerprint;
 pub mod idempotency_key;

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::cidr::Cidr;
+use crate::domain::cidr::Cidr;
 
 pub fn client_ip(peer: IpAddr, forwarded_for: &[&str], trusted: &[Cidr]) -> IpAddr {
     let peer = peer.to_canonical();

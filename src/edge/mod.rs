@@ -1,7 +1,6 @@
 //! What runs around every handler: the Origin check, the client address, the rate limiter,
 //! the request counters and the request log.
 
-pub mod cidr;
 pub mod client_ip;
 pub mod origin;
 pub mod rate_limit;

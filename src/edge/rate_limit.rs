@@ -24,9 +24,9 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::cidr::Cidr;
 use super::client_ip::{bucket_of, client_ip};
 use crate::config::Settings;
+use crate::domain::cidr::Cidr;
 use crate::domain::time::now_millis;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
