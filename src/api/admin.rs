@@ -24,7 +24,7 @@ use crate::domain::time::now_millis;
 use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
 use crate::metrics::Metrics;
-use crate::store::{CreditRefusal, NewCredit, Store};
+use crate::store::{CreditRefusal, NewCredit, Prefetched, Store};
 use crate::views::{
     balance_only, to_json, AccountJson, AccountOne, ApiKeyCreated, ApiKeyJson, BalanceOne,
     ProductJson, ProductOne, Success,
@@ -270,7 +270,7 @@ pub async fn credit_account(
         };
         credit_first_use(&**store, credit)
     };
-    run_once(&**store, &metrics, &write, credit).await
+    run_once(&**store, &metrics, &write, Prefetched::NotRead, credit).await
 }
 
 async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstUse, ApiError> {

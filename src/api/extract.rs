@@ -378,15 +378,11 @@ fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
     IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
 }
 
-fn invalid_key(reason: &'static str) -> ApiError {
-    ApiError::InvalidKey { reason }
-}
-
 /// The idempotency key of a write that requires one (handler step 1).
 pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
     idempotency_key(req).map_err(|e| match e {
         KeyError::Missing => ApiError::KeyRequired,
-        KeyError::Invalid(reason) => invalid_key(reason),
+        KeyError::Invalid(reason) => ApiError::InvalidKey { reason },
     })
 }
 
@@ -401,7 +397,7 @@ pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyK
     match idempotency_key(req) {
         Ok(key) => Ok(Some(key)),
         Err(KeyError::Missing) => Ok(None),
-        Err(KeyError::Invalid(reason)) => Err(invalid_key(reason)),
+        Err(KeyError::Invalid(reason)) => Err(ApiError::InvalidKey { reason }),
     }
 }
 

@@ -42,9 +42,6 @@ pub struct KeyedWrite {
     pub operation: Operation,
     pub fingerprint: Fingerprint,
     pub until: Instant,
-    /// The key's row as read with the API key (`Some(None)`: it had none), for the first
-    /// lookup; `None`: look it up.
-    prefetched: Option<Option<KeyRecord>>,
 }
 
 impl KeyedWrite {
@@ -60,18 +57,7 @@ impl KeyedWrite {
             operation,
             fingerprint,
             until: Instant::now() + KEY_WAIT,
-            prefetched: None,
         }
-    }
-
-    /// Takes the row the port read of this key with the API key, when it read it.
-    pub fn prefetched(mut self, prefetched: Prefetched) -> Self {
-        if let Prefetched::Read { key, row } = prefetched {
-            if key == self.key {
-                self.prefetched = Some(row);
-            }
-        }
-        self
     }
 
     /// The claim its first use records, bounded by the same wait.
@@ -107,21 +93,28 @@ async fn lookup(
 }
 
 /// Replays the key's stored answer, refuses a different request under a used key, or runs
-/// `first_use` and returns its answer once durable.
+/// `first_use` and returns its answer once durable. `prefetched` is what the port read of the
+/// key with the API key: when it is this key's row (or its absence), the first lookup is
+/// decided on it, moved, not read again.
 pub async fn run_once<F, Fut>(
     store: &dyn Store,
     metrics: &Metrics,
     write: &KeyedWrite,
+    prefetched: Prefetched,
     first_use: F,
 ) -> Result<HttpResponse, ApiError>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<FirstUse, ApiError>>,
 {
-    for attempt in 0..FIRST_USE_TRIES {
-        let found = match (&write.prefetched, attempt) {
-            (Some(row), 0) => row.clone(),
-            _ => lookup(store, metrics, write).await?,
+    let mut prefetched = match prefetched {
+        Prefetched::Read { key, row } if key == write.key => Some(row),
+        _ => None,
+    };
+    for _ in 0..FIRST_USE_TRIES {
+        let found = match prefetched.take() {
+            Some(row) => row,
+            None => lookup(store, metrics, write).await?,
         };
         if let Some(record) = found {
             return decide(metrics, write, record);

@@ -145,8 +145,7 @@ pub async fn create_order(
         quantity: l.quantity,
         delivery_data: &l.delivery_data,
     }));
-    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint)
-        .prefetched(partner.prefetched);
+    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint);
     let claim = write.claim(settings.idempotency_ttl);
     let place = || {
         let order = NewOrder {
@@ -160,7 +159,7 @@ pub async fn create_order(
         };
         first_use(&**store, &metrics, order)
     };
-    run_once(&**store, &metrics, &write, place).await
+    run_once(&**store, &metrics, &write, partner.prefetched, place).await
 }
 
 /// The first use of the key: the port's one transaction, answered once on disk.

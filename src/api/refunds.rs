@@ -51,7 +51,6 @@ pub async fn cancel_order(
     let fingerprint = Fingerprint::of_cancel(&path);
     let write =
         key.map(|k| KeyedWrite::new(partner.account.id, k, Operation::CancelOrder, fingerprint));
-    let write = write.map(|w| w.prefetched(partner.prefetched));
     let cancel = || {
         let request = CancelRequest {
             account: partner.account.id,
@@ -62,7 +61,7 @@ pub async fn cancel_order(
         cancel_first_use(&**store, request, &path)
     };
     match &write {
-        Some(write) => run_once(&**store, &metrics, write, cancel).await,
+        Some(write) => run_once(&**store, &metrics, write, partner.prefetched, cancel).await,
         None => run_unkeyed(cancel()).await,
     }
 }
@@ -130,8 +129,7 @@ pub async fn refund_order(
     let key = required_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
     let fingerprint = Fingerprint::of_refund(&path, body.amount);
-    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint)
-        .prefetched(partner.prefetched);
+    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,
@@ -143,7 +141,7 @@ pub async fn refund_order(
         };
         refund_first_use(&**store, request, &path)
     };
-    run_once(&**store, &metrics, &write, refund).await
+    run_once(&**store, &metrics, &write, partner.prefetched, refund).await
 }
 
 async fn refund_first_use(

@@ -128,13 +128,13 @@ fn decisions(n: usize, granted: i64, ahead: i64, emission: i64) -> Vec<Spent> {
 /// One tick's statement: every client's (granted, ahead), by bucket.
 async fn spend_tick(
     pool: &Pool,
-    tick: &[(String, Terms, i64)],
+    tick: &[(String, Waiting)],
 ) -> Result<HashMap<String, (i64, i64)>, Fault> {
     let client = pool.get().await?;
-    let buckets: Vec<&str> = tick.iter().map(|(b, _, _)| b.as_str()).collect();
-    let emissions: Vec<i64> = tick.iter().map(|(_, t, _)| t.emission).collect();
-    let windows: Vec<i64> = tick.iter().map(|(_, t, _)| t.window).collect();
-    let counts: Vec<i64> = tick.iter().map(|(_, _, n)| *n).collect();
+    let buckets: Vec<&str> = tick.iter().map(|(b, _)| b.as_str()).collect();
+    let emissions: Vec<i64> = tick.iter().map(|(_, w)| w.terms.emission).collect();
+    let windows: Vec<i64> = tick.iter().map(|(_, w)| w.terms.window).collect();
+    let counts: Vec<i64> = tick.iter().map(|(_, w)| w.waiters.len() as i64).collect();
     let rows = query(&client, SPEND, &[&buckets, &emissions, &windows, &counts]).await?;
     Ok(rows
         .iter()
@@ -161,14 +161,12 @@ async fn run_ticks(pool: Pool, queue: Arc<Mutex<Queue>>, metrics: Arc<Metrics>) 
             std::mem::take(&mut queue.waiting).into_iter().collect()
         };
         clients.sort_by(|(a, _), (b, _)| a.cmp(b));
-        let tick: Vec<(String, Terms, i64)> = clients
-            .iter()
-            .map(|(bucket, w)| (bucket.clone(), w.terms, w.waiters.len() as i64))
-            .collect();
         last_start = Some(Instant::now());
         metrics.rate_limit_statements.inc();
-        metrics.rate_limit_buckets_spent.inc_by(tick.len() as u64);
-        let spent = tokio::time::timeout(STATEMENT_TIMEOUT, spend_tick(&pool, &tick)).await;
+        metrics
+            .rate_limit_buckets_spent
+            .inc_by(clients.len() as u64);
+        let spent = tokio::time::timeout(STATEMENT_TIMEOUT, spend_tick(&pool, &clients)).await;
         match spent {
             Ok(Ok(mut spent)) => {
                 for (bucket, waiting) in clients {
