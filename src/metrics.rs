@@ -53,6 +53,10 @@ pub struct Metrics {
     /// the work the limiter costs the database, however many addresses are counting.
     pub rate_limit_statements: Counter,
     pub rate_limit_buckets_spent: Counter,
+    /// Requests allowed from budget lent to this instance ahead of them (no statement), and
+    /// lent budget that lapsed unused and was given back.
+    pub rate_limit_lent: Counter,
+    pub rate_limit_returned: Counter,
 }
 
 impl Default for Metrics {
@@ -154,9 +158,23 @@ impl Default for Metrics {
             "Client buckets spent by the shared rate limit's statements",
             rate_limit_buckets_spent.clone(),
         );
+        let rate_limit_lent = Counter::default();
+        registry.register(
+            "rate_limit_lent",
+            "Requests the shared rate limit allowed from budget lent to this instance ahead of them",
+            rate_limit_lent.clone(),
+        );
+        let rate_limit_returned = Counter::default();
+        registry.register(
+            "rate_limit_returned",
+            "Lent budget of the shared rate limit that lapsed unused and was given back",
+            rate_limit_returned.clone(),
+        );
         Metrics {
             rate_limit_statements,
             rate_limit_buckets_spent,
+            rate_limit_lent,
+            rate_limit_returned,
             worker_panics,
             registry,
             requests,

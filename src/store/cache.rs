@@ -90,7 +90,8 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
         outcome
     }
 
-    fn forget_all(&self) {
+    /// Forgets every row, and any read that started before (see `remember`).
+    pub fn forget_all(&self) {
         if let Ok(mut rows) = self.rows.write() {
             self.generation.fetch_add(1, Ordering::AcqRel);
             rows.newer.clear();

@@ -58,6 +58,38 @@ async fn after_the_sweep_the_same_key_and_basket_create_a_new_order() {
 }
 
 #[tokio::test]
+async fn a_key_replayed_often_is_freed_by_the_sweep_like_any_other() {
+    // Long enough that the row is kept in memory (PostgreSQL keeps replays there until a
+    // second before their expiry), short enough to wait out.
+    let app = spawn_app_with(&["--idempotency-ttl", "3s", "--sweep-interval", "1s"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let first: Value = app
+        .post_order(Some(&p.api_key), Some("k"), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+
+    let mut second = None;
+    for _ in 0..100 {
+        let resp = app.post_order(Some(&p.api_key), Some("k"), &body).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        if resp.headers().get("Idempotency-Replayed").is_none() {
+            second = Some(resp.json::<Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let second = second.expect("the sweeper should have freed the key within 10 s");
+    assert_ne!(first["order"]["id"], second["order"]["id"]);
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 2 * 999
+    );
+}
+
+#[tokio::test]
 async fn retries_racing_the_sweeper_get_a_replay_or_a_first_use_never_a_500() {
     // Every row expires at once and the sweeper runs every 5 ms, so lookups, first uses and
     // deletions of one key interleave as closely as this machine can make them.

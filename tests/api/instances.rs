@@ -202,6 +202,116 @@ async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// A key of its own for the account, with every scope: (the key, its id).
+async fn key_with_id(app: &TestApp, account: &str) -> (String, String) {
+    let created: Value = app
+        .admin(
+            Method::POST,
+            &format!("/admin/accounts/{account}/api-keys"),
+            Some(
+                json!({"scopes": ["orders:write", "orders:read", "balance:read", "catalog:read"]}),
+            ),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    (
+        created["apiKey"]["key"].as_str().unwrap().to_string(),
+        created["apiKey"]["id"].as_str().unwrap().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other_answers_from_memory(
+) {
+    let pair = two_instances(&[]);
+    let p = pair.a.partner_with_balance(10_000).await;
+    let (key, key_id) = key_with_id(&pair.a, &p.account_id).await;
+    let body = basket("prd_uc", 1, "p");
+    let (status, _, first) = order(&pair.b, &key, "k", &body).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    // The first replay reads the key row and keeps it; the second is answered from memory.
+    for _ in 0..2 {
+        let (status, replayed, bytes) = order(&pair.b, &key, "k", &body).await.unwrap();
+        assert_eq!((status, replayed), (StatusCode::OK, true));
+        assert_eq!(bytes, first);
+    }
+
+    let revoked = pair
+        .a
+        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+
+    let (status, _, _) = order(&pair.b, &key, "k", &body).await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_revocation_waits_for_an_instance_killed_with_its_copies_no_longer_than_its_lease() {
+    let mut pair = two_instances(&[]);
+    let account = pair.a.create_account(true, 0, "EU").await;
+    let (key, key_id) = key_with_id(&pair.a, &account).await;
+    assert_eq!(
+        pair.b.get(&key, "/b2b/balance").await.status(),
+        StatusCode::OK
+    );
+    assert!(pair.b.signal("KILL", Duration::from_secs(5)).is_some());
+
+    let started = Instant::now();
+    let revoked = pair
+        .a
+        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    // The dead instance's lease (2 s on the database's clock) lapses; nothing waits longer.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the revocation took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        pair.a.get(&key, "/b2b/balance").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not_wait_for_it() {
+    let mut pair = two_instances(&[]);
+    let account = pair.a.create_account(true, 0, "EU").await;
+    let (key, key_id) = key_with_id(&pair.a, &account).await;
+    assert_eq!(
+        pair.b.get(&key, "/b2b/balance").await.status(),
+        StatusCode::OK
+    );
+    let stopped = pair
+        .b
+        .signal("TERM", Duration::from_secs(20))
+        .expect("b stops");
+    assert!(stopped.success());
+    let leases = sql_i64(
+        pair._database.url.clone(),
+        "SELECT count(*) FROM auth_cache_leases WHERE valid_until > now()".into(),
+    )
+    .unwrap();
+    assert_eq!(leases, 1, "only a's lease is live");
+
+    let revoked = pair
+        .a
+        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    assert_eq!(
+        pair.a.get(&key, "/b2b/balance").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn two_instances_started_together_on_an_empty_database_apply_each_migration_once() {

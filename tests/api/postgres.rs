@@ -471,3 +471,59 @@ async fn three_hundred_clients_at_once_cost_the_shared_limiter_at_most_one_state
         "{statements} statements in {elapsed:?} for 300 clients"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn budget_lent_to_an_instance_and_not_drawn_goes_back_to_the_client() {
+    // 1,200 a minute: one request's worth comes back every 50 ms.
+    let app = spawn_app_with(&["--rate-limit", "1200"]).await;
+    let wave = 32;
+    let mut sent = 0;
+    let mut last_answered = Instant::now();
+    let mut returned = 0.0;
+    // Waves of requests at once, until some wait together and are lent budget beyond them
+    // (while at least 1,024 requests are left) that lapses undrawn (after 200 ms): four waves
+    // at most, so that the budget left stays above the floor.
+    for _ in 0..4 {
+        let answers = futures::future::join_all(
+            (0..wave).map(|_| app.client.get(app.url("/b2b/balance")).send()),
+        )
+        .await;
+        for answer in answers {
+            assert_eq!(answer.unwrap().status(), StatusCode::UNAUTHORIZED);
+        }
+        sent += wave;
+        last_answered = Instant::now();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while returned == 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let text = app.text("/metrics").await;
+            returned = metric(&text, "orderly_rate_limit_returned_total");
+        }
+        if returned > 0.0 {
+            break;
+        }
+    }
+    assert!(returned > 0.0, "budget was lent and given back");
+
+    let since_last = last_answered.elapsed();
+    let last = app
+        .client
+        .get(app.url("/b2b/balance"))
+        .send()
+        .await
+        .unwrap();
+    let remaining: i64 = last.headers()["X-RateLimit-Remaining"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The client spent what it sent and no more: 1,200 less its requests, plus at least what
+    // came back since the last of them was answered. Budget lent and kept would be missing.
+    let spent = sent + 1;
+    let came_back = (since_last.as_millis() / 50) as i64;
+    assert!(
+        remaining >= 1200 - spent + came_back - 1,
+        "remaining {remaining} after {spent} requests, {came_back} back since"
+    );
+}

@@ -6,6 +6,7 @@ use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
 use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
+use super::shared_cache::bump;
 use super::tx::ReadCommitted;
 use super::tx::{bound_lock_waits, execute, key_taken, query_opt, Fault};
 use crate::domain::ids::{Id, IdKind};
@@ -89,13 +90,20 @@ pub async fn record_provider_payment(
     Ok(Ok(Recorded::Credited))
 }
 
-/// Marks the key revoked; false when there is no such key.
-pub async fn revoke_api_key(client: &Object, key_id: &Id) -> Result<bool, Fault> {
+/// Marks the key revoked, with the change every instance's copies must acknowledge
+/// (`shared_cache::bump`); `None` when there is no such key.
+pub async fn revoke_api_key(client: &mut Object, key_id: &Id) -> Result<Option<i64>, Fault> {
+    let tx = client.read_committed().await?;
     let changed = execute(
-        client,
+        &tx,
         "UPDATE api_keys SET revoked = true WHERE id = $1",
         &[&key_id.to_string()],
     )
     .await?;
-    Ok(changed > 0)
+    if changed == 0 {
+        return Ok(None);
+    }
+    let version = bump(&tx).await?;
+    tx.commit().await?;
+    Ok(Some(version))
 }

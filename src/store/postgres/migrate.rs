@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_instances.sql")),
     (3, include_str!("migrations/0003_webhook_operations.sql")),
     (4, include_str!("migrations/0004_limiter_ticks.sql")),
+    (5, include_str!("migrations/0005_cache_leases.sql")),
 ];
 
 /// The session advisory lock under which migrations run (an arbitrary constant: "orderly").

@@ -22,12 +22,14 @@ mod clock;
 mod codec;
 mod connect;
 mod lifecycle;
+mod limiter_loans;
 mod migrate;
 mod orders;
 mod outbox;
 mod rate_limit;
 mod reads;
 mod rows;
+mod shared_cache;
 mod tx;
 mod webhook_ops;
 
@@ -94,17 +96,17 @@ fn connect(options: &Options, application_name: &str) -> Result<Pool, OpenError>
     connect::pool(config, options.pool_size).map_err(OpenError::Config)
 }
 
-/// The engine's pool, and the rate limiter's one connection of its own (so that however
-/// many clients are counting, the limiter never takes a connection partner requests wait
-/// for).
-fn connect_with_limiter(
+/// The engine's pool, the rate limiter's one connection of its own (so that however many
+/// clients are counting, the limiter never takes a connection partner requests wait for), and
+/// the cache lease's (so that a busy pool never lets the lease lapse).
+fn connect_with_own(
     options: &Options,
     application_name: &str,
-) -> Result<(Pool, Pool), OpenError> {
+) -> Result<(Pool, Pool, Pool), OpenError> {
     let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
-    let mut pools = connect::pools(config, &[options.pool_size, 1]).map_err(OpenError::Config)?;
-    let limiter = pools.pop().expect("two pools");
-    Ok((pools.pop().expect("two pools"), limiter))
+    let pools = connect::pools(config, &[options.pool_size, 1, 1]).map_err(OpenError::Config)?;
+    let [pool, limiter, lease] = <[Pool; 3]>::try_from(pools).expect("three pools");
+    Ok((pool, limiter, lease))
 }
 
 async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
@@ -137,7 +139,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         std::process::id(),
         crate::domain::ids::random_hex()
     );
-    let (pool, limiter) = connect_with_limiter(&options, &outbox::application_name(&instance))?;
+    let (pool, limiter, lease) = connect_with_own(&options, &outbox::application_name(&instance))?;
     migrated(&pool).await?;
     // Every time that decides between instances is the database's (`clock.rs`).
     let skew = clock::sync(&pool).await.map_err(|e| {
@@ -148,8 +150,15 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     })?;
     clock::report(skew);
     let clock = tokio::spawn(clock::follow_the_database(pool.clone()));
+    let cache = Arc::new(shared_cache::SharedCache::default());
+    let leases = tokio::spawn(shared_cache::renew_leases(
+        Arc::clone(&cache),
+        lease,
+        instance.clone(),
+    ));
     Ok(Arc::new(PgStore {
-        clock: clock.abort_handle(),
+        background: [clock.abort_handle(), leases.abort_handle()],
+        cache,
         limiter: Arc::new(rate_limit::PgRateLimit::new(
             limiter,
             Arc::clone(&options.metrics),
@@ -163,8 +172,11 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
 
 struct PgStore {
     pool: Pool,
-    /// The task that keeps now on the database's clock; stopped with the store.
-    clock: tokio::task::AbortHandle,
+    /// The tasks that keep now on the database's clock and renew the cache lease; stopped
+    /// with the store.
+    background: [tokio::task::AbortHandle; 2],
+    /// API keys and key rows in memory, exact across instances (`shared_cache.rs`).
+    cache: Arc<shared_cache::SharedCache>,
     metrics: Arc<Metrics>,
     /// The per-client rate budget, on the same connections.
     limiter: Arc<rate_limit::PgRateLimit>,
@@ -177,13 +189,22 @@ struct PgStore {
 
 impl Drop for PgStore {
     fn drop(&mut self) {
-        self.clock.abort();
+        for task in &self.background {
+            task.abort();
+        }
     }
 }
 
 impl PgStore {
     async fn client(&self) -> Result<Object, Fault> {
         Ok(self.pool.get().await?)
+    }
+
+    /// Returns once no instance serves a copy of an API key or account from before change
+    /// `version` (`shared_cache.rs`): only then may the change be reported done.
+    async fn acknowledged(&self, version: i64) -> Result<(), StoreError> {
+        let client = self.client().await.map_err(StoreError::from)?;
+        settled(shared_cache::acknowledged(&client, version).await)
     }
 
     /// Counts a committed write's time, as the embedded engine counts its flushes.
@@ -216,7 +237,16 @@ impl Store for PgStore {
         &self,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
-        settled(retried!(self, |c| reads::authenticate(&c, &key_hash)))
+        if let Some(hit) = self.cache.api_key(&key_hash) {
+            return Ok(Some(hit));
+        }
+        let generation = self.cache.auth_generation();
+        let found = settled(retried!(self, |c| reads::authenticate(&c, &key_hash)))?;
+        if let Some(found) = &found {
+            self.cache
+                .remember_api_key(generation, key_hash, found.clone());
+        }
+        Ok(found)
     }
 
     async fn authenticate_with_key(
@@ -232,13 +262,34 @@ impl Store for PgStore {
                 prefetched: Prefetched::NotRead,
             }));
         };
+        // A replay from memory: no round trip at all.
+        if let Some((record, account)) = self.cache.api_key(&key_hash) {
+            if let Some(row) = self.cache.key_row(&account.id, &key) {
+                return Ok(Some(Authenticated {
+                    record,
+                    account,
+                    prefetched: Prefetched::Read {
+                        key,
+                        row: Some(row),
+                    },
+                }));
+            }
+        }
+        let generation = self.cache.auth_generation();
         let found = settled(retried!(self, |c| reads::authenticate_with_key(
             &c, &key_hash, &key
         )))?;
-        Ok(found.map(|(record, account, row)| Authenticated {
-            record,
-            account,
-            prefetched: Prefetched::Read { key, row },
+        Ok(found.map(|(record, account, row)| {
+            self.cache
+                .remember_api_key(generation, key_hash, (record.clone(), account.clone()));
+            if let Some(row) = &row {
+                self.cache.remember_key_row(&account.id, &key, row);
+            }
+            Authenticated {
+                record,
+                account,
+                prefetched: Prefetched::Read { key, row },
+            }
         }))
     }
 
@@ -270,7 +321,12 @@ impl Store for PgStore {
     }
 
     async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
-        settled(write!(self, |c| accounts::revoke_api_key(&c, &key_id)))
+        let changed = settled(write!(self, |c| accounts::revoke_api_key(&mut c, &key_id)))?;
+        let Some(version) = changed else {
+            return Ok(false);
+        };
+        self.acknowledged(version).await?;
+        Ok(true)
     }
 
     async fn put_product(&self, product: Product) -> Result<(), StoreError> {
@@ -305,7 +361,14 @@ impl Store for PgStore {
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
-        settled(retried!(self, |c| reads::replay_lookup(&c, &account, &key)))
+        if let Some(row) = self.cache.key_row(&account, &key) {
+            return Ok(Some(row));
+        }
+        let row = settled(retried!(self, |c| reads::replay_lookup(&c, &account, &key)))?;
+        if let Some(row) = &row {
+            self.cache.remember_key_row(&account, &key, row);
+        }
+        Ok(row)
     }
 
     async fn place_order(
@@ -381,9 +444,14 @@ impl Store for PgStore {
         now: Millis,
         overlap: Duration,
     ) -> Result<Option<PreviousSecret>, StoreError> {
-        settled(write!(self, |c| webhook_ops::rotate_webhook_secret(
+        let rotated = settled(write!(self, |c| webhook_ops::rotate_webhook_secret(
             &mut c, &account, &secret, now, overlap
-        )))
+        )))?;
+        let Some((previous, version)) = rotated else {
+            return Ok(None);
+        };
+        self.acknowledged(version).await?;
+        Ok(Some(previous))
     }
 
     async fn redeliver(
@@ -519,7 +587,16 @@ impl Store for PgStore {
     }
 
     async fn stop(&self) {
-        self.clock.abort();
+        for task in &self.background {
+            task.abort();
+        }
+        // No copy is served from here on, so the lease can go: changes stop waiting for it.
+        self.cache.give_up();
+        if let Ok(client) = self.client().await {
+            if let Err(e) = shared_cache::release(&client, &self.instance).await {
+                log::warn!("releasing the cache lease: {}", StoreError::from(e));
+            }
+        }
         // The workers have stopped, so nothing this instance claimed is in flight any more:
         // hand the claims back at once rather than let another instance wait out the lease
         // (a rolling restart would otherwise delay those callbacks by up to the lease).

@@ -13,6 +13,11 @@
 //!
 //! The statements run on a task of their own, so a request that gives up waiting (the edge
 //! bounds the wait) never cancels the statement the others are waiting for.
+//!
+//! A client far from its limit whose requests come faster than statements is lent budget
+//! ahead of them (`limiter_loans.rs`): its next requests are allowed here without waiting for
+//! a statement, from budget already spent in the database, and what a loan has left when it
+//! lapses is given back.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,35 +25,46 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
+use super::limiter_loans::{self, Loan, Terms};
 use super::tx::{execute, query, Fault};
 use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent, StoreError};
 
-/// $1 buckets, $2 emission intervals, $3 windows (ns), $4 requests of each. Each bucket's
-/// arrival time moves on by one emission per request from max(arrival, now) while it stays
-/// within the window of now; `granted` says how many did. The proposed row carries the
-/// bucket's terms (`excluded.*`), and RETURNING sees only the new row, so `seen` (the now of
-/// this statement) and `granted` are written beside `tat`. Rows go in bucket order, so two
-/// instances' statements lock shared buckets in one order and never deadlock.
+/// $1 buckets, $2 emission intervals, $3 windows (ns), $4 requests of each, $5 loans asked
+/// for, $6 lent requests given back, $7 and $8 the loan's floor and share. Each bucket's
+/// arrival time first moves back by what is given back (never before now), then on by one
+/// emission per request granted while it stays within the window of now, the requests first
+/// and then the loan (`orderly_gcra_take`); `granted` says how many in all. The proposed row
+/// carries the bucket's terms (`excluded.*`), and RETURNING sees only the new row, so `seen`
+/// (the now of this statement) and `granted` are written beside `tat`. Rows go in bucket
+/// order, so two instances' statements lock shared buckets in one order and never deadlock.
 const SPEND: &str = "
 WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint AS now)
-INSERT INTO rate_limits AS r (bucket, tat, granted, seen, wanted, emission, span)
-SELECT u.bucket, clock.now + least(u.n, u.span / u.emission) * u.emission,
-       least(u.n, u.span / u.emission), clock.now, u.n, u.emission, u.span
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(bucket, emission, span, n),
-     clock
+INSERT INTO rate_limits AS r (bucket, tat, granted, seen, wanted, emission, span, reserve, refund)
+SELECT u.bucket, clock.now + g.n * u.emission, g.n, clock.now, u.n, u.emission, u.span,
+       u.reserve, u.refund
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
+         AS u(bucket, emission, span, n, reserve, refund)
+     CROSS JOIN clock
+     CROSS JOIN LATERAL (SELECT orderly_gcra_take(clock.now, clock.now, u.span, u.emission,
+                                                  u.n, u.reserve, $7, $8) AS n) AS g
 ORDER BY u.bucket
 ON CONFLICT (bucket) DO UPDATE SET
-    granted = least(excluded.wanted, greatest(0,
-        (excluded.seen + excluded.span - greatest(r.tat, excluded.seen)) / excluded.emission)),
-    tat = greatest(r.tat, excluded.seen) + excluded.emission * least(excluded.wanted, greatest(0,
-        (excluded.seen + excluded.span - greatest(r.tat, excluded.seen)) / excluded.emission)),
+    granted = orderly_gcra_take(
+        greatest(r.tat - excluded.refund * excluded.emission, excluded.seen), excluded.seen,
+        excluded.span, excluded.emission, excluded.wanted, excluded.reserve, $7, $8),
+    tat = greatest(r.tat - excluded.refund * excluded.emission, excluded.seen)
+        + excluded.emission * orderly_gcra_take(
+            greatest(r.tat - excluded.refund * excluded.emission, excluded.seen), excluded.seen,
+            excluded.span, excluded.emission, excluded.wanted, excluded.reserve, $7, $8),
     seen = excluded.seen,
     wanted = excluded.wanted,
     emission = excluded.emission,
-    span = excluded.span
+    span = excluded.span,
+    reserve = excluded.reserve,
+    refund = excluded.refund
 RETURNING bucket, granted, greatest(tat - seen, 0) AS ahead";
 
 /// A bucket whose arrival time has passed holds its whole budget: forgetting it changes
@@ -71,26 +87,79 @@ struct Waiting {
     waiters: Vec<Waiter>,
 }
 
-/// Every client's requests waiting for the next statement, and whether statements are
-/// being sent.
+/// What one statement asks of one client's bucket.
+struct Ask {
+    bucket: String,
+    terms: Terms,
+    waiters: Vec<Waiter>,
+    loan: i64,
+    give_back: i64,
+}
+
+/// Every client's requests waiting for the next statement, the loans this instance holds,
+/// and whether statements are being sent.
 #[derive(Default)]
 struct Queue {
     waiting: HashMap<String, Waiting>,
+    loans: HashMap<String, (Terms, Loan)>,
     running: bool,
 }
 
-/// The terms a client's requests are spent under: those of its first request of the tick
-/// (an instance applies one limit to one bucket).
-#[derive(Clone, Copy)]
-struct Terms {
-    emission: i64,
-    window: i64,
+impl Queue {
+    /// The next statement's rows: every waiting client (closing its loan, which is spent or
+    /// lapsed, and asking for the next), and every lapsed loan of a client not waiting.
+    fn next_statement(&mut self, now: Instant) -> Vec<Ask> {
+        let mut asks: Vec<Ask> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(bucket, waiting)| {
+                let previous = self.loans.remove(&bucket).map(|(_, loan)| loan);
+                Ask {
+                    loan: limiter_loans::wanted(waiting.waiters.len(), previous.as_ref(), now),
+                    give_back: previous.map_or(0, |loan| loan.unused()),
+                    bucket,
+                    terms: waiting.terms,
+                    waiters: waiting.waiters,
+                }
+            })
+            .collect();
+        let lapsed: Vec<String> = self
+            .loans
+            .iter()
+            .filter(|(_, (_, loan))| loan.lapsed(now))
+            .map(|(bucket, _)| bucket.clone())
+            .collect();
+        for bucket in lapsed {
+            let (terms, loan) = self.loans.remove(&bucket).expect("listed above");
+            if loan.unused() > 0 {
+                asks.push(Ask {
+                    bucket,
+                    terms,
+                    waiters: Vec::new(),
+                    loan: 0,
+                    give_back: loan.unused(),
+                });
+            }
+        }
+        asks.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        asks
+    }
+
+    /// When the next loan lapses, if any is held.
+    fn next_lapse(&self) -> Option<Instant> {
+        self.loans.values().map(|(_, loan)| loan.lapses_at()).min()
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Wakes the statement task, asleep until a loan lapses, when a request starts waiting.
+    arrived: Notify,
 }
 
 pub struct PgRateLimit {
     /// The limiter's own connection (a pool of one, so that it is reopened by itself).
     pool: Pool,
-    queue: Arc<Mutex<Queue>>,
+    shared: Arc<Shared>,
     metrics: Arc<Metrics>,
 }
 
@@ -98,7 +167,10 @@ impl PgRateLimit {
     pub fn new(pool: Pool, metrics: Arc<Metrics>) -> Self {
         PgRateLimit {
             pool,
-            queue: Arc::default(),
+            shared: Arc::new(Shared {
+                queue: Mutex::default(),
+                arrived: Notify::new(),
+            }),
             metrics,
         }
     }
@@ -125,25 +197,105 @@ fn decisions(n: usize, granted: i64, ahead: i64, emission: i64) -> Vec<Spent> {
         .collect()
 }
 
-/// One tick's statement: every client's (granted, ahead), by bucket.
-async fn spend_tick(
-    pool: &Pool,
-    tick: &[(String, Waiting)],
-) -> Result<HashMap<String, (i64, i64)>, Fault> {
+/// One statement: every client's (granted, ahead), by bucket.
+async fn spend_tick(pool: &Pool, asks: &[Ask]) -> Result<HashMap<String, (i64, i64)>, Fault> {
     let client = pool.get().await?;
-    let buckets: Vec<&str> = tick.iter().map(|(b, _)| b.as_str()).collect();
-    let emissions: Vec<i64> = tick.iter().map(|(_, w)| w.terms.emission).collect();
-    let windows: Vec<i64> = tick.iter().map(|(_, w)| w.terms.window).collect();
-    let counts: Vec<i64> = tick.iter().map(|(_, w)| w.waiters.len() as i64).collect();
-    let rows = query(&client, SPEND, &[&buckets, &emissions, &windows, &counts]).await?;
+    let buckets: Vec<&str> = asks.iter().map(|a| a.bucket.as_str()).collect();
+    let emissions: Vec<i64> = asks.iter().map(|a| a.terms.emission).collect();
+    let windows: Vec<i64> = asks.iter().map(|a| a.terms.window).collect();
+    let counts: Vec<i64> = asks.iter().map(|a| a.waiters.len() as i64).collect();
+    let loans: Vec<i64> = asks.iter().map(|a| a.loan).collect();
+    let given_back: Vec<i64> = asks.iter().map(|a| a.give_back).collect();
+    let rows = query(
+        &client,
+        SPEND,
+        &[
+            &buckets,
+            &emissions,
+            &windows,
+            &counts,
+            &loans,
+            &given_back,
+            &limiter_loans::FLOOR,
+            &limiter_loans::SHARE,
+        ],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|row| (row.get("bucket"), (row.get("granted"), row.get("ahead"))))
         .collect())
 }
 
-/// Sends statement after statement, at most one per `TICK`, until nobody is waiting.
-async fn run_ticks(pool: Pool, queue: Arc<Mutex<Queue>>, metrics: Arc<Metrics>) {
+/// Answers every request of a statement that failed (they fall back to the instance's own
+/// buckets). Budget given back in it is lost to its clients until it refills by itself.
+fn answer_failed(asks: Vec<Ask>, why: StoreError) {
+    for waiter in asks.into_iter().flat_map(|a| a.waiters) {
+        let _ = waiter.send(Err(why.clone()));
+    }
+}
+
+/// Answers each request of a statement in arrival order, and keeps the loans it granted.
+fn answer(
+    shared: &Shared,
+    metrics: &Metrics,
+    asks: Vec<Ask>,
+    mut spent: HashMap<String, (i64, i64)>,
+) {
+    let answered = Instant::now();
+    let mut loans = Vec::new();
+    for ask in asks {
+        metrics.rate_limit_returned.inc_by(ask.give_back as u64);
+        let n = ask.waiters.len();
+        let Some((granted, ahead)) = spent.remove(&ask.bucket) else {
+            let why =
+                StoreError::Failed("the rate-limit statement returned no row for a client".into());
+            for waiter in ask.waiters {
+                let _ = waiter.send(Err(why.clone()));
+            }
+            continue;
+        };
+        let lent = granted - (n as i64).min(granted);
+        for (waiter, decision) in
+            ask.waiters
+                .into_iter()
+                .zip(decisions(n, granted, ahead, ask.terms.emission))
+        {
+            let _ = waiter.send(Ok(decision));
+        }
+        if lent > 0 {
+            loans.push((
+                ask.bucket,
+                ask.terms,
+                Loan::new(lent, ahead, answered, ask.terms),
+            ));
+        }
+    }
+    if loans.is_empty() {
+        return;
+    }
+    let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    for (bucket, terms, mut loan) in loans {
+        // Requests of the client that arrived while the statement ran are first in line.
+        if let Some(waiting) = queue.waiting.get_mut(&bucket) {
+            let drawn: Vec<Spent> = (0..waiting.waiters.len())
+                .map_while(|_| loan.draw(answered))
+                .collect();
+            metrics.rate_limit_lent.inc_by(drawn.len() as u64);
+            for (waiter, spent) in waiting.waiters.drain(..drawn.len()).zip(drawn) {
+                let _ = waiter.send(Ok(spent));
+            }
+            if waiting.waiters.is_empty() {
+                queue.waiting.remove(&bucket);
+            }
+        }
+        queue.loans.insert(bucket, (terms, loan));
+    }
+}
+
+/// Sends statement after statement, at most one per `TICK`, while requests wait or loans are
+/// held (each lapsed one is given back); stops when there are neither.
+async fn run_ticks(pool: Pool, shared: Arc<Shared>, metrics: Arc<Metrics>) {
     let mut last_start: Option<Instant> = None;
     loop {
         if let Some(started) = last_start {
@@ -152,55 +304,35 @@ async fn run_ticks(pool: Pool, queue: Arc<Mutex<Queue>>, metrics: Arc<Metrics>) 
                 tokio::time::sleep_until(next.into()).await;
             }
         }
-        let mut clients: Vec<(String, Waiting)> = {
-            let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
-            if queue.waiting.is_empty() {
+        let (asks, lapse) = {
+            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let asks = queue.next_statement(Instant::now());
+            let lapse = queue.next_lapse();
+            if asks.is_empty() && lapse.is_none() {
                 queue.running = false;
                 return;
             }
-            std::mem::take(&mut queue.waiting).into_iter().collect()
+            (asks, lapse)
         };
-        clients.sort_by(|(a, _), (b, _)| a.cmp(b));
+        if asks.is_empty() {
+            let lapse = lapse.expect("a loan is held");
+            // Asleep until a loan lapses, or a request starts waiting.
+            tokio::select! {
+                _ = tokio::time::sleep_until(lapse.into()) => {}
+                _ = shared.arrived.notified() => {}
+            }
+            continue;
+        }
         last_start = Some(Instant::now());
         metrics.rate_limit_statements.inc();
-        metrics
-            .rate_limit_buckets_spent
-            .inc_by(clients.len() as u64);
-        let spent = tokio::time::timeout(STATEMENT_TIMEOUT, spend_tick(&pool, &clients)).await;
-        match spent {
-            Ok(Ok(mut spent)) => {
-                for (bucket, waiting) in clients {
-                    let answers: Vec<Result<Spent, StoreError>> = match spent.remove(&bucket) {
-                        Some((granted, ahead)) => decisions(
-                            waiting.waiters.len(),
-                            granted,
-                            ahead,
-                            waiting.terms.emission,
-                        )
-                        .into_iter()
-                        .map(Ok)
-                        .collect(),
-                        None => {
-                            let why = StoreError::Failed(
-                                "the rate-limit statement returned no row for a client".into(),
-                            );
-                            vec![Err(why); waiting.waiters.len()]
-                        }
-                    };
-                    for (waiter, answer) in waiting.waiters.into_iter().zip(answers) {
-                        let _ = waiter.send(answer);
-                    }
-                }
-            }
-            outcome => {
-                let why = match outcome {
-                    Ok(Err(fault)) => StoreError::from(fault),
-                    _ => StoreError::Failed("the rate-limit statement did not finish".into()),
-                };
-                for waiter in clients.into_iter().flat_map(|(_, w)| w.waiters) {
-                    let _ = waiter.send(Err(why.clone()));
-                }
-            }
+        metrics.rate_limit_buckets_spent.inc_by(asks.len() as u64);
+        match tokio::time::timeout(STATEMENT_TIMEOUT, spend_tick(&pool, &asks)).await {
+            Ok(Ok(spent)) => answer(&shared, &metrics, asks, spent),
+            Ok(Err(fault)) => answer_failed(asks, StoreError::from(fault)),
+            Err(_) => answer_failed(
+                asks,
+                StoreError::Failed("the rate-limit statement did not finish".into()),
+            ),
         }
     }
 }
@@ -215,7 +347,13 @@ impl SharedRateLimit for PgRateLimit {
     ) -> Result<Spent, StoreError> {
         let (decided, decision) = oneshot::channel();
         let start = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, loan)) = queue.loans.get_mut(&bucket) {
+                if let Some(spent) = loan.draw(Instant::now()) {
+                    self.metrics.rate_limit_lent.inc();
+                    return Ok(spent);
+                }
+            }
             let terms = Terms {
                 emission: emission_nanos.max(1),
                 window: window_nanos,
@@ -234,9 +372,11 @@ impl SharedRateLimit for PgRateLimit {
         if start {
             tokio::spawn(run_ticks(
                 self.pool.clone(),
-                Arc::clone(&self.queue),
+                Arc::clone(&self.shared),
                 Arc::clone(&self.metrics),
             ));
+        } else {
+            self.shared.arrived.notify_one();
         }
         decision
             .await

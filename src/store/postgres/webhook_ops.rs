@@ -13,6 +13,7 @@ use deadpool_postgres::{GenericClient, Object};
 
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log, upsert_previous_secret};
+use super::shared_cache::bump;
 use super::tx::ReadCommitted;
 use super::tx::{execute, query, query_opt, Fault};
 use crate::domain::event::{redelivery, DeliveryLog, Event};
@@ -33,13 +34,15 @@ pub async fn lock_callback<C: GenericClient>(c: &C, event_id: &str) -> Result<()
     Ok(())
 }
 
+/// Replaces the secret; returns the one replaced and the change every instance's copies of
+/// the account must acknowledge (`shared_cache::bump`).
 pub async fn rotate_webhook_secret(
     client: &mut Object,
     account: &AccountId,
     secret: &str,
     now: Millis,
     overlap: Duration,
-) -> Result<Option<PreviousSecret>, Fault> {
+) -> Result<Option<(PreviousSecret, i64)>, Fault> {
     let tx = client.read_committed().await?;
     let id = account.to_string();
     let Some(row) = query_opt(
@@ -52,17 +55,19 @@ pub async fn rotate_webhook_secret(
         return Ok(None);
     };
     let previous = retire(row.get("webhook_secret"), now, overlap);
-    futures_util::future::try_join(
+    let (_, _, version) = futures_util::future::try_join3(
         execute(
             &tx,
             "UPDATE accounts SET webhook_secret = $2 WHERE id = $1",
             &[&id, &secret],
         ),
         upsert_previous_secret(&tx, account, &previous),
+        // Instances keep accounts in memory beside their API keys.
+        bump(&tx),
     )
     .await?;
     tx.commit().await?;
-    Ok(Some(previous))
+    Ok(Some((previous, version)))
 }
 
 /// Queues one attempt of event `id`'s callback at `now`; `owner` limits it to that account's.
