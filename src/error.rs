@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::basket::BasketRejection;
+use crate::domain::callback_url::CallbackRefusal;
 use crate::domain::limits::MAX_LINES;
 use crate::domain::order::OrderStatus;
 use crate::store::StoreError;
@@ -107,7 +108,7 @@ pub enum ApiError {
     #[error("invalid idempotency key: {reason}")]
     InvalidKey { reason: &'static str },
     #[error("invalid callbackUrl: {reason}")]
-    InvalidCallbackUrl { reason: String },
+    InvalidCallbackUrl { reason: CallbackRefusal },
     /// A basket rule (SPEC 5 step 4).
     #[error("basket refused: {0:?}")]
     Basket(BasketRejection),
@@ -407,7 +408,7 @@ mod tests {
             (ApiError::UnknownProvider { name: "acme".into() }, 404, r#"unknown_provider: no provider "acme" is configured"#),
             (ApiError::KeyRequired, 400, "X-Idempotency-Key header is required"),
             (ApiError::InvalidKey { reason: "too long" }, 400, "invalid_idempotency_key: too long"),
-            (ApiError::InvalidCallbackUrl { reason: "not https".into() }, 400, "Invalid callbackUrl: not https"),
+            (ApiError::InvalidCallbackUrl { reason: CallbackRefusal::NoHost }, 400, "Invalid callbackUrl: the URL has no host"),
             (ApiError::Basket(BasketRejection::TooManyItems), 400, "too_many_items: maximum 200 items per order"),
             (ApiError::Basket(BasketRejection::ZeroPriceItem("prd_f".into())), 400, r#"ZERO_PRICE_ITEM: product "prd_f" has no price and cannot be ordered"#),
             (ApiError::CurrencyMismatch { settles_in: "USD".into() }, 400, "currency_mismatch: this deployment settles in USD"),

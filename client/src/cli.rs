@@ -10,6 +10,8 @@ use clap::{Args, Parser, Subcommand};
 use orderly_client::{Basket, Client, Config, IntentId, Journal, Outcome};
 use serde_json::Value;
 
+use crate::failure::Failure;
+
 #[derive(Parser)]
 #[command(
     name = "orderly-client",
@@ -104,12 +106,6 @@ enum Command {
     },
 }
 
-/// A failure before anything could be decided: bad usage (2) or a broken journal (1).
-pub(crate) enum Failure {
-    Usage(String),
-    Runtime(String),
-}
-
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -145,21 +141,6 @@ pub fn run() -> ExitCode {
             eprintln!("orderly-client: {message}");
             ExitCode::from(1)
         }
-    }
-}
-
-impl From<orderly_client::Error> for Failure {
-    fn from(e: orderly_client::Error) -> Failure {
-        match e {
-            orderly_client::Error::InvalidIntent(e) => Failure::Usage(e.to_string()),
-            other => Failure::Runtime(other.to_string()),
-        }
-    }
-}
-
-impl From<orderly_client::JournalError> for Failure {
-    fn from(e: orderly_client::JournalError) -> Failure {
-        Failure::Runtime(e.to_string())
     }
 }
 

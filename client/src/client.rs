@@ -163,7 +163,7 @@ impl Client {
                 }
                 Err(error) => Verdict::Retry {
                     wait: Wait::Backoff,
-                    error: error.clone(),
+                    error: error.to_string(),
                 },
             };
             let (kind, pending, order_id, replayed, error) = match &verdict {
@@ -240,7 +240,7 @@ impl Client {
                 }
                 Err(error) => Lookup::Retry {
                     wait: Wait::Backoff,
-                    error: error.clone(),
+                    error: error.to_string(),
                 },
             };
             let remaining = run.rate_limit_remaining;
@@ -312,7 +312,7 @@ impl Client {
         format!("{}{path}", self.config.url.trim_end_matches('/'))
     }
 
-    fn send(&self, entry: &Entry) -> Result<Answer, String> {
+    fn send(&self, entry: &Entry) -> Result<Answer, Unanswered> {
         let response = self
             .agent
             .post(self.endpoint("/b2b/orders"))
@@ -324,7 +324,7 @@ impl Client {
         answer_of(response)
     }
 
-    fn look_up(&self, intent: &str) -> Result<Answer, String> {
+    fn look_up(&self, intent: &str) -> Result<Answer, Unanswered> {
         let response = self
             .agent
             .get(self.endpoint("/b2b/orders"))
@@ -337,9 +337,19 @@ impl Client {
     }
 }
 
+/// Why a request got no answer: it may or may not have been applied, so it is retried with
+/// the same key.
+#[derive(Debug, thiserror::Error)]
+enum Unanswered {
+    #[error("timeout")]
+    Timeout,
+    #[error("connection: {0}")]
+    Connection(ureq::Error),
+}
+
 fn answer_of(
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-) -> Result<Answer, String> {
+) -> Result<Answer, Unanswered> {
     let mut response = response.map_err(transport_error)?;
     let header = |name: &str| {
         response
@@ -367,9 +377,9 @@ fn answer_of(
     })
 }
 
-fn transport_error(error: ureq::Error) -> String {
+fn transport_error(error: ureq::Error) -> Unanswered {
     match error {
-        ureq::Error::Timeout(_) => "timeout".to_string(),
-        other => format!("connection: {other}"),
+        ureq::Error::Timeout(_) => Unanswered::Timeout,
+        other => Unanswered::Connection(other),
     }
 }

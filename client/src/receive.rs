@@ -19,7 +19,7 @@ use std::time::Duration;
 use orderly_client::webhooks::{self, Claim, Inbox};
 use serde_json::Value;
 
-use crate::cli::Failure;
+use crate::failure::Failure;
 use http::Unread;
 
 /// orderly sends events of a few KiB; anything much larger is not one of its callbacks.
@@ -88,6 +88,17 @@ pub(crate) fn run(
         }
     }
     Ok(())
+}
+
+/// Why the handler command did not take an event (it is released for the redelivery).
+#[derive(Debug, thiserror::Error)]
+enum CommandFailed {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("cannot start {0}: {1}")]
+    Start(String, std::io::Error),
+    #[error("the command failed ({0})")]
+    Exit(std::process::ExitStatus),
 }
 
 impl Receiver {
@@ -160,11 +171,11 @@ impl Receiver {
 
     /// Runs CMD with the event on stdin; its own output goes to our stderr, keeping our
     /// stdout to the one line that says where we listen.
-    fn run_command(&self, id: &str, kind: &str, body: &[u8]) -> Result<(), String> {
+    fn run_command(&self, id: &str, kind: &str, body: &[u8]) -> Result<(), CommandFailed> {
         let stderr = std::io::stderr()
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| e.to_string())?;
+            .map_err(CommandFailed::Io)?;
         let mut child = Command::new(&self.command[0])
             .args(&self.command[1..])
             .env("ORDERLY_EVENT_ID", id)
@@ -172,7 +183,7 @@ impl Receiver {
             .stdin(Stdio::piped())
             .stdout(Stdio::from(stderr))
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.command[0]))?;
+            .map_err(|e| CommandFailed::Start(self.command[0].clone(), e))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let body = body.to_vec();
         // A command that does not read its input must not block us: write from a thread and
@@ -180,12 +191,12 @@ impl Receiver {
         let writer = thread::spawn(move || {
             let _ = stdin.write_all(&body);
         });
-        let status = child.wait().map_err(|e| e.to_string())?;
+        let status = child.wait().map_err(CommandFailed::Io)?;
         let _ = writer.join();
         if status.success() {
             Ok(())
         } else {
-            Err(format!("the command failed ({status})"))
+            Err(CommandFailed::Exit(status))
         }
     }
 }

@@ -95,11 +95,11 @@ pub async fn create_account(
         &name_message(),
         "string_length",
     );
-    v.check(
-        (0..=MAX_AMOUNT).contains(&body.credit_limit),
+    v.whole_number_in(
+        body.credit_limit,
+        0..=MAX_AMOUNT,
         || loc!("creditLimit"),
-        &format!("creditLimit must be a whole number from 0 to {MAX_AMOUNT}"),
-        "range",
+        "creditLimit",
     );
     v.check(
         body.region.as_deref().is_none_or(region_ok),
@@ -239,19 +239,12 @@ pub async fn credit_account(
 ) -> Result<HttpResponse, ApiError> {
     let body: CreditBody = json_body(&req, payload).await?;
     let mut v = Violations::default();
-    v.check(
-        (1..=MAX_AMOUNT).contains(&body.amount),
-        || loc!("amount"),
-        &format!("amount must be a whole number from 1 to {MAX_AMOUNT}"),
-        "range",
-    );
-    v.check(
-        body.reason
-            .as_ref()
-            .is_none_or(|r| r.chars().count() <= MAX_REASON_LEN),
+    v.whole_number_in(body.amount, 1..=MAX_AMOUNT, || loc!("amount"), "amount");
+    v.at_most_chars(
+        body.reason.as_deref(),
+        MAX_REASON_LEN,
         || loc!("reason"),
-        &format!("reason must be at most {MAX_REASON_LEN} characters"),
-        "string_length",
+        "reason",
     );
     v.into_result()?;
     let account = load_account(&**store, &path).await?;
@@ -325,12 +318,7 @@ pub async fn put_product(
         &name_message(),
         "string_length",
     );
-    v.check(
-        (0..=MAX_AMOUNT).contains(&body.price),
-        || loc!("price"),
-        &format!("price must be a whole number from 0 to {MAX_AMOUNT}"),
-        "range",
-    );
+    v.whole_number_in(body.price, 0..=MAX_AMOUNT, || loc!("price"), "price");
     for (i, region) in body.regions.iter().enumerate() {
         v.check(
             region_ok(region),

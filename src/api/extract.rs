@@ -354,6 +354,41 @@ impl Violations {
         }
     }
 
+    /// `{field} must be a whole number from {low} to {high}` when `value` is outside.
+    pub fn whole_number_in(
+        &mut self,
+        value: i64,
+        range: std::ops::RangeInclusive<i64>,
+        loc: impl FnOnce() -> Vec<serde_json::Value>,
+        field: &str,
+    ) {
+        if !range.contains(&value) {
+            let (low, high) = range.into_inner();
+            self.add(
+                loc(),
+                format!("{field} must be a whole number from {low} to {high}"),
+                "range",
+            );
+        }
+    }
+
+    /// `{field} must be at most {max} characters` when an optional text is longer.
+    pub fn at_most_chars(
+        &mut self,
+        value: Option<&str>,
+        max: usize,
+        loc: impl FnOnce() -> Vec<serde_json::Value>,
+        field: &str,
+    ) {
+        if value.is_some_and(|text| text.chars().count() > max) {
+            self.add(
+                loc(),
+                format!("{field} must be at most {max} characters"),
+                "string_length",
+            );
+        }
+    }
+
     pub fn into_result(self) -> Result<(), ApiError> {
         if self.0.is_empty() {
             Ok(())

@@ -70,28 +70,24 @@ impl CreateOrderBody {
                 &format!("productId must be a non-empty string of at most {MAX_PRODUCT_ID_LEN} characters"),
                 "string_length",
             );
-            v.check(
-                (1..=MAX_QUANTITY).contains(&item.quantity),
+            v.whole_number_in(
+                item.quantity,
+                1..=MAX_QUANTITY,
                 || loc!("items", i, "quantity"),
-                &format!("quantity must be a whole number from 1 to {MAX_QUANTITY}"),
-                "range",
+                "quantity",
             );
         }
-        v.check(
-            self.callback_url
-                .as_ref()
-                .is_none_or(|u| u.chars().count() <= MAX_CALLBACK_URL_LEN),
+        v.at_most_chars(
+            self.callback_url.as_deref(),
+            MAX_CALLBACK_URL_LEN,
             || loc!("callbackUrl"),
-            &format!("callbackUrl must be at most {MAX_CALLBACK_URL_LEN} characters"),
-            "string_length",
+            "callbackUrl",
         );
-        v.check(
-            self.external_order_id
-                .as_ref()
-                .is_none_or(|e| e.chars().count() <= MAX_EXTERNAL_ORDER_ID_LEN),
+        v.at_most_chars(
+            self.external_order_id.as_deref(),
+            MAX_EXTERNAL_ORDER_ID_LEN,
             || loc!("externalOrderId"),
-            &format!("externalOrderId must be at most {MAX_EXTERNAL_ORDER_ID_LEN} characters"),
-            "string_length",
+            "externalOrderId",
         );
         v.into_result()
     }
@@ -133,11 +129,13 @@ pub async fn create_order(
     let body: CreateOrderBody = json_body(&req, payload).await?;
     body.check_schema()?;
     let key = required_idempotency_key(&req)?;
-    if let Some(url) = &body.callback_url {
-        CallbackUrl::parse(url, callback_policy(&settings))
-            .map_err(|reason| ApiError::InvalidCallbackUrl { reason })?;
-    }
-    let callback_url = body.callback_url.clone();
+    let callback_url = match &body.callback_url {
+        Some(url) => Some(
+            CallbackUrl::parse(url, callback_policy(&settings))
+                .map_err(|reason| ApiError::InvalidCallbackUrl { reason })?,
+        ),
+        None => None,
+    };
     let external_order_id = body.external_order_id.clone();
     let lines = body.requested_lines();
     let fingerprint = Fingerprint::of_basket(lines.iter().map(|l| LineRef {

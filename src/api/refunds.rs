@@ -12,6 +12,7 @@ use super::orders::{order_not_found, own_order};
 use super::respond::StoreData;
 use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
+use crate::domain::ids::{Id, IdKind};
 use crate::domain::limits::MAX_REASON_LEN;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
@@ -117,13 +118,11 @@ pub async fn refund_order(
         "amount must be a whole number of at least 1",
         "range",
     );
-    v.check(
-        body.reason
-            .as_ref()
-            .is_none_or(|r| r.chars().count() <= MAX_REASON_LEN),
+    v.at_most_chars(
+        body.reason.as_deref(),
+        MAX_REASON_LEN,
         || loc!("reason"),
-        &format!("reason must be at most {MAX_REASON_LEN} characters"),
-        "string_length",
+        "reason",
     );
     v.into_result()?;
     let key = required_idempotency_key(&req)?;
@@ -137,6 +136,7 @@ pub async fn refund_order(
             amount: body.amount,
             reason: body.reason.clone(),
             claim: write.claim(settings.idempotency_ttl),
+            id: Id::new(IdKind::Refund),
             render: refund_made,
         };
         refund_first_use(&**store, request, &path)

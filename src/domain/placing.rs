@@ -4,6 +4,7 @@
 
 use super::account::{debit, Account, Shortfall};
 use super::basket::{price_basket, BasketRejection, RequestedLine};
+use super::callback_url::CallbackUrl;
 use super::ids::{Id, OrderId};
 use super::ledger::{LedgerEntry, LedgerReason};
 use super::order::{Order, OrderStatus};
@@ -15,7 +16,7 @@ pub struct OrderTerms<'a> {
     pub account: &'a Account,
     pub lines: &'a [RequestedLine],
     pub currency: &'a str,
-    pub callback_url: Option<&'a str>,
+    pub callback_url: Option<&'a CallbackUrl>,
     pub external_order_id: Option<&'a str>,
 }
 
@@ -66,7 +67,7 @@ pub fn place<E>(
         items,
         total,
         currency: terms.currency.to_string(),
-        callback_url: terms.callback_url.map(str::to_string),
+        callback_url: terms.callback_url.map(|url| url.as_str().to_string()),
         external_order_id: terms.external_order_id.map(str::to_string),
         refunded: 0,
         created_at: stamp.now,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::account::{Account, ApiKeyRecord, Shortfall};
 use crate::domain::basket::{BasketRejection, RequestedLine};
+use crate::domain::callback_url::CallbackUrl;
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -90,7 +91,8 @@ pub struct NewOrder {
     pub account: Account,
     pub lines: Vec<RequestedLine>,
     pub currency: String,
-    pub callback_url: Option<String>,
+    /// Judged before it reaches the port (`CallbackUrl::parse`).
+    pub callback_url: Option<CallbackUrl>,
     pub external_order_id: Option<String>,
     pub claim: KeyClaim,
     pub render: fn(&Order, &BalanceView) -> Vec<u8>,
@@ -103,7 +105,7 @@ impl NewOrder {
             account: &self.account,
             lines: &self.lines,
             currency: &self.currency,
-            callback_url: self.callback_url.as_deref(),
+            callback_url: self.callback_url.as_ref(),
             external_order_id: self.external_order_id.as_deref(),
         }
     }
@@ -172,6 +174,8 @@ pub struct RefundRequest {
     pub amount: Option<i64>,
     pub reason: Option<String>,
     pub claim: KeyClaim,
+    /// The refund's id, made with the request (`OrderChange::refund_id`).
+    pub id: Id,
     pub render: fn(&Refund, &Order) -> Vec<u8>,
 }
 
@@ -184,12 +188,12 @@ pub enum RefundRefusal {
 }
 
 impl RefundRequest {
-    /// What `domain::lifecycle::refund` decides the refund from, with the refund's new id.
-    pub fn ask(&self, id: Id) -> RefundAsk {
+    /// What `domain::lifecycle::refund` decides the refund from.
+    pub fn ask(&self) -> RefundAsk {
         RefundAsk {
             amount: self.amount,
             reason: self.reason.clone(),
-            id,
+            id: self.id,
         }
     }
 }

@@ -3,15 +3,15 @@
 //! the rows it returns. Each wraps the decision in `domain/` with what the port adds to it:
 //! the 200 body (rendered by the request) and the key's row that stores it.
 
-use crate::domain::ids::Id;
+use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{money_in, LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{self, Change, Stamp};
 use crate::domain::order::{BalanceView, Order};
 use crate::domain::time::Millis;
 use crate::store::batch::first_use;
 use crate::store::{
-    CancelRefusal, CancelRequest, CreditRefusal, KeyRecord, NewCredit, ProviderCredit,
-    ProviderPaymentRecord, ProviderRefusal, RefundRefusal, RefundRequest, StoreError,
+    CancelRefusal, CancelRequest, CreditRefusal, KeyClaim, KeyRecord, NewCredit, ProviderCredit,
+    ProviderPaymentRecord, ProviderRefusal, RefundRefusal, RefundRequest, StoreError, Taken,
 };
 
 /// A decided write's rows: what moved (a ledger entry, or a whole change of an order), the
@@ -72,40 +72,115 @@ impl ProviderCredit {
     }
 }
 
-impl CancelRequest {
-    /// The cancel of `order` (`None`: not found) on `balance`, its body and key row.
-    pub fn decide(
+/// A change to a placed order, a cancel or a refund, as every engine runs it: the key checked
+/// free, the order and its balance read under their locks, decided here, then the change's
+/// rows and the key's row written in the same transaction. Each engine writes that one
+/// transaction once, generic over this.
+pub trait OrderChange {
+    /// Why the change was refused, nothing written.
+    type Refusal;
+    fn account(&self) -> AccountId;
+    fn order(&self) -> &OrderId;
+    fn claim(&self) -> Option<&KeyClaim>;
+    /// The refund's id, made with the request (not in the transaction, which sled may run
+    /// again and which must then decide with the same id).
+    fn refund_id(&self) -> Option<&Id>;
+    /// The refusal when a concurrent first use of the key committed first (`taken`, its row
+    /// when the engine read it).
+    fn key_taken(taken: Taken) -> Self::Refusal;
+    /// The change of `order` (`None`: not found) on `balance`, its body and key row. The
+    /// error is a store error when the decision is malformed (a refund without its refund).
+    fn decide(
         &self,
         order: Option<Order>,
         balance: i64,
         stamp: &Stamp,
-    ) -> Result<Decided<Change>, CancelRefusal> {
-        let change = lifecycle::cancel(order, self.account, balance, stamp)?;
-        let body = (self.render)(&change.order);
-        let key = self
-            .claim
-            .as_ref()
-            .map(|c| first_use(c, stamp.now, body.clone()));
-        Ok(Decided {
-            rows: change,
-            body,
-            key,
-        })
+    ) -> Result<Result<Decided<Change>, Self::Refusal>, StoreError>;
+}
+
+/// The 200 body of a change and the key's row that stores it (`None` without a key).
+fn answered(
+    change: Change,
+    body: Vec<u8>,
+    claim: Option<&KeyClaim>,
+    now: Millis,
+) -> Decided<Change> {
+    let key = claim.map(|c| first_use(c, now, body.clone()));
+    Decided {
+        rows: change,
+        body,
+        key,
     }
 }
 
-impl RefundRequest {
-    /// The refund (`refund_id`) of `order` on `balance`, its body and key row. The error is
-    /// a store error when the decision is malformed (a refund's change without its refund).
-    pub fn decide(
+impl OrderChange for CancelRequest {
+    type Refusal = CancelRefusal;
+
+    fn account(&self) -> AccountId {
+        self.account
+    }
+
+    fn order(&self) -> &OrderId {
+        &self.order
+    }
+
+    fn claim(&self) -> Option<&KeyClaim> {
+        self.claim.as_ref()
+    }
+
+    fn refund_id(&self) -> Option<&Id> {
+        None
+    }
+
+    fn key_taken(taken: Taken) -> CancelRefusal {
+        CancelRefusal::KeyTaken(taken)
+    }
+
+    fn decide(
         &self,
         order: Option<Order>,
         balance: i64,
-        refund_id: Id,
+        stamp: &Stamp,
+    ) -> Result<Result<Decided<Change>, CancelRefusal>, StoreError> {
+        let change = match lifecycle::cancel(order, self.account, balance, stamp) {
+            Ok(change) => change,
+            Err(refused) => return Ok(Err(refused.into())),
+        };
+        let body = (self.render)(&change.order);
+        Ok(Ok(answered(change, body, self.claim(), stamp.now)))
+    }
+}
+
+impl OrderChange for RefundRequest {
+    type Refusal = RefundRefusal;
+
+    fn account(&self) -> AccountId {
+        self.account
+    }
+
+    fn order(&self) -> &OrderId {
+        &self.order
+    }
+
+    fn claim(&self) -> Option<&KeyClaim> {
+        Some(&self.claim)
+    }
+
+    fn refund_id(&self) -> Option<&Id> {
+        Some(&self.id)
+    }
+
+    fn key_taken(taken: Taken) -> RefundRefusal {
+        RefundRefusal::KeyTaken(taken)
+    }
+
+    fn decide(
+        &self,
+        order: Option<Order>,
+        balance: i64,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, RefundRefusal>, StoreError> {
-        let ask = self.ask(refund_id);
-        let change = match lifecycle::refund(order, self.account, balance, ask, stamp) {
+        let change = match lifecycle::refund(order, self.account, balance, self.ask(), stamp) {
             Ok(change) => change,
             Err(refused) => return Ok(Err(refused.into())),
         };
@@ -114,11 +189,6 @@ impl RefundRequest {
             .as_ref()
             .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
         let body = (self.render)(refund, &change.order);
-        let key = Some(first_use(&self.claim, stamp.now, body.clone()));
-        Ok(Ok(Decided {
-            rows: change,
-            body,
-            key,
-        }))
+        Ok(Ok(answered(change, body, self.claim(), stamp.now)))
     }
 }

@@ -43,7 +43,7 @@ impl Gate {
         })
     }
 
-    fn count(&self, step: impl FnOnce(&mut GateState)) -> Result<(), String> {
+    fn count(&self, step: impl FnOnce(&mut GateState)) -> std::io::Result<()> {
         step(&mut self.state.lock().unwrap());
         Ok(())
     }
@@ -54,7 +54,7 @@ impl Gate {
         (state.flushed, state.synced)
     }
 
-    fn pass(&self) -> Result<(), String> {
+    fn pass(&self) -> std::io::Result<()> {
         let mut state = self.state.lock().unwrap();
         state.waiting += 1;
         self.changed.notify_all();
@@ -63,7 +63,7 @@ impl Gate {
         }
         state.waiting -= 1;
         if state.failing {
-            return Err("injected: no space left on device".into());
+            return Err(std::io::Error::other("injected: no space left on device"));
         }
         Ok(())
     }

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use orderly::domain::account::Account;
 use orderly::domain::basket::RequestedLine;
+use orderly::domain::callback_url::{AddressPolicy, CallbackUrl};
 use orderly::domain::fingerprint::{Fingerprint, Operation};
 use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::{AccountId, OrderId};
+use orderly::domain::ids::{AccountId, Id, IdKind, OrderId};
 use orderly::domain::ledger::LedgerReason;
 use orderly::domain::product::Product;
 use orderly::domain::time::now_millis;
@@ -91,7 +92,7 @@ pub fn order_with(account: &Account, key: &str, quantity: u64, url: Option<&str>
             delivery_data: Default::default(),
         }],
         currency: "USD".into(),
-        callback_url: url.map(str::to_string),
+        callback_url: url.map(|u| CallbackUrl::parse(u, AddressPolicy::AllowPrivate).unwrap()),
         external_order_id: None,
         claim: claim(key, Operation::PlaceOrder, Duration::from_secs(3600)),
         render: order_placed,
@@ -114,6 +115,7 @@ pub fn refund(account: &Account, order: OrderId, key: &str, amount: Option<i64>)
         amount,
         reason: None,
         claim: claim(key, Operation::RefundOrder, Duration::from_secs(3600)),
+        id: Id::new(IdKind::Refund),
         render: refund_made,
     }
 }

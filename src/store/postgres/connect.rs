@@ -31,15 +31,27 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The database URL's settings, checked; `Err` says what is wrong with it.
-/// The configuration of orderly's connections; every connection of one process carries
-/// `application_name`, which names the process to the other instances (`pg_stat_activity`).
-pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, String> {
+/// What stops orderly before it has tried to connect: the URL, or this process's machinery.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the database URL must start with postgres:// or postgresql://")]
+    Scheme,
+    #[error("the database URL cannot be used: {0}")]
+    Url(tokio_postgres::Error),
+    #[error("cannot start the database runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot build the connection pool: {0}")]
+    Pool(deadpool_postgres::BuildError),
+}
+
+/// The configuration of orderly's connections, from the database URL's settings checked;
+/// every connection of one process carries `application_name`, which names the process to
+/// the other instances (`pg_stat_activity`).
+pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, ConnectError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err("the database URL must start with postgres:// or postgresql://".into());
+        return Err(ConnectError::Scheme);
     }
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| format!("the database URL cannot be used: {e}"))?;
+    let mut config = tokio_postgres::Config::from_str(url).map_err(ConnectError::Url)?;
     config
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
@@ -112,19 +124,19 @@ impl Connect for OnOwnRuntime {
 }
 
 /// A pool of up to `size` connections.
-pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String> {
+pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, ConnectError> {
     Ok(pools(config, &[size])?.remove(0))
 }
 
 /// Pools of up to `sizes` connections each, driven by one runtime: the engine's pool and the
 /// rate limiter's connection of its own.
-pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool>, String> {
+pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool>, ConnectError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("orderly-postgres")
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the database runtime: {e}"))?;
+        .map_err(ConnectError::Runtime)?;
     let handle = runtime.handle().clone();
     let connect = OnOwnRuntime {
         tls: tls(),
@@ -150,7 +162,7 @@ pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool
                 .create_timeout(Some(CONNECT_TIMEOUT))
                 .recycle_timeout(Some(CONNECT_TIMEOUT))
                 .build()
-                .map_err(|e| format!("cannot build the connection pool: {e}"))
+                .map_err(ConnectError::Pool)
         })
         .collect()
 }

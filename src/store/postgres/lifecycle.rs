@@ -19,10 +19,8 @@ use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
-use crate::store::writes::Decided;
-use crate::store::{
-    CancelRefusal, CancelRequest, KeyClaim, RefundRefusal, RefundRequest, StoreError,
-};
+use crate::store::writes::{Decided, OrderChange};
+use crate::store::{KeyClaim, StoreError};
 use tokio_postgres::error::SqlState;
 
 /// The order, locked until the commit.
@@ -125,50 +123,29 @@ async fn write_change(
     Ok(())
 }
 
-pub async fn cancel_order(
+/// A cancel or a refund (`OrderChange`): the key checked free, the order, the balance and the
+/// event lock taken in one round trip, decided, and written in one pipeline before the COMMIT.
+pub async fn change_order<C: OrderChange>(
     client: &mut Object,
-    request: &CancelRequest,
-) -> Result<Result<Vec<u8>, CancelRefusal>, Fault> {
+    request: &C,
+) -> Result<Result<Vec<u8>, C::Refusal>, Fault> {
     let tx = client.read_committed().await?;
-    let account = request.account;
-    if let Some(claim) = &request.claim {
+    let account = request.account();
+    let claim = request.claim();
+    if let Some(claim) = claim {
         if let Some(row) = key_taken(&tx, &account, claim).await? {
-            return Ok(Err(CancelRefusal::KeyTaken(row)));
+            return Ok(Err(C::key_taken(row)));
         }
     }
-    let claim = request.claim.as_ref();
-    let Some((order, balance, stamp)) = lock_view(&tx, &request.order, &account, claim).await?
+    let Some((order, balance, stamp)) = lock_view(&tx, request.order(), &account, claim).await?
     else {
-        return Ok(Err(CancelRefusal::KeyTaken(None)));
+        return Ok(Err(C::key_taken(None)));
     };
-    let decided = match request.decide(order, balance, &stamp) {
+    let decided = match request.decide(order, balance, &stamp)? {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };
-    write_change(&tx, &account, request.claim.as_ref(), &decided).await?;
-    tx.commit().await?;
-    Ok(Ok(decided.body))
-}
-
-pub async fn refund_order(
-    client: &mut Object,
-    request: &RefundRequest,
-) -> Result<Result<Vec<u8>, RefundRefusal>, Fault> {
-    let tx = client.read_committed().await?;
-    let account = request.account;
-    if let Some(row) = key_taken(&tx, &account, &request.claim).await? {
-        return Ok(Err(RefundRefusal::KeyTaken(row)));
-    }
-    let claim = Some(&request.claim);
-    let Some((order, balance, stamp)) = lock_view(&tx, &request.order, &account, claim).await?
-    else {
-        return Ok(Err(RefundRefusal::KeyTaken(None)));
-    };
-    let decided = match request.decide(order, balance, Id::new(IdKind::Refund), &stamp)? {
-        Ok(decided) => decided,
-        Err(refused) => return Ok(Err(refused)),
-    };
-    write_change(&tx, &account, Some(&request.claim), &decided).await?;
+    write_change(&tx, &account, claim, &decided).await?;
     tx.commit().await?;
     Ok(Ok(decided.body))
 }

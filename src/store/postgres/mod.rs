@@ -74,7 +74,7 @@ pub struct Options {
 pub enum OpenError {
     /// The URL cannot be used.
     #[error("{0}")]
-    Config(String),
+    Config(#[from] connect::ConnectError),
     /// The database's schema is newer than this binary: it must not touch it.
     #[error("{0}")]
     SchemaTooNew(String),
@@ -92,8 +92,8 @@ impl From<migrate::MigrateError> for OpenError {
 }
 
 fn connect(options: &Options, application_name: &str) -> Result<Pool, OpenError> {
-    let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
-    connect::pool(config, options.pool_size).map_err(OpenError::Config)
+    let config = connect::config(&options.url, application_name)?;
+    Ok(connect::pool(config, options.pool_size)?)
 }
 
 /// The engine's pool, the rate limiter's one connection of its own (so that however many
@@ -103,8 +103,8 @@ fn connect_with_own(
     options: &Options,
     application_name: &str,
 ) -> Result<(Pool, Pool, Pool), OpenError> {
-    let config = connect::config(&options.url, application_name).map_err(OpenError::Config)?;
-    let pools = connect::pools(config, &[options.pool_size, 1, 1]).map_err(OpenError::Config)?;
+    let config = connect::config(&options.url, application_name)?;
+    let pools = connect::pools(config, &[options.pool_size, 1, 1])?;
     let [pool, limiter, lease] = <[Pool; 3]>::try_from(pools).expect("three pools");
     Ok((pool, limiter, lease))
 }
@@ -387,14 +387,14 @@ impl Store for PgStore {
         &self,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        settled(write!(self, |c| lifecycle::cancel_order(&mut c, &cancel)))
+        settled(write!(self, |c| lifecycle::change_order(&mut c, &cancel)))
     }
 
     async fn refund_order(
         &self,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        settled(write!(self, |c| lifecycle::refund_order(&mut c, &refund)))
+        settled(write!(self, |c| lifecycle::change_order(&mut c, &refund)))
     }
 
     async fn record_provider_payment(

@@ -277,17 +277,21 @@ pub async fn renew_leases(cache: Arc<SharedCache>, pool: Pool, instance: String)
 mod tests {
     use super::*;
 
-    #[test]
-    fn no_copy_of_an_api_key_is_served_without_a_lease() {
-        let cache = SharedCache::default();
-        let account = Account::for_tests(0);
-        let record = ApiKeyRecord {
+    fn key_of(account: &Account) -> ApiKeyRecord {
+        ApiKeyRecord {
             id: "key_1".into(),
             account_id: account.id,
             scopes: vec![],
             revoked: false,
             created_at: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn no_copy_of_an_api_key_is_served_without_a_lease() {
+        let cache = SharedCache::default();
+        let account = Account::for_tests(0);
+        let record = key_of(&account);
         cache.remember_api_key(
             cache.auth_generation(),
             [1; 32],
@@ -308,13 +312,7 @@ mod tests {
         let cache = SharedCache::default();
         cache.renewed(0, Instant::now());
         let account = Account::for_tests(0);
-        let record = ApiKeyRecord {
-            id: "key_1".into(),
-            account_id: account.id,
-            scopes: vec![],
-            revoked: false,
-            created_at: 0,
-        };
+        let record = key_of(&account);
         let read_started = cache.auth_generation();
         cache.remember_api_key(read_started, [1; 32], (record.clone(), account.clone()));
         cache.renewed(1, Instant::now());

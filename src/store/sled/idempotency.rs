@@ -6,7 +6,6 @@
 //! Binding and answer live in one row so that a lookup racing the sweeper reads all of a key
 //! or nothing of it (two rows read with two gets could straddle a sweep).
 
-use serde::Deserialize;
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
@@ -14,11 +13,10 @@ use super::codec;
 use super::keys::{expiry_key, scoped_key};
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
-use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::domain::time::Millis;
-use crate::store::{KeyClaim, KeyRecord, StoreError, StoredResponse};
+use crate::store::{KeyClaim, KeyRecord, StoreError};
 
 /// The key trees as seen inside an operation's transaction.
 pub struct KeyTrees<'t> {
@@ -128,58 +126,4 @@ impl Trees {
         settle(outcome)?.ok();
         Ok(due.len())
     }
-}
-
-/// The earlier layout kept a key's binding and its answer in two trees; a database written
-/// by it has them merged into the one row at open, once.
-pub fn merge_split_key_rows(trees: &Trees) -> Result<(), StoreError> {
-    #[derive(Deserialize)]
-    struct OldResponse {
-        status: u16,
-        content_type: String,
-        #[serde(with = "serde_bytes")]
-        body: Vec<u8>,
-        #[allow(dead_code)]
-        expires_at: Millis,
-    }
-    #[derive(Deserialize)]
-    struct OldBinding {
-        operation: Operation,
-        fingerprint: Fingerprint,
-        expires_at: Millis,
-    }
-    let names = trees.db.tree_names();
-    let had = |name: &str| names.iter().any(|n| n.as_ref() == name.as_bytes());
-    if !had("idem_bindings") {
-        return Ok(());
-    }
-    let bindings = trees.db.open_tree("idem_bindings")?;
-    let responses = trees.db.open_tree("idem_responses")?;
-    let mut merged = 0usize;
-    for entry in bindings.iter() {
-        let (scoped, bytes) = entry?;
-        let binding: OldBinding = codec::decode(&bytes)?;
-        let Some(response) = responses.get(&scoped)? else {
-            continue;
-        };
-        let response: OldResponse = codec::decode(&response)?;
-        let row = KeyRecord {
-            operation: binding.operation,
-            fingerprint: binding.fingerprint,
-            expires_at: binding.expires_at,
-            response: StoredResponse {
-                status: response.status,
-                content_type: response.content_type,
-                body: response.body,
-            },
-        };
-        trees.idem_keys.insert(scoped, codec::encode(&row)?)?;
-        merged += 1;
-    }
-    trees.db.flush()?;
-    trees.db.drop_tree("idem_bindings")?;
-    trees.db.drop_tree("idem_responses")?;
-    trees.db.flush()?;
-    log::info!("merged {merged} idempotency key(s) into one row each");
-    Ok(())
 }

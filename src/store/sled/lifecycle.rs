@@ -15,7 +15,8 @@ use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::time::Millis;
-use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, StoreError};
+use crate::store::writes::OrderChange;
+use crate::store::StoreError;
 
 /// A `processing` order whose fulfillment delay has passed.
 pub struct DueOrder {
@@ -155,8 +156,7 @@ impl Trees {
         Ok(settle(outcome)?.unwrap_or(0))
     }
 
-    /// Cancels a `processing` order and returns its money, with an `order.cancelled` event.
-    /// `request.render` makes the 200 body from the cancelled order.
+    /// The trees a cancel or a refund reads and writes, in the order `ChangeView::of` reads them.
     fn change_trees(&self) -> [&sled::Tree; 9] {
         let (keys, expiry) = self.key_trees();
         [
@@ -172,58 +172,30 @@ impl Trees {
         ]
     }
 
-    pub fn cancel_order(
+    /// A cancel or a refund (`OrderChange`): the key checked free, the order and its balance
+    /// read, decided, and the change with the key's row written, in one transaction.
+    pub fn change_order<C: OrderChange>(
         &self,
-        request: &CancelRequest,
+        request: &C,
         now: Millis,
-    ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        let account = request.account;
+    ) -> Result<Result<Vec<u8>, C::Refusal>, StoreError> {
+        let account = request.account();
         let stamp = stamp(now);
         let [a, b, c, d, e, f, g, h, i] = self.change_trees();
         let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
             let view = ChangeView::of(trees);
-            let taken = CancelRefusal::KeyTaken(None);
             view.keys
-                .require_free(&account, request.claim.as_ref(), taken)?;
-            let (order, balance) = view.read(&request.order, &account)?;
+                .require_free(&account, request.claim(), C::key_taken(None))?;
+            let (order, balance) = view.read(request.order(), &account)?;
             let decided = match request.decide(order, balance, &stamp) {
-                Ok(decided) => decided,
-                Err(refused) => return refuse(refused),
-            };
-            view.write(&stamp, &decided.rows, None)?;
-            view.keys
-                .write_first_use(&account, request.claim.as_ref(), &decided.key)?;
-            Ok(decided.body)
-        });
-        settle(outcome)
-    }
-
-    /// Refunds part or all of a `completed` order to the balance, with an `order.refunded`
-    /// event. `request.render` makes the 200 body from the refund and the order after it.
-    pub fn refund_order(
-        &self,
-        request: &RefundRequest,
-        now: Millis,
-    ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        let account = request.account;
-        let stamp = stamp(now);
-        let refund_id = Id::new(IdKind::Refund);
-        let [a, b, c, d, e, f, g, h, i] = self.change_trees();
-        let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
-            let view = ChangeView::of(trees);
-            let taken = RefundRefusal::KeyTaken(None);
-            view.keys
-                .require_free(&account, Some(&request.claim), taken)?;
-            let (order, balance) = view.read(&request.order, &account)?;
-            let decided = match request.decide(order, balance, refund_id, &stamp) {
                 Ok(Ok(decided)) => decided,
                 Ok(Err(refused)) => return refuse(refused),
                 // Caught by the writer and answered as a corrupt store.
                 Err(malformed) => panic!("{malformed}"),
             };
-            view.write(&stamp, &decided.rows, Some(&refund_id))?;
+            view.write(&stamp, &decided.rows, request.refund_id())?;
             view.keys
-                .write_first_use(&account, Some(&request.claim), &decided.key)?;
+                .write_first_use(&account, request.claim(), &decided.key)?;
             Ok(decided.body)
         });
         settle(outcome)

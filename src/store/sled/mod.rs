@@ -17,6 +17,7 @@ mod orders;
 mod providers;
 mod trees;
 mod tx;
+mod upgrade;
 mod visibility;
 mod webhook_ops;
 mod writer;
@@ -39,6 +40,7 @@ use crate::domain::time::{now_millis, Millis};
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
 use crate::store::cache::Cache;
+use crate::store::writes::OrderChange;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
@@ -58,7 +60,7 @@ const REPLAY_CACHE_HALF: usize = 8_192;
 
 /// Called at each step of every group flush; an error fails that flush. Tests use it to
 /// slow the durability step down, to make it fail or to count it; the shipped binary has none.
-pub type FlushHook = Box<dyn Fn(FlushStep) -> Result<(), String> + Send + Sync>;
+pub type FlushHook = Box<dyn Fn(FlushStep) -> std::io::Result<()> + Send + Sync>;
 
 /// Where a group commit is when the flush hook is called: before it starts (a hook that
 /// stalls here holds the commit), after sled's flush and after the `fdatasync`. An error at
@@ -80,7 +82,9 @@ pub struct Options {
 
 /// Opens (or creates) the database at `options.path` and starts its writer.
 pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
-    let trees = Arc::new(Trees::open(&options.path, options.cache_bytes)?);
+    let trees = Trees::open(&options.path, options.cache_bytes)?;
+    upgrade::merge_split_key_rows(&trees)?;
+    let trees = Arc::new(trees);
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;
     let visibility = Arc::new(Visibility::default());
@@ -147,6 +151,24 @@ impl SledStore {
             self.visibility.fail(why);
         }
         outcome
+    }
+
+    /// A cancel or a refund, on the writer, striped by its account and its key.
+    async fn change_order<C>(&self, request: C) -> Result<Result<Vec<u8>, C::Refusal>, StoreError>
+    where
+        C: OrderChange + Send + 'static,
+        C::Refusal: Send + 'static,
+    {
+        self.writer
+            .write(move |b| {
+                let account = request.account();
+                b.touches(Stripe::account(&account));
+                if let Some(claim) = request.claim() {
+                    b.touches(Stripe::key(&account, &claim.key));
+                }
+                b.trees.change_order(&request, now_millis())
+            })
+            .await
     }
 
     /// Returns what a read saw once it is durable.
@@ -300,28 +322,14 @@ impl Store for SledStore {
         &self,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        self.writer
-            .write(move |b| {
-                b.touches(Stripe::account(&cancel.account));
-                if let Some(claim) = &cancel.claim {
-                    b.touches(Stripe::key(&cancel.account, &claim.key));
-                }
-                b.trees.cancel_order(&cancel, now_millis())
-            })
-            .await
+        self.change_order(cancel).await
     }
 
     async fn refund_order(
         &self,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        self.writer
-            .write(move |b| {
-                b.touches(Stripe::account(&refund.account));
-                b.touches(Stripe::key(&refund.account, &refund.claim.key));
-                b.trees.refund_order(&refund, now_millis())
-            })
-            .await
+        self.change_order(refund).await
     }
 
     async fn record_provider_payment(
@@ -616,7 +624,7 @@ mod tests {
             metrics: Arc::default(),
             flush_hook: Some(Box::new(move |_| {
                 if fail.load(std::sync::atomic::Ordering::SeqCst) {
-                    Err("injected: the disk refused".into())
+                    Err(std::io::Error::other("injected: the disk refused"))
                 } else {
                     Ok(())
                 }

@@ -67,7 +67,6 @@ impl Trees {
             previous_secrets: tree("previous_secrets")?,
             db,
         };
-        super::idempotency::merge_split_key_rows(&trees)?;
         Ok(trees)
     }
 

@@ -304,6 +304,19 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
     }
 }
 
+/// Why a group commit did not reach the disk (its text follows `flush failed: `).
+#[derive(Debug, thiserror::Error)]
+enum FlushError {
+    #[error("syncing sled's blob files: {0}")]
+    Blobs(std::io::Error),
+    #[error("{0}")]
+    Sled(sled::Error),
+    #[error("{0}")]
+    Sync(std::io::Error),
+    #[error("{0}")]
+    Hook(std::io::Error),
+}
+
 struct Flush {
     trees: Arc<Trees>,
     data_file: File,
@@ -313,18 +326,19 @@ struct Flush {
 
 impl Flush {
     /// Returns how many of sled's blob files it had to fsync.
-    fn run(&mut self) -> Result<usize, String> {
+    fn run(&mut self) -> Result<usize, FlushError> {
         let hook = &self.hook;
-        let step = |step: FlushStep| hook.as_ref().map_or(Ok(()), |hook| hook(step));
+        let step = |step: FlushStep| {
+            hook.as_ref()
+                .map_or(Ok(()), |hook| hook(step))
+                .map_err(FlushError::Hook)
+        };
         step(FlushStep::Flushing)?;
         // Before sled's flush, so that the log's pointers reach the disk after the files.
-        let blobs = self
-            .blobs
-            .sync_new()
-            .map_err(|e| format!("syncing sled's blob files: {e}"))?;
-        self.trees.db.flush().map_err(|e| e.to_string())?;
+        let blobs = self.blobs.sync_new().map_err(FlushError::Blobs)?;
+        self.trees.db.flush().map_err(FlushError::Sled)?;
         step(FlushStep::Flushed)?;
-        self.data_file.sync_data().map_err(|e| e.to_string())?;
+        self.data_file.sync_data().map_err(FlushError::Sync)?;
         step(FlushStep::Synced)?;
         Ok(blobs)
     }

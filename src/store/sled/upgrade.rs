@@ -1,0 +1,136 @@
+//! Upgrades of a sled database written by an earlier layout, applied once when it is opened.
+
+use serde::Deserialize;
+
+use super::codec;
+use super::trees::Trees;
+use crate::domain::fingerprint::{Fingerprint, Operation};
+use crate::domain::time::Millis;
+use crate::store::{KeyRecord, StoreError, StoredResponse};
+
+/// The earlier layout kept a key's binding and its answer in two trees; a database written
+/// by it has them merged into the one row at open, once.
+pub fn merge_split_key_rows(trees: &Trees) -> Result<(), StoreError> {
+    #[derive(Deserialize)]
+    struct OldResponse {
+        status: u16,
+        content_type: String,
+        #[serde(with = "serde_bytes")]
+        body: Vec<u8>,
+        #[allow(dead_code)]
+        expires_at: Millis,
+    }
+    #[derive(Deserialize)]
+    struct OldBinding {
+        operation: Operation,
+        fingerprint: Fingerprint,
+        expires_at: Millis,
+    }
+    let names = trees.db.tree_names();
+    let had = |name: &str| names.iter().any(|n| n.as_ref() == name.as_bytes());
+    if !had("idem_bindings") {
+        return Ok(());
+    }
+    let bindings = trees.db.open_tree("idem_bindings")?;
+    let responses = trees.db.open_tree("idem_responses")?;
+    let mut merged = 0usize;
+    for entry in bindings.iter() {
+        let (scoped, bytes) = entry?;
+        let binding: OldBinding = codec::decode(&bytes)?;
+        let Some(response) = responses.get(&scoped)? else {
+            continue;
+        };
+        let response: OldResponse = codec::decode(&response)?;
+        let row = KeyRecord {
+            operation: binding.operation,
+            fingerprint: binding.fingerprint,
+            expires_at: binding.expires_at,
+            response: StoredResponse {
+                status: response.status,
+                content_type: response.content_type,
+                body: response.body,
+            },
+        };
+        trees.idem_keys.insert(scoped, codec::encode(&row)?)?;
+        merged += 1;
+    }
+    trees.db.flush()?;
+    trees.db.drop_tree("idem_bindings")?;
+    trees.db.drop_tree("idem_responses")?;
+    trees.db.flush()?;
+    log::info!("merged {merged} idempotency key(s) into one row each");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+
+    use super::*;
+
+    #[derive(Serialize)]
+    struct OldResponse<'a> {
+        status: u16,
+        content_type: &'a str,
+        #[serde(with = "serde_bytes")]
+        body: &'a [u8],
+        expires_at: Millis,
+    }
+
+    #[derive(Serialize)]
+    struct OldBinding {
+        operation: Operation,
+        fingerprint: Fingerprint,
+        expires_at: Millis,
+    }
+
+    #[test]
+    fn a_key_written_as_two_rows_by_the_earlier_layout_is_one_row_after_the_upgrade() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let db = sled::open(&path).unwrap();
+            let binding = OldBinding {
+                operation: Operation::PlaceOrder,
+                fingerprint: Fingerprint([7; 32]),
+                expires_at: 1_234,
+            };
+            let response = OldResponse {
+                status: 201,
+                content_type: "application/json",
+                body: b"{\"id\":\"ord_1\"}",
+                expires_at: 1_234,
+            };
+            let bindings = db.open_tree("idem_bindings").unwrap();
+            let responses = db.open_tree("idem_responses").unwrap();
+            bindings
+                .insert(b"scoped-a", codec::encode(&binding).unwrap())
+                .unwrap();
+            responses
+                .insert(b"scoped-a", codec::encode(&response).unwrap())
+                .unwrap();
+            // A binding whose answer was never written (the old layout's torn pair) is dropped.
+            bindings
+                .insert(b"scoped-b", codec::encode(&binding).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let trees = Trees::open(&path, 1 << 20).unwrap();
+        merge_split_key_rows(&trees).unwrap();
+
+        let row: KeyRecord =
+            codec::decode(&trees.idem_keys.get(b"scoped-a").unwrap().unwrap()).unwrap();
+        assert_eq!(row.operation, Operation::PlaceOrder);
+        assert_eq!(row.fingerprint, Fingerprint([7; 32]));
+        assert_eq!(row.expires_at, 1_234);
+        assert_eq!(row.response.status, 201);
+        assert_eq!(row.response.body, b"{\"id\":\"ord_1\"}");
+        assert!(trees.idem_keys.get(b"scoped-b").unwrap().is_none());
+        let names = trees.db.tree_names();
+        assert!(!names.iter().any(|n| n.as_ref() == b"idem_bindings"));
+        assert!(!names.iter().any(|n| n.as_ref() == b"idem_responses"));
+        // Once merged, opening again changes nothing.
+        merge_split_key_rows(&trees).unwrap();
+        assert_eq!(trees.idem_keys.len(), 1);
+    }
+}
