@@ -192,11 +192,7 @@ async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
         StatusCode::OK
     );
 
-    let revoked = pair
-        .a
-        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
-        .await;
-    assert_eq!(revoked.status(), StatusCode::OK);
+    revoke_through_a(&pair, &key_id).await;
 
     let after = pair.b.get(&key, "/b2b/balance").await;
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
@@ -222,6 +218,29 @@ async fn key_with_id(app: &TestApp, account: &str) -> (String, String) {
     )
 }
 
+/// A key made through `a` for a new account and used once through `b`, so that `b` holds a
+/// copy of it: (the key, its id).
+async fn key_b_has_seen(pair: &Pair) -> (String, String) {
+    let account = pair.a.create_account(true, 0, "EU").await;
+    let (key, key_id) = key_with_id(&pair.a, &account).await;
+    assert_eq!(
+        pair.b.get(&key, "/b2b/balance").await.status(),
+        StatusCode::OK
+    );
+    (key, key_id)
+}
+
+/// Revokes the key through `a`; how long the 200 took.
+async fn revoke_through_a(pair: &Pair, key_id: &str) -> Duration {
+    let started = Instant::now();
+    let revoked = pair
+        .a
+        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    started.elapsed()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other_answers_from_memory(
@@ -239,11 +258,7 @@ async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other
         assert_eq!(bytes, first);
     }
 
-    let revoked = pair
-        .a
-        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
-        .await;
-    assert_eq!(revoked.status(), StatusCode::OK);
+    revoke_through_a(&pair, &key_id).await;
 
     let (status, _, _) = order(&pair.b, &key, "k", &body).await.unwrap();
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -253,25 +268,14 @@ async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_revocation_waits_for_an_instance_killed_with_its_copies_no_longer_than_its_lease() {
     let mut pair = two_instances(&[]);
-    let account = pair.a.create_account(true, 0, "EU").await;
-    let (key, key_id) = key_with_id(&pair.a, &account).await;
-    assert_eq!(
-        pair.b.get(&key, "/b2b/balance").await.status(),
-        StatusCode::OK
-    );
+    let (key, key_id) = key_b_has_seen(&pair).await;
     assert!(pair.b.signal("KILL", Duration::from_secs(5)).is_some());
 
-    let started = Instant::now();
-    let revoked = pair
-        .a
-        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
-        .await;
-    assert_eq!(revoked.status(), StatusCode::OK);
+    let took = revoke_through_a(&pair, &key_id).await;
     // The dead instance's lease (2 s on the database's clock) lapses; nothing waits longer.
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "the revocation took {:?}",
-        started.elapsed()
+        took < Duration::from_secs(4),
+        "the revocation took {took:?}"
     );
     assert_eq!(
         pair.a.get(&key, "/b2b/balance").await.status(),
@@ -283,12 +287,7 @@ async fn a_revocation_waits_for_an_instance_killed_with_its_copies_no_longer_tha
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not_wait_for_it() {
     let mut pair = two_instances(&[]);
-    let account = pair.a.create_account(true, 0, "EU").await;
-    let (key, key_id) = key_with_id(&pair.a, &account).await;
-    assert_eq!(
-        pair.b.get(&key, "/b2b/balance").await.status(),
-        StatusCode::OK
-    );
+    let (key, key_id) = key_b_has_seen(&pair).await;
     let stopped = pair
         .b
         .signal("TERM", Duration::from_secs(20))
@@ -301,11 +300,7 @@ async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not
     .unwrap();
     assert_eq!(leases, 1, "only a's lease is live");
 
-    let revoked = pair
-        .a
-        .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
-        .await;
-    assert_eq!(revoked.status(), StatusCode::OK);
+    revoke_through_a(&pair, &key_id).await;
     assert_eq!(
         pair.a.get(&key, "/b2b/balance").await.status(),
         StatusCode::UNAUTHORIZED
