@@ -17,6 +17,7 @@ use orderly::domain::fingerprint::{Fingerprint, LineRef, Operation};
 use orderly::domain::idempotency_key::IdempotencyKey;
 use orderly::domain::ids::AccountId;
 use orderly::domain::ledger::LedgerReason;
+use orderly::domain::money::Cents;
 use orderly::domain::product::Product;
 use orderly::domain::time::now_millis;
 use orderly::metrics::Metrics;
@@ -44,7 +45,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
         .put_product(Product {
             id: "prd_bench".into(),
             name: "bench".into(),
-            price: 1,
+            price: Cents(1),
             regions: vec![],
             delivery_fields: vec![],
             active: true,
@@ -58,7 +59,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
             id: AccountId::new(),
             name: format!("bench {i}"),
             wholesale: true,
-            credit_limit: 0,
+            credit_limit: Cents::ZERO,
             region: None,
             webhook_secret: "whsec_AAAA".into(),
             created_at: now_millis(),
@@ -66,7 +67,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
         store.create_account(account.clone()).await.unwrap();
         let credit = NewCredit {
             account: account.clone(),
-            amount: 1_000_000_000_000,
+            amount: Cents(1_000_000_000_000),
             reason: LedgerReason::Credit,
             reference: "bench".into(),
             currency: "USD".into(),

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 use crate::domain::basket::BasketRejection;
 use crate::domain::callback_url::CallbackRefusal;
 use crate::domain::limits::MAX_LINES;
+use crate::domain::money::Cents;
 use crate::domain::order::OrderStatus;
 use crate::store::StoreError;
 
@@ -128,7 +129,7 @@ pub enum ApiError {
     #[error("order not refundable: {}", status.as_str())]
     NotRefundable { status: OrderStatus },
     #[error("refund exceeds the remaining {remaining}")]
-    RefundExceedsRemaining { remaining: i64 },
+    RefundExceedsRemaining { remaining: Cents },
     #[error("event {event:?} has no callback")]
     NoCallbackUrl { event: String },
     #[error("insufficient balance")]
@@ -419,7 +420,7 @@ mod tests {
             (ApiError::InProgress, 409, "Duplicate request in progress, retry later"),
             (ApiError::NotCancellable { status: OrderStatus::Completed }, 409, "order_not_cancellable: the order is completed; only a processing order can be cancelled"),
             (ApiError::NotRefundable { status: OrderStatus::Processing }, 409, "order_not_refundable: the order is processing; only a completed order can be refunded"),
-            (ApiError::RefundExceedsRemaining { remaining: 5 }, 409, "refund_exceeds_remaining: at most 5 can still be refunded on this order"),
+            (ApiError::RefundExceedsRemaining { remaining: Cents(5) }, 409, "refund_exceeds_remaining: at most 5 can still be refunded on this order"),
             (ApiError::NoCallbackUrl { event: "evt_x".into() }, 409, r#"no_callback_url: the order of event "evt_x" has no callbackUrl, so there is nothing to deliver"#),
             (ApiError::InsufficientBalance, 402, "Insufficient balance"),
             (ApiError::ExceedsCreditLimit, 402, "Exceeds credit limit"),

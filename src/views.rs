@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use crate::domain::account::Account;
 use crate::domain::event::{DeliveryLog, DeliveryState, Event};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::{BalanceView, Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::rfc3339;
@@ -49,15 +50,15 @@ impl<'a> From<&'a Order> for OrderJson<'a> {
                     product_id: &line.product_id,
                     quantity: line.quantity,
                     delivery_data: &line.delivery_data,
-                    unit_price: line.unit_price,
-                    amount: line.amount,
+                    unit_price: line.unit_price.0,
+                    amount: line.amount.0,
                 })
                 .collect(),
-            total: order.total,
+            total: order.total.0,
             currency: &order.currency,
             callback_url: order.callback_url.as_deref(),
             external_order_id: order.external_order_id.as_deref(),
-            refunded_amount: order.refunded,
+            refunded_amount: order.refunded.0,
             created_at: rfc3339(order.created_at),
             updated_at: rfc3339(order.updated_at),
         }
@@ -75,8 +76,8 @@ pub struct BalanceJson<'a> {
 impl<'a> From<&'a BalanceView> for BalanceJson<'a> {
     fn from(b: &'a BalanceView) -> Self {
         BalanceJson {
-            available: b.available,
-            credit_limit: b.credit_limit,
+            available: b.available.0,
+            credit_limit: b.credit_limit.0,
             currency: &b.currency,
         }
     }
@@ -97,10 +98,10 @@ impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
     fn from(e: &'a LedgerEntry) -> Self {
         LedgerEntryJson {
             id: &e.id,
-            amount: e.amount,
+            amount: e.amount.0,
             reason: e.reason.as_str(),
             reference: &e.reference,
-            balance_after: e.balance_after,
+            balance_after: e.balance_after.0,
             created_at: rfc3339(e.created_at),
         }
     }
@@ -122,7 +123,7 @@ impl<'a> From<&'a Product> for ProductJson<'a> {
         ProductJson {
             id: &p.id,
             name: &p.name,
-            price: p.price,
+            price: p.price.0,
             regions: &p.regions,
             delivery_fields: &p.delivery_fields,
             active: p.active,
@@ -144,13 +145,13 @@ pub struct AccountJson<'a> {
 }
 
 impl<'a> AccountJson<'a> {
-    pub fn new(account: &'a Account, balance: i64) -> Self {
+    pub fn new(account: &'a Account, balance: Cents) -> Self {
         AccountJson {
             id: account.id.to_string(),
             name: &account.name,
             wholesale: account.wholesale,
-            balance,
-            credit_limit: account.credit_limit,
+            balance: balance.0,
+            credit_limit: account.credit_limit.0,
             region: account.region.as_deref(),
             webhook_secret: &account.webhook_secret,
             created_at: rfc3339(account.created_at),
@@ -173,13 +174,13 @@ pub struct AccountSummaryJson<'a> {
 }
 
 impl<'a> AccountSummaryJson<'a> {
-    pub fn new(account: &'a Account, balance: i64) -> Self {
+    pub fn new(account: &'a Account, balance: Cents) -> Self {
         AccountSummaryJson {
             id: account.id.to_string(),
             name: &account.name,
             wholesale: account.wholesale,
-            balance,
-            credit_limit: account.credit_limit,
+            balance: balance.0,
+            credit_limit: account.credit_limit.0,
             region: account.region.as_deref(),
             created_at: rfc3339(account.created_at),
         }
@@ -254,7 +255,7 @@ impl<'a> From<&'a Refund> for RefundJson<'a> {
         RefundJson {
             id: &r.id,
             order_id: r.order_id.to_string(),
-            amount: r.amount,
+            amount: r.amount.0,
             reason: r.reason.as_deref(),
             created_at: rfc3339(r.created_at),
         }

@@ -19,6 +19,7 @@ use crate::domain::limits::{
     MAX_AMOUNT, MAX_DELIVERY_FIELD_LEN, MAX_NAME_LEN, MAX_PRODUCT_ID_LEN, MAX_REASON_LEN,
     MAX_REGION_LEN,
 };
+use crate::domain::money::Cents;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
@@ -114,7 +115,7 @@ pub async fn create_account(
         id: AccountId::new(),
         name: body.name.trim().to_string(),
         wholesale: body.wholesale,
-        credit_limit: body.credit_limit,
+        credit_limit: Cents(body.credit_limit),
         region: body.region.map(|r| r.trim().to_string()),
         webhook_secret: new_webhook_secret(),
         created_at: now_millis(),
@@ -249,12 +250,12 @@ pub async fn credit_account(
     v.into_result()?;
     let account = load_account(&**store, &path).await?;
     let key = required_idempotency_key(&req)?;
-    let fingerprint = Fingerprint::of_credit(body.amount);
+    let fingerprint = Fingerprint::of_credit(Cents(body.amount));
     let write = KeyedWrite::new(account.id, key, Operation::AdminCredit, fingerprint);
     let credit = || {
         let credit = NewCredit {
             account: account.clone(),
-            amount: body.amount,
+            amount: Cents(body.amount),
             reason: LedgerReason::Credit,
             reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
             currency: settings.currency.clone(),
@@ -341,7 +342,7 @@ pub async fn put_product(
     let product = Product {
         id,
         name: body.name,
-        price: body.price,
+        price: Cents(body.price),
         regions: body.regions,
         delivery_fields: body.delivery_fields,
         active: body.active,

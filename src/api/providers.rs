@@ -12,6 +12,7 @@ use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::ids::AccountId;
 use crate::domain::limits::MAX_PROVIDER_ID_LEN;
+use crate::domain::money::Cents;
 use crate::error::{ApiError, AuthError, ErrorEnvelope, MoneyIn, ValidationError};
 use crate::loc;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded};
@@ -131,7 +132,7 @@ pub async fn provider_notification(
             provider,
             external_id: note.id,
             account,
-            amount: note.amount,
+            amount: Cents(note.amount),
         })
         .await?;
     let duplicate = match outcome {

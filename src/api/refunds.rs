@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::limits::MAX_REASON_LEN;
+use crate::domain::money::Cents;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
 use crate::metrics::Metrics;
@@ -127,13 +128,13 @@ pub async fn refund_order(
     v.into_result()?;
     let key = required_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
-    let fingerprint = Fingerprint::of_refund(&path, body.amount);
+    let fingerprint = Fingerprint::of_refund(&path, body.amount.map(Cents));
     let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,
             order,
-            amount: body.amount,
+            amount: body.amount.map(Cents),
             reason: body.reason.clone(),
             claim: write.claim(settings.idempotency_ttl),
             id: Id::new(IdKind::Refund),

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::AccountId;
+use super::money::Cents;
 use super::time::Millis;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -11,7 +12,7 @@ pub struct Account {
     pub name: String,
     pub wholesale: bool,
     /// How far below zero the balance may go; 0 means prepaid only.
-    pub credit_limit: i64,
+    pub credit_limit: Cents,
     pub region: Option<String>,
     /// `whsec_<base64>`: the key that signs this account's callbacks.
     pub webhook_secret: String,
@@ -66,8 +67,8 @@ pub enum Shortfall {
 }
 
 /// The balance after taking `total`, if the account may go that low.
-pub fn debit(balance: i64, credit_limit: i64, total: i64) -> Result<i64, Shortfall> {
-    let refuse = if credit_limit > 0 {
+pub fn debit(balance: Cents, credit_limit: Cents, total: Cents) -> Result<Cents, Shortfall> {
+    let refuse = if credit_limit.is_positive() {
         Shortfall::ExceedsCreditLimit
     } else {
         Shortfall::InsufficientBalance
@@ -107,7 +108,7 @@ impl Account {
             id: super::ids::AccountId::new(),
             name: "a".into(),
             wholesale: true,
-            credit_limit,
+            credit_limit: Cents(credit_limit),
             region: None,
             webhook_secret: "whsec_x".into(),
             created_at: 0,
@@ -118,6 +119,11 @@ impl Account {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `debit` on bare numbers, to keep the cases readable.
+    fn debit(balance: i64, limit: i64, total: i64) -> Result<i64, Shortfall> {
+        super::debit(Cents(balance), Cents(limit), Cents(total)).map(|after| after.0)
+    }
 
     #[test]
     fn a_prepaid_account_may_reach_zero_but_not_below() {

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::money::Cents;
 use super::order::OrderLine;
 use super::product::Product;
 
@@ -32,7 +33,7 @@ pub fn price_basket<E>(
     lines: &[RequestedLine],
     region: Option<&str>,
     mut lookup: impl FnMut(&str) -> Result<Option<Product>, E>,
-) -> Result<Result<(Vec<OrderLine>, i64), BasketRejection>, E> {
+) -> Result<Result<(Vec<OrderLine>, Cents), BasketRejection>, E> {
     if lines.len() > MAX_LINES {
         return Ok(Err(BasketRejection::TooManyItems));
     }
@@ -49,7 +50,7 @@ pub fn price_basket<E>(
     if let Some(p) = products.iter().find(|p| !p.sold_in(region)) {
         return Ok(Err(BasketRejection::RegionNotAllowed(p.id.clone())));
     }
-    if let Some(p) = products.iter().find(|p| p.price <= 0) {
+    if let Some(p) = products.iter().find(|p| !p.price.is_positive()) {
         return Ok(Err(BasketRejection::ZeroPriceItem(p.id.clone())));
     }
     for (line, product) in lines.iter().zip(&products) {
@@ -66,11 +67,9 @@ pub fn price_basket<E>(
         }
     }
     let mut priced = Vec::with_capacity(lines.len());
-    let mut total: i64 = 0;
+    let mut total = Cents::ZERO;
     for (line, product) in lines.iter().zip(&products) {
-        let amount = i64::try_from(line.quantity)
-            .ok()
-            .and_then(|q| q.checked_mul(product.price));
+        let amount = product.price.times(line.quantity);
         let Some((amount, sum)) = amount.and_then(|a| Some((a, total.checked_add(a)?))) else {
             return Ok(Err(BasketRejection::TotalTooLarge));
         };
@@ -95,7 +94,7 @@ mod tests {
         Product {
             id: id.into(),
             name: id.into(),
-            price,
+            price: Cents(price),
             regions: regions.iter().map(|s| s.to_string()).collect(),
             delivery_fields: fields.iter().map(|s| s.to_string()).collect(),
             active: true,
@@ -123,7 +122,7 @@ mod tests {
         }
     }
 
-    fn price(lines: &[RequestedLine]) -> Result<(Vec<OrderLine>, i64), BasketRejection> {
+    fn price(lines: &[RequestedLine]) -> Result<(Vec<OrderLine>, Cents), BasketRejection> {
         let catalog = catalog();
         price_basket::<Infallible>(lines, Some("EU"), |id| {
             Ok(catalog.iter().find(|p| p.id == id).cloned())
@@ -136,7 +135,7 @@ mod tests {
         let (lines, total) = price(&[line(" prd_uc ", 2, &[("username", "@p")])]).unwrap();
         assert_eq!(
             (lines[0].amount, total, lines[0].product_id.as_str()),
-            (1998, 1998, "prd_uc")
+            (Cents(1998), Cents(1998), "prd_uc")
         );
     }
 

@@ -280,6 +280,7 @@ mod tests {
     }
     fn event(url: Option<&str>) -> Event {
         use crate::domain::ids::OrderId;
+        use crate::domain::money::Cents;
         use crate::domain::order::OrderStatus;
         let account_id = AccountId::new();
         Event {
@@ -292,11 +293,11 @@ mod tests {
                 account_id,
                 status: OrderStatus::Completed,
                 items: Vec::new(),
-                total: 100,
+                total: Cents(100),
                 currency: "USD".into(),
                 callback_url: url.map(str::to_string),
                 external_order_id: None,
-                refunded: 0,
+                refunded: Cents::ZERO,
                 created_at: 10,
                 updated_at: 10,
             },

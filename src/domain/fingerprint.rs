@@ -4,6 +4,8 @@
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+use super::money::Cents;
+
 /// What a key was used for; part of every fingerprint so that one key reused across
 /// operations is a conflict, never a replay of the wrong thing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -122,13 +124,13 @@ impl Fingerprint {
 
     /// A refund is the same operation when it names the same order and amount
     /// (`None`: the whole remainder).
-    pub fn of_refund(order_id: &str, amount: Option<i64>) -> Self {
+    pub fn of_refund(order_id: &str, amount: Option<Cents>) -> Self {
         let mut enc = Encoder::new(Operation::RefundOrder);
         enc.str(order_id);
         match amount {
             Some(a) => {
                 enc.u64(1);
-                enc.u64(a as u64);
+                enc.u64(a.0 as u64);
             }
             None => enc.u64(0),
         }
@@ -136,9 +138,9 @@ impl Fingerprint {
     }
 
     /// An admin credit is the same operation when it moves the same amount.
-    pub fn of_credit(amount: i64) -> Self {
+    pub fn of_credit(amount: Cents) -> Self {
         let mut enc = Encoder::new(Operation::AdminCredit);
-        enc.u64(amount as u64);
+        enc.u64(amount.0 as u64);
         enc.finish()
     }
 }
@@ -221,7 +223,7 @@ mod tests {
             Fingerprint::of_refund("ord_1", None)
         );
         assert_ne!(
-            Fingerprint::of_refund("ord_1", Some(5)),
+            Fingerprint::of_refund("ord_1", Some(Cents(5))),
             Fingerprint::of_refund("ord_1", None)
         );
     }

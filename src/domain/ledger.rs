@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::money::Cents;
 use super::time::Millis;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,12 +30,12 @@ impl LedgerReason {
 pub struct LedgerEntry {
     pub id: String,
     /// Signed: debits are negative.
-    pub amount: i64,
+    pub amount: Cents,
     pub reason: LedgerReason,
     /// The order, refund or provider payment this movement belongs to (for an admin
     /// credit, the operator's note).
     pub reference: String,
-    pub balance_after: i64,
+    pub balance_after: Cents,
     pub created_at: Millis,
 }
 
@@ -42,8 +43,8 @@ pub struct LedgerEntry {
 /// ledger entry, whose `balance_after` is the new balance, or `None` when the sum would not
 /// fit in an i64 (refused, nothing written).
 pub fn money_in(
-    balance: i64,
-    amount: i64,
+    balance: Cents,
+    amount: Cents,
     reason: LedgerReason,
     reference: String,
     txn: &super::ids::Id,
@@ -68,11 +69,27 @@ mod tests {
     #[test]
     fn money_in_that_would_overflow_the_balance_is_refused() {
         let txn = Id::new(IdKind::Transaction);
-        assert!(money_in(i64::MAX, 1, LedgerReason::Credit, "x".into(), &txn, 0).is_none());
-        let entry = money_in(5, 7, LedgerReason::Credit, "x".into(), &txn, 3).unwrap();
+        assert!(money_in(
+            Cents::MAX,
+            Cents(1),
+            LedgerReason::Credit,
+            "x".into(),
+            &txn,
+            0
+        )
+        .is_none());
+        let entry = money_in(
+            Cents(5),
+            Cents(7),
+            LedgerReason::Credit,
+            "x".into(),
+            &txn,
+            3,
+        )
+        .unwrap();
         assert_eq!(
             (entry.amount, entry.balance_after, entry.created_at),
-            (7, 12, 3)
+            (Cents(7), Cents(12), 3)
         );
     }
 }

@@ -10,6 +10,7 @@
 use super::event::{Delivery, Event, EventKind};
 use super::ids::{AccountId, Id};
 use super::ledger::{LedgerEntry, LedgerReason};
+use super::money::Cents;
 use super::order::{Order, OrderStatus, Refund};
 use super::time::Millis;
 
@@ -84,7 +85,7 @@ pub enum RefundRefused {
     NotRefundable(OrderStatus),
     /// The amount asked is more than what is left to refund (or not positive).
     ExceedsRemaining {
-        remaining: i64,
+        remaining: Cents,
     },
 }
 
@@ -96,8 +97,8 @@ fn own(order: Option<Order>, account: AccountId) -> Option<Order> {
 /// The ledger entry of money going back to an account whose balance is `balance`. The
 /// debit this undoes fitted, so adding it back fits too; it saturates rather than wraps.
 fn give_back(
-    balance: i64,
-    amount: i64,
+    balance: Cents,
+    amount: Cents,
     reason: LedgerReason,
     reference: String,
     stamp: &Stamp,
@@ -116,7 +117,7 @@ fn give_back(
 pub fn cancel(
     order: Option<Order>,
     account: AccountId,
-    balance: i64,
+    balance: Cents,
     stamp: &Stamp,
 ) -> Result<Change, CancelRefused> {
     let mut order = own(order, account).ok_or(CancelRefused::NotFound)?;
@@ -151,7 +152,7 @@ pub fn cancel(
 #[derive(Clone, Debug)]
 pub struct RefundAsk {
     /// `None`: the whole unrefunded remainder.
-    pub amount: Option<i64>,
+    pub amount: Option<Cents>,
     pub reason: Option<String>,
     /// The refund's id, made with the stamp.
     pub id: Id,
@@ -162,7 +163,7 @@ pub struct RefundAsk {
 pub fn refund(
     order: Option<Order>,
     account: AccountId,
-    balance: i64,
+    balance: Cents,
     ask: RefundAsk,
     stamp: &Stamp,
 ) -> Result<Change, RefundRefused> {
@@ -172,10 +173,10 @@ pub fn refund(
     }
     let remaining = order.refundable();
     let amount = ask.amount.unwrap_or(remaining);
-    if amount > remaining || amount < 1 {
+    if amount > remaining || !amount.is_positive() {
         return Err(RefundRefused::ExceedsRemaining { remaining });
     }
-    order.refunded += amount;
+    order.refunded = order.refunded + amount;
     order.updated_at = stamp.now;
     let refund = Refund {
         id: ask.id.to_string(),
@@ -239,11 +240,11 @@ mod tests {
             account_id: account,
             status,
             items: vec![],
-            total,
+            total: Cents(total),
             currency: "USD".into(),
             callback_url: url.map(str::to_string),
             external_order_id: None,
-            refunded: 0,
+            refunded: Cents::ZERO,
             created_at: 1,
             updated_at: 1,
         }
@@ -251,7 +252,7 @@ mod tests {
 
     fn ask(amount: Option<i64>) -> RefundAsk {
         RefundAsk {
-            amount,
+            amount: amount.map(Cents),
             reason: None,
             id: Id::new(IdKind::Refund),
         }
@@ -266,11 +267,11 @@ mod tests {
             OrderStatus::Processing,
             Some("https://p.example/cb"),
         );
-        let change = cancel(Some(placed), account, 300, &stamp(9)).unwrap();
+        let change = cancel(Some(placed), account, Cents(300), &stamp(9)).unwrap();
         assert_eq!(change.order.status, OrderStatus::Cancelled);
         assert_eq!(change.order.updated_at, 9);
-        assert_eq!(change.entry.amount, 700);
-        assert_eq!(change.entry.balance_after, 1000);
+        assert_eq!(change.entry.amount, Cents(700));
+        assert_eq!(change.entry.balance_after, Cents(1000));
         assert_eq!(change.entry.reason, LedgerReason::Cancel);
         assert_eq!(change.emitted.event.kind, EventKind::OrderCancelled);
         let delivery = change
@@ -288,11 +289,11 @@ mod tests {
         let other = order(AccountId::new(), 5, OrderStatus::Processing, None);
         let me = AccountId::new();
         assert_eq!(
-            cancel(Some(other.clone()), me, 0, &stamp(1)).unwrap_err(),
+            cancel(Some(other.clone()), me, Cents::ZERO, &stamp(1)).unwrap_err(),
             CancelRefused::NotFound
         );
         assert_eq!(
-            refund(Some(other), me, 0, ask(None), &stamp(1)).unwrap_err(),
+            refund(Some(other), me, Cents::ZERO, ask(None), &stamp(1)).unwrap_err(),
             RefundRefused::NotFound
         );
     }
@@ -303,7 +304,7 @@ mod tests {
         for status in [OrderStatus::Completed, OrderStatus::Cancelled] {
             let done = order(account, 5, status, None);
             assert_eq!(
-                cancel(Some(done), account, 0, &stamp(1)).unwrap_err(),
+                cancel(Some(done), account, Cents::ZERO, &stamp(1)).unwrap_err(),
                 CancelRefused::NotCancellable(status)
             );
         }
@@ -314,13 +315,15 @@ mod tests {
         let account = AccountId::new();
         let open = order(account, 5, OrderStatus::Processing, None);
         assert_eq!(
-            refund(Some(open), account, 0, ask(None), &stamp(1)).unwrap_err(),
+            refund(Some(open), account, Cents::ZERO, ask(None), &stamp(1)).unwrap_err(),
             RefundRefused::NotRefundable(OrderStatus::Processing)
         );
         let done = order(account, 5, OrderStatus::Completed, None);
         assert_eq!(
-            refund(Some(done), account, 0, ask(Some(0)), &stamp(1)).unwrap_err(),
-            RefundRefused::ExceedsRemaining { remaining: 5 }
+            refund(Some(done), account, Cents::ZERO, ask(Some(0)), &stamp(1)).unwrap_err(),
+            RefundRefused::ExceedsRemaining {
+                remaining: Cents(5)
+            }
         );
     }
 
@@ -347,16 +350,17 @@ mod tests {
         ) {
             let account = AccountId::new();
             let mut current = order(account, total, OrderStatus::Completed, None);
+            let (total, start) = (Cents(total), Cents(start));
             let mut balance = start;
-            let mut refunded = 0;
+            let mut refunded = Cents::ZERO;
             for amount in asks {
                 match refund(Some(current.clone()), account, balance, ask(amount), &stamp(3)) {
                     Ok(change) => {
                         let refund = change.refund.unwrap();
-                        prop_assert!(refund.amount >= 1);
+                        prop_assert!(refund.amount.is_positive());
                         prop_assert_eq!(change.entry.amount, refund.amount);
                         prop_assert_eq!(change.entry.balance_after, balance + refund.amount);
-                        refunded += refund.amount;
+                        refunded = refunded + refund.amount;
                         balance = change.entry.balance_after;
                         current = change.order;
                     }

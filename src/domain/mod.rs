@@ -11,6 +11,7 @@ pub mod ids;
 pub mod ledger;
 pub mod lifecycle;
 pub mod limits;
+pub mod money;
 pub mod order;
 pub mod placing;
 pub mod product;

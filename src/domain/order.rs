@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::ids::{AccountId, OrderId};
+use super::money::Cents;
 use super::time::Millis;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,8 +29,8 @@ pub struct OrderLine {
     pub product_id: String,
     pub quantity: u64,
     pub delivery_data: BTreeMap<String, String>,
-    pub unit_price: i64,
-    pub amount: i64,
+    pub unit_price: Cents,
+    pub amount: Cents,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -38,18 +39,18 @@ pub struct Order {
     pub account_id: AccountId,
     pub status: OrderStatus,
     pub items: Vec<OrderLine>,
-    pub total: i64,
+    pub total: Cents,
     pub currency: String,
     pub callback_url: Option<String>,
     pub external_order_id: Option<String>,
     /// Minor units refunded so far; never more than `total`.
-    pub refunded: i64,
+    pub refunded: Cents,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
 
 impl Order {
-    pub fn refundable(&self) -> i64 {
+    pub fn refundable(&self) -> Cents {
         self.total - self.refunded
     }
 }
@@ -58,7 +59,7 @@ impl Order {
 pub struct Refund {
     pub id: String,
     pub order_id: OrderId,
-    pub amount: i64,
+    pub amount: Cents,
     pub reason: Option<String>,
     pub created_at: Millis,
 }
@@ -66,7 +67,7 @@ pub struct Refund {
 /// A balance as partners see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BalanceView {
-    pub available: i64,
-    pub credit_limit: i64,
+    pub available: Cents,
+    pub credit_limit: Cents,
     pub currency: String,
 }

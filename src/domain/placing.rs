@@ -7,6 +7,7 @@ use super::basket::{price_basket, BasketRejection, RequestedLine};
 use super::callback_url::CallbackUrl;
 use super::ids::{Id, OrderId};
 use super::ledger::{LedgerEntry, LedgerReason};
+use super::money::Cents;
 use super::order::{Order, OrderStatus};
 use super::product::Product;
 use super::time::Millis;
@@ -48,7 +49,7 @@ pub struct Placed {
 pub fn place<E>(
     terms: &OrderTerms<'_>,
     lookup: impl FnMut(&str) -> Result<Option<Product>, E>,
-    balance: i64,
+    balance: Cents,
     stamp: OrderStamp,
 ) -> Result<Result<Placed, OrderRefused>, E> {
     let region = terms.account.region.as_deref();
@@ -69,7 +70,7 @@ pub fn place<E>(
         currency: terms.currency.to_string(),
         callback_url: terms.callback_url.map(|url| url.as_str().to_string()),
         external_order_id: terms.external_order_id.map(str::to_string),
-        refunded: 0,
+        refunded: Cents::ZERO,
         created_at: stamp.now,
         updated_at: stamp.now,
     };
@@ -102,7 +103,7 @@ mod tests {
         Product {
             id: "prd_x".into(),
             name: "x".into(),
-            price,
+            price: Cents(price),
             regions: vec![],
             delivery_fields: vec![],
             active: true,
@@ -141,7 +142,7 @@ mod tests {
             external_order_id: None,
         };
         let lookup = |_: &str| Ok::<_, Infallible>(Some(product(price)));
-        match place(&terms, lookup, balance, order_stamp(1)) {
+        match place(&terms, lookup, Cents(balance), order_stamp(1)) {
             Ok(decided) => decided,
             Err(never) => match never {},
         }
@@ -150,11 +151,11 @@ mod tests {
     #[test]
     fn an_order_is_charged_its_total_and_leaves_the_rest() {
         let placed = place_at(&account(0), 3, 100, 1000).unwrap();
-        assert_eq!(placed.order.total, 300);
+        assert_eq!(placed.order.total, Cents(300));
         assert_eq!(placed.order.status, OrderStatus::Processing);
         assert_eq!(
             (placed.entry.amount, placed.entry.balance_after),
-            (-300, 700)
+            (Cents(-300), Cents(700))
         );
         assert_eq!(placed.entry.reference, placed.order.id.to_string());
     }
@@ -202,13 +203,14 @@ mod tests {
             steps in proptest::collection::vec(step(), 0..40),
         ) {
             let who = account(credit_limit);
+            let (start, credit_limit) = (Cents(start), Cents(credit_limit));
             let mut balance = start;
             let mut ledger: Vec<LedgerEntry> = Vec::new();
             let mut orders: Vec<crate::domain::order::Order> = Vec::new();
             let stamp = || Stamp { now: 2, txn: Id::new(IdKind::Transaction), event: Id::new(IdKind::Event) };
             for step in steps {
                 let entry = match step {
-                    Step::Place { quantity } => match place_at(&who, quantity, price, balance) {
+                    Step::Place { quantity } => match place_at(&who, quantity, price, balance.0) {
                         Ok(placed) => { orders.push(placed.order); Some(placed.entry) }
                         Err(_) => None,
                     },
@@ -228,7 +230,7 @@ mod tests {
                     }
                     Step::Refund { which, amount } => {
                         let Some(order) = orders.get(which).cloned() else { continue };
-                        let ask = RefundAsk { amount, reason: None, id: Id::new(IdKind::Refund) };
+                        let ask = RefundAsk { amount: amount.map(Cents), reason: None, id: Id::new(IdKind::Refund) };
                         refund(Some(order), who.id, balance, ask, &stamp()).ok().map(|c| {
                             orders[which] = c.order;
                             c.entry
@@ -242,7 +244,7 @@ mod tests {
                 }
                 prop_assert!(balance >= -credit_limit);
             }
-            let sum: i64 = ledger.iter().map(|e| e.amount).sum();
+            let sum: Cents = ledger.iter().map(|e| e.amount).sum();
             prop_assert_eq!(start + sum, balance);
             for order in &orders {
                 prop_assert!(order.refunded <= order.total);

@@ -2,13 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::money::Cents;
 use super::time::Millis;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Product {
     pub id: String,
     pub name: String,
-    pub price: i64,
+    pub price: Cents,
     /// Empty: sold everywhere.
     pub regions: Vec<String>,
     /// Keys of `deliveryData` an order line must fill (non-blank).

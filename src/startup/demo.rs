@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::domain::account::{hash_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope};
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerReason;
+use crate::domain::money::Cents;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::{NewCredit, Store};
@@ -106,7 +107,7 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
             .put_product(Product {
                 id: p.id.clone(),
                 name: p.name.clone(),
-                price: p.price,
+                price: Cents(p.price),
                 regions: p.regions.clone(),
                 delivery_fields: p.delivery_fields.clone(),
                 active: p.active,
@@ -121,7 +122,7 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
             id,
             name: a.name.clone(),
             wholesale: a.wholesale,
-            credit_limit: a.credit_limit,
+            credit_limit: Cents(a.credit_limit),
             region: a.region.clone(),
             webhook_secret: new_webhook_secret(),
             created_at: now,
@@ -148,7 +149,7 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
         if a.balance > 0 {
             let credit = NewCredit {
                 account,
-                amount: a.balance,
+                amount: Cents(a.balance),
                 reason: LedgerReason::Credit,
                 reference: "demo seed".into(),
                 currency: currency.to_string(),

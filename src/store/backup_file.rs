@@ -20,6 +20,7 @@ use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::{rfc3339, Millis};
@@ -43,7 +44,7 @@ enum Line {
     },
     Account {
         account: Account,
-        balance: i64,
+        balance: Cents,
     },
     ApiKey {
         /// SHA-256 of the key, hex: the plaintext is never stored.
@@ -314,7 +315,7 @@ mod tests {
         Record::Product(Product {
             id: id.into(),
             name: "n".into(),
-            price: 5,
+            price: Cents(5),
             regions: vec![],
             delivery_fields: vec![],
             active: true,

@@ -33,6 +33,7 @@ use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
@@ -159,7 +160,7 @@ pub trait Store: Send + Sync + 'static {
     /// The account as last committed; `None` when there is no such account.
     async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
     /// The account's available balance as last made durable (0 for an unknown account).
-    async fn balance(&self, id: AccountId) -> Result<i64, StoreError>;
+    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError>;
 
     // --- the operator's writes
     /// Writes a new account with a balance of 0. Resolves once durable.
@@ -270,7 +271,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         after: Option<AccountId>,
         limit: usize,
-    ) -> Result<Page<(Account, i64)>, StoreError>;
+    ) -> Result<Page<(Account, Cents)>, StoreError>;
     /// The account's events, oldest first, strictly after `after`.
     async fn events_page(
         &self,

@@ -18,6 +18,7 @@ use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{CancelRefused, RefundAsk, RefundRefused};
+use crate::domain::money::Cents;
 use crate::domain::order::{BalanceView, Order, OrderStatus, Refund};
 use crate::domain::placing::{OrderRefused, OrderTerms};
 use crate::domain::product::Product;
@@ -111,7 +112,7 @@ impl NewOrder {
     }
 
     /// The 200 body: sent, and stored as the key's replay.
-    pub fn answer(&self, order: &Order, after: i64) -> Vec<u8> {
+    pub fn answer(&self, order: &Order, after: Cents) -> Vec<u8> {
         (self.render)(
             order,
             &BalanceView {
@@ -171,7 +172,7 @@ pub struct RefundRequest {
     pub account: AccountId,
     pub order: OrderId,
     /// `None`: the whole unrefunded remainder.
-    pub amount: Option<i64>,
+    pub amount: Option<Cents>,
     pub reason: Option<String>,
     pub claim: KeyClaim,
     /// The refund's id, made with the request (`OrderChange::refund_id`).
@@ -183,7 +184,7 @@ pub struct RefundRequest {
 pub enum RefundRefusal {
     NotFound,
     NotRefundable(OrderStatus),
-    ExceedsRemaining { remaining: i64 },
+    ExceedsRemaining { remaining: Cents },
     KeyTaken(Taken),
 }
 
@@ -212,7 +213,7 @@ impl From<RefundRefused> for RefundRefusal {
 
 pub struct NewCredit {
     pub account: Account,
-    pub amount: i64,
+    pub amount: Cents,
     pub reason: LedgerReason,
     pub reference: String,
     pub currency: String,
@@ -234,7 +235,7 @@ pub struct ProviderCredit {
     pub provider: String,
     pub external_id: String,
     pub account: AccountId,
-    pub amount: i64,
+    pub amount: Cents,
 }
 
 /// Whether this notification moved money or was a repeat of one that did.
@@ -281,7 +282,7 @@ pub use crate::domain::event::DeliveryOutcome;
 pub enum Record {
     Account {
         account: Account,
-        balance: i64,
+        balance: Cents,
     },
     ApiKey {
         hash: [u8; 32],
@@ -323,7 +324,7 @@ pub struct ProviderPaymentRecord {
     pub external_id: String,
     pub txn_id: String,
     pub account: AccountId,
-    pub amount: i64,
+    pub amount: Cents,
     pub received_at: Millis,
 }
 
@@ -357,7 +358,8 @@ impl Record {
 pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
     let mut counts = RestoreCounts::new();
     // Per account: its balance (once its record is seen) and what its ledger sums to.
-    let mut books: std::collections::HashMap<AccountId, (Option<i64>, i64)> = Default::default();
+    let mut books: std::collections::HashMap<AccountId, (Option<Cents>, Cents)> =
+        Default::default();
     for record in records {
         *counts.entry(record.kind()).or_insert(0) += 1;
         match record {
@@ -438,6 +440,7 @@ mod tests {
 
     fn account(balance: i64) -> (AccountId, Record) {
         let account = Account::for_tests(0);
+        let balance = Cents(balance);
         (account.id, Record::Account { account, balance })
     }
 
@@ -446,10 +449,10 @@ mod tests {
             account,
             entry: LedgerEntry {
                 id: Id::new(IdKind::Transaction).to_string(),
-                amount,
+                amount: Cents(amount),
                 reason: LedgerReason::Credit,
                 reference: "r".into(),
-                balance_after: 0,
+                balance_after: Cents::ZERO,
                 created_at: 0,
             },
         }

@@ -118,13 +118,14 @@ fn piece(record: Result<Record, StoreError>) -> Piece {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::money::Cents;
     use crate::domain::product::Product;
 
     fn product(id: &str) -> Record {
         Record::Product(Product {
             id: id.into(),
             name: id.into(),
-            price: 100,
+            price: Cents(100),
             regions: vec![],
             delivery_fields: vec![],
             active: true,

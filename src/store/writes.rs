@@ -6,6 +6,7 @@
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{money_in, LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{self, Change, Stamp};
+use crate::domain::money::Cents;
 use crate::domain::order::{BalanceView, Order};
 use crate::domain::time::Millis;
 use crate::store::batch::first_use;
@@ -26,7 +27,7 @@ impl NewCredit {
     /// The credit on `balance` (`domain::ledger::money_in`), its body and key row.
     pub fn decide(
         &self,
-        balance: i64,
+        balance: Cents,
         txn: &Id,
         now: Millis,
     ) -> Result<Decided<LedgerEntry>, CreditRefusal> {
@@ -52,7 +53,7 @@ impl ProviderCredit {
     /// repeat a duplicate.
     pub fn decide(
         &self,
-        balance: i64,
+        balance: Cents,
         txn: &Id,
         now: Millis,
     ) -> Result<(LedgerEntry, ProviderPaymentRecord), ProviderRefusal> {
@@ -93,7 +94,7 @@ pub trait OrderChange {
     fn decide(
         &self,
         order: Option<Order>,
-        balance: i64,
+        balance: Cents,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, Self::Refusal>, StoreError>;
 }
@@ -139,7 +140,7 @@ impl OrderChange for CancelRequest {
     fn decide(
         &self,
         order: Option<Order>,
-        balance: i64,
+        balance: Cents,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, CancelRefusal>, StoreError> {
         let change = match lifecycle::cancel(order, self.account, balance, stamp) {
@@ -177,7 +178,7 @@ impl OrderChange for RefundRequest {
     fn decide(
         &self,
         order: Option<Order>,
-        balance: i64,
+        balance: Cents,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, RefundRefusal>, StoreError> {
         let change = match lifecycle::refund(order, self.account, balance, self.ask(), stamp) {

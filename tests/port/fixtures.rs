@@ -11,6 +11,7 @@ use orderly::domain::fingerprint::{Fingerprint, Operation};
 use orderly::domain::idempotency_key::IdempotencyKey;
 use orderly::domain::ids::{AccountId, Id, IdKind, OrderId};
 use orderly::domain::ledger::LedgerReason;
+use orderly::domain::money::Cents;
 use orderly::domain::product::Product;
 use orderly::domain::time::now_millis;
 use orderly::store::{CancelRequest, KeyClaim, NewCredit, NewOrder, RefundRequest, Store};
@@ -24,7 +25,7 @@ pub async fn product(store: &dyn Store) {
         .put_product(Product {
             id: PRODUCT.into(),
             name: "port".into(),
-            price: PRICE,
+            price: Cents(PRICE),
             regions: vec![],
             delivery_fields: vec![],
             active: true,
@@ -41,7 +42,7 @@ pub async fn account_with(store: &dyn Store, balance: i64, credit_limit: i64) ->
         id: AccountId::new(),
         name: "port partner".into(),
         wholesale: true,
-        credit_limit,
+        credit_limit: Cents(credit_limit),
         region: None,
         webhook_secret: "whsec_cG9ydA==".into(),
         created_at: now_millis(),
@@ -70,7 +71,7 @@ pub fn claim(key: &str, operation: Operation, ttl: Duration) -> KeyClaim {
 pub fn credit(account: &Account, amount: i64, claim: Option<KeyClaim>) -> NewCredit {
     NewCredit {
         account: account.clone(),
-        amount,
+        amount: Cents(amount),
         reason: LedgerReason::Credit,
         reference: "port".into(),
         currency: "USD".into(),
@@ -112,7 +113,7 @@ pub fn refund(account: &Account, order: OrderId, key: &str, amount: Option<i64>)
     RefundRequest {
         account: account.id,
         order,
-        amount,
+        amount: amount.map(Cents),
         reason: None,
         claim: claim(key, Operation::RefundOrder, Duration::from_secs(3600)),
         id: Id::new(IdKind::Refund),

@@ -5,6 +5,7 @@ use orderly::domain::event::EventKind;
 use orderly::domain::fingerprint::Operation;
 use orderly::domain::idempotency_key::IdempotencyKey;
 use orderly::domain::ids::{Id, IdKind};
+use orderly::domain::money::Cents;
 use orderly::domain::order::OrderStatus;
 use orderly::domain::time::now_millis;
 use orderly::store::{CancelRefusal, RefundRefusal, Store};
@@ -32,14 +33,14 @@ async fn a_cancel_returns_the_whole_total_once_and_emits_one_event(store: &dyn S
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(account.id).await.unwrap(), 1_000);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000);
     let again = store.cancel_order(cancel(&account, id)).await.unwrap();
     assert_eq!(
         again.unwrap_err(),
         CancelRefusal::NotCancellable(OrderStatus::Cancelled)
     );
     assert_eq!(
-        store.balance(account.id).await.unwrap(),
+        store.balance(account.id).await.unwrap().0,
         1_000,
         "returned once"
     );
@@ -70,7 +71,7 @@ async fn another_accounts_order_is_not_found(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(refunded.unwrap_err(), RefundRefusal::NotFound);
-    assert_eq!(store.balance(stranger.id).await.unwrap(), 1_000);
+    assert_eq!(store.balance(stranger.id).await.unwrap().0, 1_000);
 }
 
 async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: &dyn Store) {
@@ -110,7 +111,9 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
         .unwrap();
     assert_eq!(
         over.unwrap_err(),
-        RefundRefusal::ExceedsRemaining { remaining: 300 }
+        RefundRefusal::ExceedsRemaining {
+            remaining: Cents(300)
+        }
     );
     store
         .refund_order(refund(&account, id, "r-3", None))
@@ -118,10 +121,10 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
         .unwrap()
         .unwrap();
     let done = store.order(id).await.unwrap().unwrap();
-    assert_eq!((done.refunded, done.total), (500, 500));
-    assert_eq!(store.balance(account.id).await.unwrap(), 1_000);
+    assert_eq!((done.refunded.0, done.total.0), (500, 500));
+    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000);
     let entries = ledger(store, &account).await;
-    assert_eq!(entries.iter().map(|e| e.amount).sum::<i64>(), 1_000);
+    assert_eq!(entries.iter().map(|e| e.amount.0).sum::<i64>(), 1_000);
 }
 
 async fn events_are_listed_oldest_first_strictly_after_the_cursor(store: &dyn Store) {

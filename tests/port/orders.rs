@@ -42,7 +42,7 @@ async fn one_key_used_ten_times_at_once_places_one_order(store: &dyn Store) {
             other => panic!("a use of a taken key answered {other:?}"),
         }
     }
-    assert_eq!(store.balance(account.id).await.unwrap(), 1_000 - PRICE);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000 - PRICE);
 }
 
 async fn an_orders_answer_is_its_keys_replay_byte_for_byte_expiring_ttl_after_the_commit(
@@ -76,10 +76,13 @@ async fn an_orders_answer_is_its_keys_replay_byte_for_byte_expiring_ttl_after_th
         .unwrap()
         .expect("the order");
     assert_eq!(
-        (placed.total, placed.status),
+        (placed.total.0, placed.status),
         (3 * PRICE, OrderStatus::Processing)
     );
-    assert_eq!(store.balance(account.id).await.unwrap(), 1_000 - 3 * PRICE);
+    assert_eq!(
+        store.balance(account.id).await.unwrap().0,
+        1_000 - 3 * PRICE
+    );
 }
 
 async fn a_second_use_of_a_key_is_key_taken_and_writes_nothing(store: &dyn Store) {
@@ -91,7 +94,7 @@ async fn a_second_use_of_a_key_is_key_taken_and_writes_nothing(store: &dyn Store
         .unwrap();
     let again = store.place_order(order(&account, "k-1", 2)).await.unwrap();
     assert!(matches!(again, Err(OrderRefusal::KeyTaken(_))), "{again:?}");
-    assert_eq!(store.balance(account.id).await.unwrap(), 1_000 - PRICE);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000 - PRICE);
     let page = store.orders_page(account.id, None, None, 10).await.unwrap();
     assert_eq!(page.items.len(), 1);
 }
@@ -109,7 +112,7 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .is_none());
-    assert_eq!(store.balance(account.id).await.unwrap(), 150);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 150);
     assert_eq!(ledger(store, &account).await.len(), 1, "only the credit");
     // The same key is a first use once the money is there.
     store
@@ -122,7 +125,7 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(account.id).await.unwrap(), 0);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 0);
 }
 
 async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store: &dyn Store) {
@@ -135,10 +138,10 @@ async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store
         .filter(|o| matches!(o, Ok(Err(OrderRefusal::Shortfall(_)))))
         .count();
     assert_eq!((accepted, short), (10, 15), "{outcomes:?}");
-    assert_eq!(store.balance(account.id).await.unwrap(), 0);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 0);
     let entries = ledger(store, &account).await;
     assert_eq!(entries.len(), 11, "one credit and ten charges");
-    let mut running: Vec<i64> = entries.iter().map(|e| e.balance_after).collect();
+    let mut running: Vec<i64> = entries.iter().map(|e| e.balance_after.0).collect();
     running.sort_unstable();
     running.dedup();
     assert_eq!(
@@ -146,7 +149,7 @@ async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store
         11,
         "every entry left a different balance: none overwrote another"
     );
-    assert_eq!(entries.iter().map(|e| e.amount).sum::<i64>(), 0);
+    assert_eq!(entries.iter().map(|e| e.amount.0).sum::<i64>(), 0);
 }
 
 async fn the_credit_line_is_spent_to_its_limit_and_named_in_the_refusal(store: &dyn Store) {
@@ -156,7 +159,7 @@ async fn the_credit_line_is_spent_to_its_limit_and_named_in_the_refusal(store: &
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(account.id).await.unwrap(), -2 * PRICE);
+    assert_eq!(store.balance(account.id).await.unwrap().0, -2 * PRICE);
     let refused = store.place_order(order(&account, "l-2", 1)).await.unwrap();
     assert_eq!(
         refused.unwrap_err(),

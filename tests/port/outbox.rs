@@ -6,6 +6,7 @@ use std::time::Duration;
 use orderly::domain::event::{DeliveryAttempt, DeliveryEnd};
 use orderly::domain::fingerprint::Operation;
 use orderly::domain::idempotency_key::IdempotencyKey;
+use orderly::domain::money::Cents;
 use orderly::domain::time::now_millis;
 use orderly::store::{DeliveryOutcome, ProviderCredit, Recorded, Store};
 
@@ -113,7 +114,7 @@ async fn a_sweep_deletes_only_keys_that_expired_before_now(store: &dyn Store) {
         .unwrap()
         .is_some());
     assert_eq!(
-        store.balance(account.id).await.unwrap(),
+        store.balance(account.id).await.unwrap().0,
         2,
         "sweeping moves no money"
     );
@@ -125,7 +126,7 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         provider: "acmepay".into(),
         external_id: "pay-1".into(),
         account: account.id,
-        amount: 700,
+        amount: Cents(700),
     };
     let copies = (0..10).map(|_| store.record_provider_payment(payment()));
     let outcomes = futures::future::join_all(copies).await;
@@ -138,6 +139,6 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         .filter(|o| matches!(o, Ok(Ok(Recorded::Duplicate))))
         .count();
     assert_eq!((credited, duplicate), (1, 9), "{outcomes:?}");
-    assert_eq!(store.balance(account.id).await.unwrap(), 700);
+    assert_eq!(store.balance(account.id).await.unwrap().0, 700);
     assert_eq!(ledger(store, &account).await.len(), 1);
 }

@@ -35,9 +35,9 @@ async fn every_read_made_after_a_write_answered_shows_all_of_it(store: &dyn Stor
         // Each read at once, with nothing awaited in between but the read itself.
         let order = store.order(id).await.unwrap().expect("the order is there");
         assert_eq!(order.status, OrderStatus::Processing);
-        assert_eq!(store.balance(account.id).await.unwrap(), left);
+        assert_eq!(store.balance(account.id).await.unwrap().0, left);
         let newest = store.ledger_page(account.id, None, 1).await.unwrap();
-        assert_eq!(newest.items[0].balance_after, left, "its ledger entry");
+        assert_eq!(newest.items[0].balance_after.0, left, "its ledger entry");
         let row = store
             .replay_lookup(account.id, IdempotencyKey::parse(key.as_bytes()).unwrap())
             .await
@@ -55,7 +55,7 @@ async fn every_read_made_after_a_write_answered_shows_all_of_it(store: &dyn Stor
         let last = events.items.last().expect("its event");
         assert_eq!((last.kind, last.order.id), (EventKind::OrderCancelled, id));
         assert_eq!(
-            store.balance(account.id).await.unwrap(),
+            store.balance(account.id).await.unwrap().0,
             1_000,
             "the cancel's money back"
         );

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::placing::{place, OrderStamp, Placed};
 use crate::domain::product::Product;
@@ -78,7 +79,7 @@ impl Wants {
 #[derive(Default)]
 pub struct OrderView {
     /// Every wanted account's balance (an account missing here is a corrupt store).
-    pub balances: HashMap<AccountId, i64>,
+    pub balances: HashMap<AccountId, Cents>,
     /// The wanted keys that already have a row, expired or not.
     pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
     /// The wanted products that exist, by id.
@@ -101,7 +102,7 @@ pub struct Decisions {
     decided: Vec<Result<usize, OrderRefusal>>,
     pub accepted: Vec<Accepted>,
     /// Each debited account's balance after the whole batch, sorted by account.
-    pub balances: Vec<(AccountId, i64)>,
+    pub balances: Vec<(AccountId, Cents)>,
 }
 
 /// Decides each order in turn on `view` as the orders before it left it. `now` is the
@@ -160,7 +161,7 @@ pub fn decide(
             key: first_use(&new.claim, now, body),
         });
     }
-    let mut balances: Vec<(AccountId, i64)> = accepted
+    let mut balances: Vec<(AccountId, Cents)> = accepted
         .iter()
         .map(|a| (a.order.account_id, view.balances[&a.order.account_id]))
         .collect();

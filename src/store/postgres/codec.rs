@@ -1,9 +1,10 @@
 //! Rows to domain values and back: ids as their public text, times as bigint milliseconds,
-//! enums as their variant names, lists and snapshots as jsonb.
+//! amounts as bigint minor units, enums as their variant names, lists and snapshots as jsonb.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::private::BytesMut;
+use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, Json, ToSql, Type};
 use tokio_postgres::Row;
 
 use crate::domain::account::{Account, ApiKeyRecord};
@@ -11,11 +12,42 @@ use crate::domain::event::{Delivery, Event};
 use crate::domain::fingerprint::Fingerprint;
 use crate::domain::ids::{AccountId, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError, StoredResponse};
+
+/// An amount is a bigint column of minor units, read and bound as one.
+impl ToSql for Cents {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <i64 as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for Cents {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        i64::from_sql(ty, raw).map(Cents)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <i64 as FromSql>::accepts(ty)
+    }
+}
 
 pub fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())

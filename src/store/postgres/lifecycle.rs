@@ -17,6 +17,7 @@ use super::tx::{bound_lock_waits, first_cause, key_taken, lock_events, query, qu
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
 use crate::store::writes::{Decided, OrderChange};
@@ -45,7 +46,7 @@ async fn lock_view(
     order: &OrderId,
     account: &AccountId,
     claim: Option<&KeyClaim>,
-) -> Result<Option<(Option<Order>, i64, Stamp)>, Fault> {
+) -> Result<Option<(Option<Order>, Cents, Stamp)>, Fault> {
     let bound = async {
         match claim {
             Some(claim) => bound_lock_waits(tx, claim.wait_until).await,

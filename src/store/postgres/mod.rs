@@ -44,6 +44,7 @@ use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
@@ -297,14 +298,14 @@ impl Store for PgStore {
         settled(retried!(self, |c| reads::account(&c, &id)))
     }
 
-    async fn balance(&self, id: AccountId) -> Result<i64, StoreError> {
+    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError> {
         settled(retried!(self, |c| reads::balance(&c, &id)))
     }
 
     async fn create_account(&self, account: Account) -> Result<(), StoreError> {
         settled(write!(self, |c| async {
             let tx = c.read_committed().await?;
-            rows::insert_account(&tx, &account, 0).await?;
+            rows::insert_account(&tx, &account, Cents::ZERO).await?;
             tx.commit().await?;
             Ok(())
         }))
@@ -488,7 +489,7 @@ impl Store for PgStore {
         &self,
         after: Option<AccountId>,
         limit: usize,
-    ) -> Result<Page<(Account, i64)>, StoreError> {
+    ) -> Result<Page<(Account, Cents)>, StoreError> {
         settled(retried!(self, |c| reads::accounts_page(&c, after, limit)))
     }
 

@@ -10,6 +10,7 @@ use crate::domain::event::{DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::store::{KeyRecord, Page, StoreError};
@@ -91,14 +92,14 @@ pub async fn account(c: &Object, id: &AccountId) -> Result<Option<Account>, Faul
     })
 }
 
-pub async fn balance(c: &Object, id: &AccountId) -> Result<i64, Fault> {
+pub async fn balance(c: &Object, id: &AccountId) -> Result<Cents, Fault> {
     let row = query_opt(
         c,
         "SELECT available FROM balances WHERE account_id = $1",
         &[&id.to_string()],
     )
     .await?;
-    Ok(row.map(|r| r.get(0)).unwrap_or(0))
+    Ok(row.map(|r| r.get(0)).unwrap_or(Cents::ZERO))
 }
 
 pub async fn product(c: &Object, id: &str) -> Result<Option<Product>, Fault> {
@@ -260,7 +261,7 @@ pub async fn accounts_page(
     c: &Object,
     after: Option<AccountId>,
     limit: usize,
-) -> Result<Page<(Account, i64)>, Fault> {
+) -> Result<Page<(Account, Cents)>, Fault> {
     let sql = format!(
         "SELECT {}, COALESCE(b.available, 0) AS available FROM accounts a
          LEFT JOIN balances b ON b.account_id = a.id

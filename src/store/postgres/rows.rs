@@ -10,6 +10,7 @@ use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
@@ -19,7 +20,7 @@ use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError};
 pub async fn insert_account<C: GenericClient>(
     c: &C,
     account: &Account,
-    balance: i64,
+    balance: Cents,
 ) -> Result<(), Fault> {
     let id = account.id.to_string();
     execute(
@@ -108,11 +109,11 @@ pub async fn insert_orders<C: GenericClient>(c: &C, orders: &[&Order]) -> Result
             &column(|o| o.account_id.to_string()),
             &column(|o| tag(&o.status)),
             &items,
-            &number(|o| o.total),
+            &number(|o| o.total.0),
             &column(|o| o.currency.clone()),
             &optional(|o| o.callback_url.as_deref()),
             &optional(|o| o.external_order_id.as_deref()),
-            &number(|o| o.refunded),
+            &number(|o| o.refunded.0),
             &number(|o| time(o.created_at)),
             &number(|o| time(o.updated_at)),
         ],
@@ -139,7 +140,7 @@ pub async fn update_order<C: GenericClient>(c: &C, order: &Order) -> Result<(), 
 
 /// The account's balance, its row locked until the commit: what a decision that moves money
 /// reads, so that no other transaction moves it in between.
-pub async fn lock_balance<C: GenericClient>(c: &C, account: &AccountId) -> Result<i64, Fault> {
+pub async fn lock_balance<C: GenericClient>(c: &C, account: &AccountId) -> Result<Cents, Fault> {
     let row = super::tx::query_opt(
         c,
         "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
@@ -169,10 +170,10 @@ pub async fn move_money<C: GenericClient>(
 /// (`lock_balance`, or a batch's view).
 pub async fn set_balances<C: GenericClient>(
     c: &C,
-    balances: &[(AccountId, i64)],
+    balances: &[(AccountId, Cents)],
 ) -> Result<(), Fault> {
     let accounts: Vec<String> = balances.iter().map(|(a, _)| a.to_string()).collect();
-    let available: Vec<i64> = balances.iter().map(|(_, b)| *b).collect();
+    let available: Vec<i64> = balances.iter().map(|(_, b)| b.0).collect();
     execute(
         c,
         "UPDATE balances b SET available = u.available
@@ -201,10 +202,10 @@ pub async fn insert_ledger<C: GenericClient>(
         &[
             &column(|_, e| e.id.clone()),
             &column(|a, _| a.to_string()),
-            &number(|e| e.amount),
+            &number(|e| e.amount.0),
             &column(|_, e| tag(&e.reason)),
             &column(|_, e| e.reference.clone()),
-            &number(|e| e.balance_after),
+            &number(|e| e.balance_after.0),
             &number(|e| time(e.created_at)),
         ],
     )

@@ -10,13 +10,14 @@ use super::{codec, keys};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
 
-pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxResult<i64, R> {
+pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxResult<Cents, R> {
     match tx(balances.get(account.bytes()))? {
         Some(bytes) => Ok(codec::decode(&bytes)?),
-        None => Ok(0),
+        None => Ok(Cents::ZERO),
     }
 }
 
@@ -48,8 +49,8 @@ impl Trees {
         Trees::get(&self.accounts, id.bytes())
     }
 
-    pub fn balance(&self, id: &AccountId) -> Result<i64, StoreError> {
-        Ok(Trees::get(&self.balances, id.bytes())?.unwrap_or(0))
+    pub fn balance(&self, id: &AccountId) -> Result<Cents, StoreError> {
+        Ok(Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO))
     }
 
     pub fn create_api_key(&self, hash: &[u8; 32], record: &ApiKeyRecord) -> Result<(), StoreError> {

@@ -25,6 +25,7 @@ use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::product::Product;
 use crate::domain::webhook_secret::PreviousSecret;
@@ -309,7 +310,7 @@ impl Spool {
     /// Decodes the spool record by record into `producer`, at the reader's pace. Stops when
     /// the reader goes away; an error ends the snapshot with it.
     pub fn stream_into(mut self, producer: Producer) {
-        let mut balances: HashMap<Vec<u8>, i64> = HashMap::new();
+        let mut balances: HashMap<Vec<u8>, Cents> = HashMap::new();
         loop {
             let record = match self.row() {
                 Ok(None) => return producer.blocking_finish(),
@@ -336,13 +337,13 @@ fn record(
     tree: Spooled,
     key: &[u8],
     value: &[u8],
-    balances: &HashMap<Vec<u8>, i64>,
+    balances: &HashMap<Vec<u8>, Cents>,
 ) -> Result<Record, StoreError> {
     Ok(match tree {
         Spooled::Balance => unreachable!("balances are folded into their accounts"),
         Spooled::Account => Record::Account {
             account: codec::decode::<Account>(value)?,
-            balance: balances.get(key).copied().unwrap_or(0),
+            balance: balances.get(key).copied().unwrap_or(Cents::ZERO),
         },
         Spooled::ApiKey => Record::ApiKey {
             hash: key.try_into().map_err(|_| corrupt("an api key row"))?,

@@ -13,6 +13,7 @@ use crate::domain::account::Account;
 use crate::domain::event::{Delivery, DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::lifecycle::Emitted;
+use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
 
@@ -59,7 +60,7 @@ impl Trees {
         &self,
         after: Option<AccountId>,
         limit: usize,
-    ) -> Result<Page<(Account, i64)>, StoreError> {
+    ) -> Result<Page<(Account, Cents)>, StoreError> {
         let start = match after {
             Some(id) => std::ops::Bound::Excluded(id.bytes().to_vec()),
             None => std::ops::Bound::Unbounded,

@@ -13,6 +13,7 @@ use super::trees::Trees;
 use super::tx::{refuse, settle, tx, NineTrees, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
+use crate::domain::money::Cents;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::time::Millis;
 use crate::store::writes::OrderChange;
@@ -72,7 +73,7 @@ impl<'a> ChangeView<'a> {
     }
 
     /// The order and the account's balance a decision reads.
-    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, i64), R> {
+    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, Cents), R> {
         Ok((
             read_order(self.orders, order)?,
             read_balance(self.balances, account)?,

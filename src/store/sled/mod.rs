@@ -34,6 +34,7 @@ use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::{now_millis, Millis};
@@ -204,7 +205,7 @@ impl Store for SledStore {
         self.settled(account, Stripe::profile(&id)).await
     }
 
-    async fn balance(&self, id: AccountId) -> Result<i64, StoreError> {
+    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError> {
         let balance = self.read(|t| t.balance(&id))?;
         self.settled(balance, Stripe::account(&id)).await
     }
@@ -529,7 +530,7 @@ impl Store for SledStore {
         &self,
         after: Option<AccountId>,
         limit: usize,
-    ) -> Result<Page<(Account, i64)>, StoreError> {
+    ) -> Result<Page<(Account, Cents)>, StoreError> {
         let page = self.scan(move |t| t.accounts_page(after, limit)).await?;
         // A page of many accounts: wait for every batch started, not one stripe.
         self.settled(page, Stripe::Everything).await
@@ -605,7 +606,7 @@ mod tests {
         Product {
             id: "prd_t".into(),
             name: "t".into(),
-            price: 1,
+            price: Cents(1),
             regions: vec![],
             delivery_fields: vec![],
             active: true,

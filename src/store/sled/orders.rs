@@ -143,6 +143,7 @@ mod tests {
     use crate::domain::account::{Account, Shortfall};
     use crate::domain::basket::RequestedLine;
     use crate::domain::idempotency_key::IdempotencyKey;
+    use crate::domain::money::Cents;
     use crate::domain::product::Product;
 
     fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
@@ -163,7 +164,7 @@ mod tests {
             .put_product(&Product {
                 id: "prd_three".into(),
                 name: "three".into(),
-                price: 3,
+                price: Cents(3),
                 regions: vec![],
                 delivery_fields: vec![],
                 active: true,
@@ -171,7 +172,7 @@ mod tests {
             })
             .unwrap();
         let (rich, poor) = (Account::for_tests(0), Account::for_tests(0));
-        for (who, balance) in [(&rich, 10i64), (&poor, 1)] {
+        for (who, balance) in [(&rich, Cents(10)), (&poor, Cents(1))] {
             trees.create_account(who).unwrap();
             let encoded = codec::encode(&balance).unwrap();
             trees.balances.insert(who.id.bytes(), encoded).unwrap();
@@ -195,8 +196,8 @@ mod tests {
         assert!(outcomes[2].is_ok());
         assert!(matches!(outcomes[3], Err(OrderRefusal::KeyTaken(Some(_)))));
         assert!(matches!(outcomes[4], Err(OrderRefusal::Shortfall(_))));
-        assert_eq!(trees.balance(&rich.id).unwrap(), 1);
-        assert_eq!(trees.balance(&poor.id).unwrap(), 1);
+        assert_eq!(trees.balance(&rich.id).unwrap(), Cents(1));
+        assert_eq!(trees.balance(&poor.id).unwrap(), Cents(1));
         assert_eq!(trees.orders.len(), 2, "only the two accepted orders exist");
         assert_eq!(trees.ledger.len(), 2, "one charge per accepted order");
         assert_eq!(trees.idem_keys.len(), 2, "refused orders took no key");

@@ -10,6 +10,7 @@ use super::codec;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx};
 use crate::domain::ids::{AccountId, Id, IdKind};
+use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
@@ -17,7 +18,7 @@ use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 pub struct ProviderPayment {
     pub txn_id: String,
     pub account_id: AccountId,
-    pub amount: i64,
+    pub amount: Cents,
     pub received_at: Millis,
 }
 
