@@ -55,9 +55,11 @@ const ACK_WAIT: Duration = Duration::from_secs(5);
 /// A key row's copy is dropped this long before its expiry, so that no sweep (on any
 /// instance's following of the database's clock) can delete a row still served.
 const KEY_ROW_MARGIN: Millis = 1_000;
-/// Rows kept per generation (`cache::Cache` holds two).
+/// Rows kept per generation (`cache::Cache` holds two). A key row is its stored answer,
+/// about half a kilobyte, so the key rows stay under about 20 MB (sled keeps half as many):
+/// memory a small deployment can predict, and the keys being retried now fit many times over.
 const AUTH_ROWS: usize = 16_384;
-const KEY_ROWS: usize = 65_536;
+const KEY_ROWS: usize = 16_384;
 /// Renewals between two prunes of the leases of instances that stopped.
 const PRUNE_EVERY: u64 = 200;
 
