@@ -250,12 +250,13 @@ pub async fn credit_account(
     v.into_result()?;
     let account = load_account(&**store, &path).await?;
     let key = required_idempotency_key(&req)?;
-    let fingerprint = Fingerprint::of_credit(Cents(body.amount));
+    let amount = Cents(body.amount);
+    let fingerprint = Fingerprint::of_credit(amount);
     let write = KeyedWrite::new(account.id, key, Operation::AdminCredit, fingerprint);
     let credit = || {
         let credit = NewCredit {
             account: account.clone(),
-            amount: Cents(body.amount),
+            amount,
             reason: LedgerReason::Credit,
             reference: body.reason.clone().unwrap_or_else(|| "admin credit".into()),
             currency: settings.currency.clone(),

@@ -129,13 +129,12 @@ pub async fn create_order(
     let body: CreateOrderBody = json_body(&req, payload).await?;
     body.check_schema()?;
     let key = required_idempotency_key(&req)?;
-    let callback_url = match &body.callback_url {
-        Some(url) => Some(
-            CallbackUrl::parse(url, callback_policy(&settings))
-                .map_err(|reason| ApiError::InvalidCallbackUrl { reason })?,
-        ),
-        None => None,
-    };
+    let callback_url = body
+        .callback_url
+        .as_deref()
+        .map(|url| CallbackUrl::parse(url, callback_policy(&settings)))
+        .transpose()
+        .map_err(|reason| ApiError::InvalidCallbackUrl { reason })?;
     let external_order_id = body.external_order_id.clone();
     let lines = body.requested_lines();
     let fingerprint = Fingerprint::of_basket(lines.iter().map(|l| LineRef {

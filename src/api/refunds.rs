@@ -128,13 +128,14 @@ pub async fn refund_order(
     v.into_result()?;
     let key = required_idempotency_key(&req)?;
     let order = own_order(&**store, partner.account.id, &path).await?.id;
-    let fingerprint = Fingerprint::of_refund(&path, body.amount.map(Cents));
+    let amount = body.amount.map(Cents);
+    let fingerprint = Fingerprint::of_refund(&path, amount);
     let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,
             order,
-            amount: body.amount.map(Cents),
+            amount,
             reason: body.reason.clone(),
             claim: write.claim(settings.idempotency_ttl),
             id: Id::new(IdKind::Refund),

@@ -23,6 +23,14 @@ pub struct Decided<T> {
     pub key: Option<KeyRecord>,
 }
 
+impl<T> Decided<T> {
+    /// `rows` answered with `body`, and the key's row that stores it (`None` without a key).
+    fn answered(rows: T, body: Vec<u8>, claim: Option<&KeyClaim>, now: Millis) -> Self {
+        let key = claim.map(|c| first_use(c, now, body.clone()));
+        Decided { rows, body, key }
+    }
+}
+
 impl NewCredit {
     /// The credit on `balance` (`domain::ledger::money_in`), its body and key row.
     pub fn decide(
@@ -39,12 +47,7 @@ impl NewCredit {
             credit_limit: self.account.credit_limit,
             currency: self.currency.clone(),
         });
-        let key = self.claim.as_ref().map(|c| first_use(c, now, body.clone()));
-        Ok(Decided {
-            rows: entry,
-            body,
-            key,
-        })
+        Ok(Decided::answered(entry, body, self.claim.as_ref(), now))
     }
 }
 
@@ -99,21 +102,6 @@ pub trait OrderChange {
     ) -> Result<Result<Decided<Change>, Self::Refusal>, StoreError>;
 }
 
-/// The 200 body of a change and the key's row that stores it (`None` without a key).
-fn answered(
-    change: Change,
-    body: Vec<u8>,
-    claim: Option<&KeyClaim>,
-    now: Millis,
-) -> Decided<Change> {
-    let key = claim.map(|c| first_use(c, now, body.clone()));
-    Decided {
-        rows: change,
-        body,
-        key,
-    }
-}
-
 impl OrderChange for CancelRequest {
     type Refusal = CancelRefusal;
 
@@ -148,7 +136,7 @@ impl OrderChange for CancelRequest {
             Err(refused) => return Ok(Err(refused.into())),
         };
         let body = (self.render)(&change.order);
-        Ok(Ok(answered(change, body, self.claim(), stamp.now)))
+        Ok(Ok(Decided::answered(change, body, self.claim(), stamp.now)))
     }
 }
 
@@ -190,6 +178,6 @@ impl OrderChange for RefundRequest {
             .as_ref()
             .ok_or_else(|| StoreError::Corrupt("a refund decided without its refund".into()))?;
         let body = (self.render)(refund, &change.order);
-        Ok(Ok(answered(change, body, self.claim(), stamp.now)))
+        Ok(Ok(Decided::answered(change, body, self.claim(), stamp.now)))
     }
 }

@@ -128,8 +128,8 @@ pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, Connect
     Ok(pools(config, &[size])?.remove(0))
 }
 
-/// Pools of up to `sizes` connections each, driven by one runtime: the engine's pool and the
-/// rate limiter's connection of its own.
+/// Pools of up to `sizes` connections each, driven by one runtime: the engine's pool, and the
+/// rate limiter's and the cache lease's connections of their own.
 pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool>, ConnectError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

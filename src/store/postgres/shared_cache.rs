@@ -129,19 +129,12 @@ pub async fn release(client: &impl GenericClient, instance: &str) -> Result<(), 
 
 pub struct SharedCache {
     auth: Cache<[u8; 32], (ApiKeyRecord, Account)>,
-    key_rows: Cache<Vec<u8>, Arc<KeyRecord>>,
+    key_rows: Cache<(AccountId, IdempotencyKey), Arc<KeyRecord>>,
     /// Nanoseconds after `epoch` until which the lease holds here; 0 before the first one.
     lease_until: AtomicU64,
     epoch: Instant,
     /// The newest change whose copies are purged.
     purged: AtomicI64,
-}
-
-fn scoped(account: &AccountId, key: &IdempotencyKey) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + key.as_str().len());
-    out.extend_from_slice(&account.bytes());
-    out.extend_from_slice(key.as_str().as_bytes());
-    out
 }
 
 /// A key row may be served until shortly before its expiry.
@@ -194,7 +187,7 @@ impl SharedCache {
 
     /// The committed row of `key` in `account`, if a copy may be served.
     pub fn key_row(&self, account: &AccountId, key: &IdempotencyKey) -> Option<KeyRecord> {
-        let row = self.key_rows.get(&scoped(account, key)[..])?;
+        let row = self.key_rows.get(&(*account, key.clone()))?;
         servable(&row).then(|| KeyRecord::clone(&row))
     }
 
@@ -203,7 +196,7 @@ impl SharedCache {
         if servable(row) {
             let generation = self.key_rows.generation();
             self.key_rows
-                .remember(generation, scoped(account, key), Arc::new(row.clone()));
+                .remember(generation, (*account, key.clone()), Arc::new(row.clone()));
         }
     }
 
