@@ -7,6 +7,11 @@
 //! Each scenario runs 1, 16 and 64 concurrent clients on a multi-thread runtime, the
 //! transaction on the writer thread and answered after its group commit, as in the server.
 
+/// The deadline of each call: far enough that only a stuck store would meet it.
+fn soon() -> orderly::bounds::Deadline {
+    orderly::bounds::Deadline::after(std::time::Duration::from_secs(60))
+}
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,19 +43,22 @@ async fn setup(dir: &std::path::Path) -> Bench {
         cache_bytes: 128 << 20,
         flush_hook: None,
     };
-    let store = orderly::store::open(engine, Arc::new(Metrics::default()))
+    let store = orderly::store::open(engine, Arc::new(Metrics::default()), 4096)
         .await
         .expect("open");
     store
-        .put_product(Product {
-            id: "prd_bench".into(),
-            name: "bench".into(),
-            price: Cents(1),
-            regions: vec![],
-            delivery_fields: vec![],
-            active: true,
-            updated_at: now_millis(),
-        })
+        .put_product(
+            soon(),
+            Product {
+                id: "prd_bench".into(),
+                name: "bench".into(),
+                price: Cents(1),
+                regions: vec![],
+                delivery_fields: vec![],
+                active: true,
+                updated_at: now_millis(),
+            },
+        )
         .await
         .unwrap();
     let mut accounts = Vec::new();
@@ -64,7 +72,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
             webhook_secret: "whsec_AAAA".into(),
             created_at: now_millis(),
         };
-        store.create_account(account.clone()).await.unwrap();
+        store.create_account(soon(), account.clone()).await.unwrap();
         let credit = NewCredit {
             account: account.clone(),
             amount: Cents(1_000_000_000_000),
@@ -74,7 +82,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
             claim: None,
             render: |_| Vec::new(),
         };
-        store.credit(credit).await.unwrap().unwrap();
+        store.credit(soon(), credit).await.unwrap().unwrap();
         accounts.push(account);
     }
     let lines = vec![RequestedLine {
@@ -114,7 +122,12 @@ async fn place(bench: &Bench, account: usize, key: String) {
         },
         render: order_placed,
     };
-    bench.store.place_order(order).await.unwrap().unwrap();
+    bench
+        .store
+        .place_order(soon(), order)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 struct Row {
@@ -234,7 +247,7 @@ fn main() {
             let account = bench.accounts[a].id;
             if bench
                 .store
-                .replay_lookup(account, k.clone())
+                .replay_lookup(soon(), account, k.clone())
                 .await
                 .unwrap()
                 .is_some()
@@ -255,7 +268,11 @@ fn main() {
                         async move {
                             let (a, key) = &pool[(c * 7919 + n as usize) % pool.len()];
                             let account = b.accounts[*a].id;
-                            let found = b.store.replay_lookup(account, key.clone()).await.unwrap();
+                            let found = b
+                                .store
+                                .replay_lookup(soon(), account, key.clone())
+                                .await
+                                .unwrap();
                             std::hint::black_box(found.expect("pool keys exist"));
                             // Yield as a request would between reads, so clients interleave.
                             tokio::task::yield_now().await;
@@ -266,7 +283,7 @@ fn main() {
             );
         }
     });
-    runtime.block_on(bench.store.stop());
+    runtime.block_on(bench.store.stop(soon()));
     println!("| storage-only scenario | clients | ops/s | p50 ms | p99 ms |");
     println!("|---|---:|---:|---:|---:|");
     for r in rows {

@@ -97,6 +97,17 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// Every request is answered within this of its arrival, whatever the storage does: a
+    /// write not yet sent by then is dropped (503), one sent and not confirmed is the opaque
+    /// 500 (its key decides the retry), a read is a 503.
+    #[arg(long, env = "ORDERLY_REQUEST_DEADLINE", default_value = REQUEST_DEADLINE_FLAG_DEFAULT, value_parser = parse_positive_duration)]
+    pub request_deadline: Duration,
+
+    /// Writes waiting for the storage at once (queued or being committed); one more is
+    /// answered 503 at once with nothing written.
+    #[arg(long, env = "ORDERLY_MAX_PENDING_WRITES", default_value_t = crate::bounds::MAX_PENDING_WRITES, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_pending_writes: u32,
+
     /// Most connections held to PostgreSQL.
     #[arg(long, env = "ORDERLY_DATABASE_POOL_SIZE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub database_pool_size: u32,
@@ -184,6 +195,9 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 }
+
+/// `bounds::REQUEST_DEADLINE` as the flag spells it (a unit test keeps the two equal).
+pub const REQUEST_DEADLINE_FLAG_DEFAULT: &str = "10s";
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (use e.g. 90s, 1h, 24h)"))

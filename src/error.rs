@@ -238,6 +238,12 @@ impl ApiError {
                 "method_not_allowed: this route does not accept that method".into()
             }
             ApiError::Unavailable(_) => "storage_unavailable: the database does not answer".into(),
+            ApiError::Storage(StoreError::TimedOut(_)) => {
+                "storage_unavailable: the storage did not answer in time; nothing was changed, retry later".into()
+            }
+            ApiError::Storage(StoreError::Overloaded) => {
+                "storage_unavailable: too many writes are waiting for the storage; nothing was changed, retry later".into()
+            }
             ApiError::Storage(_) | ApiError::Internal(_) => "Internal server error".into(),
         };
         Some(text)
@@ -308,7 +314,10 @@ impl ResponseError for ApiError {
             | ApiError::ExceedsCreditLimit
             | ApiError::ConcurrentModification => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_)
+            | ApiError::Storage(StoreError::TimedOut(_) | StoreError::Overloaded) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Storage(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -345,6 +354,10 @@ impl ResponseError for ApiError {
             other => {
                 match other {
                     ApiError::Unavailable(cause) => log::error!("readiness probe failed: {cause}"),
+                    // A storage that is slow or full is expected to pass: one line each.
+                    ApiError::Storage(cause) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                        log::warn!("storage unavailable ({}): {cause}", kind(cause))
+                    }
                     ApiError::Storage(cause) => {
                         log::error!("storage error ({}): {cause}", kind(cause))
                     }
@@ -352,23 +365,41 @@ impl ResponseError for ApiError {
                     _ => {}
                 }
                 let error = other.message().expect("a business envelope");
-                json(
+                let mut response = json(
                     status,
                     &ErrorEnvelope {
                         success: false,
                         error: &error,
                     },
-                )
+                );
+                if let ApiError::Storage(_) = other {
+                    if status == StatusCode::SERVICE_UNAVAILABLE {
+                        // Nothing was changed: the same request, key and all, may come back.
+                        response.headers_mut().insert(
+                            actix_web::http::header::RETRY_AFTER,
+                            STORAGE_RETRY_AFTER_SECS.into(),
+                        );
+                    }
+                }
+                response
             }
         }
     }
 }
+
+/// The `Retry-After` of a 503 of the storage: a storage that did not answer in time or is
+/// full is retried soon (a request refused at once costs nothing), and the key makes the
+/// retry safe.
+const STORAGE_RETRY_AFTER_SECS: u64 = 1;
 
 /// The port's failure by what a caller could do about it, for the log line.
 fn kind(e: &StoreError) -> &'static str {
     match e {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Conflict(_) => "conflict",
+        StoreError::TimedOut(_) => "timed out",
+        StoreError::Overloaded => "overloaded",
+        StoreError::InDoubt(_) => "in doubt",
         StoreError::Failed(_) => "failed",
         StoreError::Corrupt(_) => "corrupt",
         StoreError::Refused(_) => "refused",
@@ -429,12 +460,26 @@ mod tests {
             (ApiError::MethodNotAllowed, 405, "method_not_allowed: this route does not accept that method"),
             (ApiError::Unavailable("down".into()), 503, "storage_unavailable: the database does not answer"),
             (ApiError::Storage(StoreError::Corrupt("a secret detail".into())), 500, "Internal server error"),
+            (ApiError::Storage(StoreError::InDoubt("a secret detail".into())), 500, "Internal server error"),
+            (ApiError::Storage(StoreError::TimedOut("a secret detail".into())), 503, "storage_unavailable: the storage did not answer in time; nothing was changed, retry later"),
+            (ApiError::Storage(StoreError::Overloaded), 503, "storage_unavailable: too many writes are waiting for the storage; nothing was changed, retry later"),
             (ApiError::Internal("a secret detail".into()), 500, "Internal server error"),
         ];
         for (error, status, text) in cases {
             let what = format!("{error:?}");
             assert_eq!(answer(error), (status, envelope(text)), "{what}");
         }
+    }
+
+    #[test]
+    fn a_storage_that_did_not_answer_in_time_says_when_to_retry() {
+        for error in [StoreError::TimedOut("slow".into()), StoreError::Overloaded] {
+            let response = ApiError::Storage(error).error_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers().get("Retry-After").unwrap(), "1");
+        }
+        let in_doubt = ApiError::Storage(StoreError::InDoubt("sent".into())).error_response();
+        assert!(in_doubt.headers().get("Retry-After").is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,11 @@ pub struct Metrics {
     pub rate_limited: Counter,
     pub commit_seconds: Histogram,
     pub commit_batch_size: Histogram,
+    /// How long the oldest commit (or flush) in flight has waited, read from the storage at
+    /// each scrape: what `/readyz` judges by.
+    pub oldest_commit_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Writes waiting for the storage (queued or committing), against `--max-pending-writes`.
+    pub pending_writes: Gauge,
     /// Writes the sled writer has applied and handed to the commit thread; those not yet in
     /// `commit_batch_size` are waiting for their flush.
     pub writes_applied: Counter,
@@ -103,6 +109,18 @@ impl Default for Metrics {
             "commit_batch_size",
             "Commits made durable by one flush",
             commit_batch_size.clone(),
+        );
+        let oldest_commit_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "oldest_commit_in_flight_seconds",
+            "Age of the oldest commit (or flush) waiting for the storage now; 0 when none (readiness fails past 5 s)",
+            oldest_commit_seconds.clone(),
+        );
+        let pending_writes = Gauge::default();
+        registry.register(
+            "pending_writes",
+            "Writes waiting for the storage now, queued or committing (bounded by --max-pending-writes)",
+            pending_writes.clone(),
         );
         let writes_applied = Counter::default();
         registry.register(
@@ -184,6 +202,8 @@ impl Default for Metrics {
             rate_limited,
             commit_seconds,
             commit_batch_size,
+            oldest_commit_seconds,
+            pending_writes,
             writes_applied,
             blob_files_synced,
             webhook_attempts,

@@ -1,5 +1,6 @@
 //! `GET /b2b/balance` and `GET /b2b/transactions`: the partner's money and its ledger.
 
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::extract::{BalanceRead, Partner};
@@ -16,10 +17,11 @@ use crate::views::{to_json, BalanceJson, BalanceOne, LedgerEntryJson, Transactio
 pub async fn balance(
     partner: Partner<BalanceRead>,
     store: StoreData,
+    deadline: Deadline,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     let view = BalanceView {
-        available: store.balance(partner.account.id).await?,
+        available: store.balance(deadline, partner.account.id).await?,
         credit_limit: partner.account.credit_limit,
         currency: settings.currency.clone(),
     };
@@ -39,19 +41,23 @@ pub async fn transactions(
     partner: Partner<BalanceRead>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    transactions_of(&**store, partner.account.id, &req).await
+    transactions_of(&**store, deadline, partner.account.id, &req).await
 }
 
 /// An account's ledger as `GET /b2b/transactions` lists it (the admin twin lists the same).
 pub(super) async fn transactions_of(
     store: &dyn Store,
+    deadline: Deadline,
     account: AccountId,
     req: &HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(req)?;
     let before = query.id_cursor(IdKind::Transaction)?;
-    let page = store.ledger_page(account, before, query.limit).await?;
+    let page = store
+        .ledger_page(deadline, account, before, query.limit)
+        .await?;
     Ok(json_response(to_json(&TransactionList {
         success: true,
         transactions: page.items.iter().map(LedgerEntryJson::from).collect(),

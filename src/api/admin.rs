@@ -1,6 +1,8 @@
 //! The operator's API (`Authorization: Bearer <admin token>`): accounts, API keys, credits
 //! and the catalog. Without `--admin-token` every route here answers 404.
 
+use super::extract::deadline_of;
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
@@ -36,22 +38,34 @@ pub(super) fn account_not_found(id: &str) -> ApiError {
 }
 
 /// The id of an account that exists; any other id is `account_not_found`.
-pub(super) async fn account_id(store: &dyn Store, id: &str) -> Result<AccountId, ApiError> {
-    Ok(load_account(store, id).await?.id)
+pub(super) async fn account_id(
+    store: &dyn Store,
+    deadline: Deadline,
+    id: &str,
+) -> Result<AccountId, ApiError> {
+    Ok(load_account(store, deadline, id).await?.id)
 }
 
-async fn load_account(store: &dyn Store, id: &str) -> Result<Account, ApiError> {
+async fn load_account(
+    store: &dyn Store,
+    deadline: Deadline,
+    id: &str,
+) -> Result<Account, ApiError> {
     let Some(account_id) = AccountId::parse(id) else {
         return Err(account_not_found(id));
     };
     store
-        .account(account_id)
+        .account(deadline, account_id)
         .await?
         .ok_or_else(|| account_not_found(id))
 }
 
-async fn account_response(store: &dyn Store, account: &Account) -> Result<HttpResponse, ApiError> {
-    let balance = store.balance(account.id).await?;
+async fn account_response(
+    store: &dyn Store,
+    deadline: Deadline,
+    account: &Account,
+) -> Result<HttpResponse, ApiError> {
+    let balance = store.balance(deadline, account.id).await?;
     Ok(json_response(to_json(&AccountOne {
         success: true,
         account: AccountJson::new(account, balance),
@@ -87,6 +101,7 @@ pub async fn create_account(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let body: NewAccountBody = json_body(&req, payload).await?;
     let mut v = Violations::default();
@@ -120,8 +135,8 @@ pub async fn create_account(
         webhook_secret: new_webhook_secret(),
         created_at: now_millis(),
     };
-    store.create_account(account.clone()).await?;
-    account_response(&**store, &account).await
+    store.create_account(deadline, account.clone()).await?;
+    account_response(&**store, deadline, &account).await
 }
 
 #[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", summary = "Read an account", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
@@ -129,9 +144,10 @@ pub async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load_account(&**store, &path).await?;
-    account_response(&**store, &account).await
+    let account = load_account(&**store, deadline, &path).await?;
+    account_response(&**store, deadline, &account).await
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -147,6 +163,7 @@ pub async fn create_api_key(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let body: NewApiKeyBody = json_body(&req, payload).await?;
     let requested = body
@@ -172,7 +189,7 @@ pub async fn create_api_key(
         }
     }
     v.into_result()?;
-    let account = load_account(&**store, &path).await?;
+    let account = load_account(&**store, deadline, &path).await?;
     let plaintext = new_api_key();
     let record = ApiKeyRecord {
         id: Id::new(IdKind::ApiKey).to_string(),
@@ -182,7 +199,7 @@ pub async fn create_api_key(
         created_at: now_millis(),
     };
     store
-        .create_api_key(hash_api_key(&plaintext), record.clone())
+        .create_api_key(deadline, hash_api_key(&plaintext), record.clone())
         .await?;
     Ok(json_response(to_json(&ApiKeyCreated {
         success: true,
@@ -200,12 +217,13 @@ pub async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let not_found = || ApiError::ApiKeyNotFound {
         id: path.to_string(),
     };
     let key_id = Id::parse(IdKind::ApiKey, &path).ok_or_else(not_found)?;
-    if !store.revoke_api_key(key_id).await? {
+    if !store.revoke_api_key(deadline, key_id).await? {
         return Err(not_found());
     }
     Ok(json_response(to_json(&Success { success: true })))
@@ -238,6 +256,8 @@ pub async fn credit_account(
     settings: web::Data<Settings>,
     metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
+    // Eight extractors are too many for one signature: the request carries its deadline.
+    let deadline = deadline_of(&req);
     let body: CreditBody = json_body(&req, payload).await?;
     let mut v = Violations::default();
     v.whole_number_in(body.amount, 1..=MAX_AMOUNT, || loc!("amount"), "amount");
@@ -248,11 +268,17 @@ pub async fn credit_account(
         "reason",
     );
     v.into_result()?;
-    let account = load_account(&**store, &path).await?;
+    let account = load_account(&**store, deadline, &path).await?;
     let key = required_idempotency_key(&req)?;
     let amount = Cents(body.amount);
     let fingerprint = Fingerprint::of_credit(amount);
-    let write = KeyedWrite::new(account.id, key, Operation::AdminCredit, fingerprint);
+    let write = KeyedWrite::new(
+        deadline,
+        account.id,
+        key,
+        Operation::AdminCredit,
+        fingerprint,
+    );
     let credit = || {
         let credit = NewCredit {
             account: account.clone(),
@@ -263,13 +289,17 @@ pub async fn credit_account(
             claim: Some(write.claim(settings.idempotency_ttl)),
             render: balance_only,
         };
-        credit_first_use(&**store, credit)
+        credit_first_use(&**store, deadline, credit)
     };
     run_once(&**store, &metrics, &write, Prefetched::NotRead, credit).await
 }
 
-async fn credit_first_use(store: &dyn Store, credit: NewCredit) -> Result<FirstUse, ApiError> {
-    match store.credit(credit).await? {
+async fn credit_first_use(
+    store: &dyn Store,
+    deadline: Deadline,
+    credit: NewCredit,
+) -> Result<FirstUse, ApiError> {
+    match store.credit(deadline, credit).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(CreditRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CreditRefusal::BalanceOverflow) => Err(ApiError::BalanceTooLarge(MoneyIn::Credit)),
@@ -301,6 +331,7 @@ pub async fn put_product(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let body: ProductBody = json_body(&req, payload).await?;
     let id = path.into_inner();
@@ -349,7 +380,7 @@ pub async fn put_product(
         active: body.active,
         updated_at: now_millis(),
     };
-    store.put_product(product.clone()).await?;
+    store.put_product(deadline, product.clone()).await?;
     Ok(json_response(to_json(&ProductOne {
         success: true,
         product: ProductJson::from(&product),

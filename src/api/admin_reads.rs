@@ -2,6 +2,7 @@
 //! ledger and events, in the list shape of SPEC 16 and with the same items and order as their
 //! `/b2b` twins. Each event adds its callback's state and every attempt.
 
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::account::transactions_of;
@@ -31,10 +32,11 @@ pub async fn list_accounts(
     _admin: Admin,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
     let after = query.typed_cursor(AccountId::parse)?;
-    let page = store.accounts_page(after, query.limit).await?;
+    let page = store.accounts_page(deadline, after, query.limit).await?;
     Ok(json_response(to_json(&AccountList {
         success: true,
         accounts: page
@@ -57,9 +59,10 @@ pub async fn account_orders(
     path: web::Path<String>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let account = account_id(&**store, &path).await?;
-    orders_of(&**store, account, &req).await
+    let account = account_id(&**store, deadline, &path).await?;
+    orders_of(&**store, deadline, account, &req).await
 }
 
 #[utoipa::path(
@@ -73,9 +76,10 @@ pub async fn account_transactions(
     path: web::Path<String>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let account = account_id(&**store, &path).await?;
-    transactions_of(&**store, account, &req).await
+    let account = account_id(&**store, deadline, &path).await?;
+    transactions_of(&**store, deadline, account, &req).await
 }
 
 #[utoipa::path(
@@ -89,8 +93,9 @@ pub async fn account_events(
     path: web::Path<String>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let account = account_id(&**store, &path).await?;
+    let account = account_id(&**store, deadline, &path).await?;
     let query = ListQuery::parse(&req)?;
     let after = events_after(&query)?;
     let wanted = match query.get("delivery").filter(|d| !d.is_empty()) {
@@ -104,15 +109,19 @@ pub async fn account_events(
     };
     let page = match wanted {
         None => {
-            let page = store.events_page(account, after, query.limit).await?;
+            let page = store
+                .events_page(deadline, account, after, query.limit)
+                .await?;
             let ids = page.items.iter().map(|e| e.id.clone()).collect();
-            let logs = store.delivery_logs(account, ids).await?;
+            let logs = store.delivery_logs(deadline, account, ids).await?;
             Page {
                 items: page.items.into_iter().zip(logs).collect(),
                 next_cursor: page.next_cursor,
             }
         }
-        Some(state) => filtered_events(&**store, account, after, query.limit, state).await?,
+        Some(state) => {
+            filtered_events(&**store, deadline, account, after, query.limit, state).await?
+        }
     };
     Ok(json_response(to_json(&AdminEventList {
         success: true,
@@ -134,6 +143,7 @@ const FILTER_SCAN_PAGES: usize = 10;
 /// the history ended.
 async fn filtered_events(
     store: &dyn Store,
+    deadline: Deadline,
     account: AccountId,
     mut after: Option<Id>,
     limit: usize,
@@ -142,9 +152,11 @@ async fn filtered_events(
     let mut items = Vec::new();
     let mut last_seen: Option<String> = None;
     for _ in 0..FILTER_SCAN_PAGES {
-        let page = store.events_page(account, after, MAX_PAGE).await?;
+        let page = store
+            .events_page(deadline, account, after, MAX_PAGE)
+            .await?;
         let ids = page.items.iter().map(|e| e.id.clone()).collect();
-        let logs = store.delivery_logs(account, ids).await?;
+        let logs = store.delivery_logs(deadline, account, ids).await?;
         let count = page.items.len();
         for (i, (event, log)) in page.items.into_iter().zip(logs).enumerate() {
             last_seen = Some(event.id.clone());

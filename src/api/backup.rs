@@ -3,6 +3,7 @@
 //! on sled), not for the stream; a stream that fails midway ends without its end record, so
 //! the partial file is refused by `orderly restore`.
 
+use crate::bounds::Deadline;
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 use tokio::sync::mpsc;
@@ -21,8 +22,12 @@ const CHUNK: usize = 64 * 1024;
     responses((status = 200, description = "The backup: JSON lines, a header first and an end record with counts and SHA-256 last", content_type = "application/octet-stream", body = String)),
     security(("admin_token" = []))
 )]
-pub async fn backup(_admin: Admin, store: StoreData) -> Result<HttpResponse, ApiError> {
-    let mut snapshot = store.snapshot().await?;
+pub async fn backup(
+    _admin: Admin,
+    store: StoreData,
+    deadline: Deadline,
+) -> Result<HttpResponse, ApiError> {
+    let mut snapshot = store.snapshot(deadline).await?;
     let (chunks, received) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     // Encoding is CPU work over records already cut: off the executor, at the reader's pace.
     tokio::task::spawn_blocking(move || {

@@ -1,5 +1,6 @@
 //! `GET /b2b/products`: the active catalog, a page at a time.
 
+use crate::bounds::Deadline;
 use actix_web::{HttpRequest, HttpResponse};
 
 use super::extract::{CatalogRead, Partner};
@@ -19,12 +20,13 @@ pub async fn products(
     _partner: Partner<CatalogRead>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let query = ListQuery::parse(&req)?;
     // A cursor is the id of the last product of the previous page, so it names a product.
     if let Some(cursor) = &query.cursor {
         if cursor.chars().count() > MAX_PRODUCT_ID_LEN
-            || store.product(cursor.clone()).await?.is_none()
+            || store.product(deadline, cursor.clone()).await?.is_none()
         {
             return Err(query_error(
                 "cursor",
@@ -33,7 +35,7 @@ pub async fn products(
         }
     }
     let page = store
-        .active_products_page(query.cursor.clone(), query.limit)
+        .active_products_page(deadline, query.cursor.clone(), query.limit)
         .await?;
     Ok(json_response(to_json(&ProductList {
         success: true,

@@ -1,6 +1,7 @@
 //! `GET /b2b/events?after=&limit=`: every event emitted for the account, oldest first, for
 //! catching up on callbacks that were missed.
 
+use crate::bounds::Deadline;
 use actix_web::{HttpRequest, HttpResponse};
 
 use super::extract::{OrdersRead, Partner};
@@ -22,8 +23,9 @@ pub async fn list_events(
     partner: Partner<OrdersRead>,
     req: HttpRequest,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let page = events_of(&**store, partner.account.id, &req).await?;
+    let page = events_of(&**store, deadline, partner.account.id, &req).await?;
     Ok(json_response(to_json(&EventList {
         success: true,
         events: page.items.iter().map(EventJson::from).collect(),
@@ -34,12 +36,15 @@ pub async fn list_events(
 /// A page of an account's events as `GET /b2b/events` selects it (`after`, `limit`).
 pub(super) async fn events_of(
     store: &dyn Store,
+    deadline: Deadline,
     account: AccountId,
     req: &HttpRequest,
 ) -> Result<Page<Event>, ApiError> {
     let query = ListQuery::parse(req)?;
     let after = events_after(&query)?;
-    Ok(store.events_page(account, after, query.limit).await?)
+    Ok(store
+        .events_page(deadline, account, after, query.limit)
+        .await?)
 }
 
 /// Where a list of events starts: `after=` (an event id, exclusive), else the `cursor`.

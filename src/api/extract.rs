@@ -10,10 +10,11 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 
 use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+use crate::bounds::{Deadline, REQUEST_DEADLINE};
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
@@ -58,7 +59,27 @@ fn well_formed_api_key(key: &str) -> bool {
     })
 }
 
+/// The request's deadline, as the edge stamped it (`edge::deadline`).
+impl FromRequest for Deadline {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Ok(deadline_of(req)))
+    }
+}
+
+/// The deadline the edge stamped on `req`; a request that did not pass the edge (none in
+/// the server) gets the default one from now.
+pub fn deadline_of(req: &HttpRequest) -> Deadline {
+    req.extensions()
+        .get::<Deadline>()
+        .copied()
+        .unwrap_or_else(|| Deadline::after(REQUEST_DEADLINE))
+}
+
 async fn authenticate<S: RequiredScope>(
+    deadline: Deadline,
     key_hash: Option<[u8; 32]>,
     idempotency_key: Option<IdempotencyKey>,
     store: Option<web::Data<dyn Store>>,
@@ -70,7 +91,7 @@ async fn authenticate<S: RequiredScope>(
         account,
         prefetched,
     } = store
-        .authenticate_with_key(key_hash, idempotency_key)
+        .authenticate_with_key(deadline, key_hash, idempotency_key)
         .await?
         .ok_or(ApiError::Unauthorized)?;
     if !account.wholesale {
@@ -99,7 +120,12 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
             .map(hash_api_key);
         let store = req.app_data::<web::Data<dyn Store>>().cloned();
         let idempotency_key = named_idempotency_key(req);
-        Box::pin(authenticate(key_hash, idempotency_key, store))
+        Box::pin(authenticate(
+            deadline_of(req),
+            key_hash,
+            idempotency_key,
+            store,
+        ))
     }
 }
 
@@ -168,7 +194,7 @@ pub async fn json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
-    let bytes = read_body(payload).await?;
+    let bytes = read_body(req, payload).await?;
     require_json_content_type(req)?;
     parse_json(&bytes)
 }
@@ -180,7 +206,7 @@ pub async fn optional_json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
-    let bytes = read_body(payload).await?;
+    let bytes = read_body(req, payload).await?;
     let empty = bytes.iter().all(u8::is_ascii_whitespace);
     if empty && !req.headers().contains_key("Content-Type") {
         return parse_json(b"{}");
@@ -207,8 +233,17 @@ fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     }
 }
 
-pub async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
-    match payload.to_bytes_limited(MAX_BODY_BYTES).await {
+/// The whole body, read by the request's deadline: a client that has not sent it by then is
+/// answered that nothing was done (503), like a request the storage did not serve in time.
+pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    let deadline = deadline_of(req).instant().into();
+    let read = tokio::time::timeout_at(deadline, payload.to_bytes_limited(MAX_BODY_BYTES));
+    let Ok(read) = read.await else {
+        return Err(ApiError::Storage(crate::store::StoreError::TimedOut(
+            "the body did not arrive by the deadline".into(),
+        )));
+    };
+    match read {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError::validation(
             vec!["body".into()],

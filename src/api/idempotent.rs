@@ -10,6 +10,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use crate::bounds::{Deadline, KEY_WAIT};
+
 use actix_web::HttpResponse;
 
 use super::respond::json_response;
@@ -20,8 +22,6 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{KeyClaim, KeyRecord, Prefetched, Store};
 
-/// How long a request waits for the first use of its key to become durable.
-pub const KEY_WAIT: Duration = Duration::from_secs(5);
 /// First uses tried when the key keeps being taken and freed (by the sweeper) in between.
 const FIRST_USE_TRIES: usize = 3;
 
@@ -34,18 +34,21 @@ pub enum FirstUse {
     KeyTaken(crate::store::Taken),
 }
 
-/// One idempotent write: who is asking, under which key, for what, and until when it waits
-/// for the key (`KEY_WAIT` from its arrival, in all: lookups, first uses and their locks).
+/// One idempotent write: who is asking, under which key, for what, until when it waits for
+/// the key (`KEY_WAIT` from now, in all: lookups, first uses and their locks) and by when it
+/// is answered whatever happens (the request's deadline).
 pub struct KeyedWrite {
     pub account: AccountId,
     pub key: IdempotencyKey,
     pub operation: Operation,
     pub fingerprint: Fingerprint,
     pub until: Instant,
+    pub deadline: Deadline,
 }
 
 impl KeyedWrite {
     pub fn new(
+        deadline: Deadline,
         account: AccountId,
         key: IdempotencyKey,
         operation: Operation,
@@ -56,7 +59,8 @@ impl KeyedWrite {
             key,
             operation,
             fingerprint,
-            until: Instant::now() + KEY_WAIT,
+            until: deadline.capped(KEY_WAIT),
+            deadline,
         }
     }
 
@@ -80,7 +84,7 @@ async fn lookup(
 ) -> Result<Option<KeyRecord>, ApiError> {
     match tokio::time::timeout_at(
         write.until.into(),
-        store.replay_lookup(write.account, write.key.clone()),
+        store.replay_lookup(write.deadline, write.account, write.key.clone()),
     )
     .await
     {
@@ -126,7 +130,7 @@ where
             // Held past the bound: one last lookup may find the holder's commit.
             FirstUse::KeyTaken(None) if Instant::now() >= write.until => {
                 return match store
-                    .replay_lookup(write.account, write.key.clone())
+                    .replay_lookup(write.deadline, write.account, write.key.clone())
                     .await?
                 {
                     Some(record) => decide(metrics, write, record),

@@ -1,8 +1,10 @@
-//! `/healthz` (the process answers), `/readyz` (the storage answers) and `/metrics`.
+//! `/healthz` (the process answers), `/readyz` (the storage completes writes and answers)
+//! and `/metrics`.
 
 use actix_web::{web, HttpResponse};
 
 use super::respond::{json_response, StoreData};
+use crate::bounds::STALLED_AFTER;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::metrics::Metrics;
 use crate::views::{to_json, Health};
@@ -20,14 +22,27 @@ pub async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "ops", summary = "Prometheus metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
-pub async fn metrics(metrics: web::Data<Metrics>) -> HttpResponse {
+pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpResponse {
+    let progress = store.progress();
+    let oldest = progress.oldest_commit.unwrap_or_default();
+    metrics.oldest_commit_seconds.set(oldest.as_secs_f64());
+    metrics.pending_writes.set(progress.pending_writes as i64);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(metrics.render())
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage answers", responses((status = 200, description = "Storage answers", body = Health), (status = 503, description = "Storage does not answer, or has failed and the process is stopping", body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit has waited more than 5 s, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
 pub async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
+    // Progress, not only an answer: a storage whose commits hang still answers a read.
+    if let Some(waited) = store.progress().oldest_commit {
+        if waited >= STALLED_AFTER {
+            return Err(ApiError::Unavailable(format!(
+                "a commit has waited {:.1} s for the storage",
+                waited.as_secs_f64()
+            )));
+        }
+    }
     store
         .probe()
         .await

@@ -1,5 +1,6 @@
 //! `POST /b2b/orders` (the idempotent order), `GET /b2b/orders/{id}` and `GET /b2b/orders`.
 
+use crate::bounds::Deadline;
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -120,6 +121,7 @@ impl CreateOrderBody {
 // (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
 pub async fn create_order(
     partner: Partner<OrdersWrite>,
+    deadline: Deadline,
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
@@ -142,7 +144,13 @@ pub async fn create_order(
         quantity: l.quantity,
         delivery_data: &l.delivery_data,
     }));
-    let write = KeyedWrite::new(partner.account.id, key, Operation::PlaceOrder, fingerprint);
+    let write = KeyedWrite::new(
+        deadline,
+        partner.account.id,
+        key,
+        Operation::PlaceOrder,
+        fingerprint,
+    );
     let claim = write.claim(settings.idempotency_ttl);
     let place = || {
         let order = NewOrder {
@@ -154,7 +162,7 @@ pub async fn create_order(
             claim: claim.clone(),
             render: order_placed,
         };
-        first_use(&**store, &metrics, order)
+        first_use(&**store, deadline, &metrics, order)
     };
     run_once(&**store, &metrics, &write, partner.prefetched, place).await
 }
@@ -162,10 +170,11 @@ pub async fn create_order(
 /// The first use of the key: the port's one transaction, answered once on disk.
 async fn first_use(
     store: &dyn Store,
+    deadline: Deadline,
     metrics: &Metrics,
     order: NewOrder,
 ) -> Result<FirstUse, ApiError> {
-    match store.place_order(order).await? {
+    match store.place_order(deadline, order).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(OrderRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(OrderRefusal::Basket(rejection)) => Err(ApiError::Basket(rejection)),
@@ -196,21 +205,23 @@ pub(super) fn order_not_found(id: &str) -> ApiError {
 )]
 pub async fn get_order(
     partner: Partner<OrdersRead>,
+    deadline: Deadline,
     path: web::Path<String>,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    let order = own_order(&**store, partner.account.id, &path).await?;
+    let order = own_order(&**store, deadline, partner.account.id, &path).await?;
     Ok(json_response(order_only(&order)))
 }
 
 /// The order named in a path, if it is this account's; any other id is `order_not_found`.
 pub(super) async fn own_order(
     store: &dyn Store,
+    deadline: Deadline,
     account: AccountId,
     path: &str,
 ) -> Result<Order, ApiError> {
     let id = OrderId::parse(path).ok_or_else(|| order_not_found(path))?;
-    match store.order(id).await? {
+    match store.order(deadline, id).await? {
         Some(order) if order.account_id == account => Ok(order),
         _ => Err(order_not_found(path)),
     }
@@ -224,15 +235,17 @@ pub(super) async fn own_order(
 )]
 pub async fn list_orders(
     partner: Partner<OrdersRead>,
+    deadline: Deadline,
     req: HttpRequest,
     store: StoreData,
 ) -> Result<HttpResponse, ApiError> {
-    orders_of(&**store, partner.account.id, &req).await
+    orders_of(&**store, deadline, partner.account.id, &req).await
 }
 
 /// An account's orders as `GET /b2b/orders` lists them (the admin twin lists the same).
 pub(super) async fn orders_of(
     store: &dyn Store,
+    deadline: Deadline,
     account: AccountId,
     req: &HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
@@ -249,7 +262,7 @@ pub(super) async fn orders_of(
         ));
     }
     let page = store
-        .orders_page(account, external, before, query.limit)
+        .orders_page(deadline, account, external, before, query.limit)
         .await?;
     Ok(json_response(to_json(&OrderList {
         success: true,

@@ -2,6 +2,7 @@
 //! HMAC-SHA256 over the raw body and deduplicated by the unique `(provider, id)` index, so a
 //! repeat, or ten concurrent copies, credit the account exactly once.
 
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
@@ -75,6 +76,7 @@ pub async fn provider_notification(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     let provider = path.into_inner();
@@ -86,7 +88,7 @@ pub async fn provider_notification(
         .ok_or_else(|| ApiError::UnknownProvider {
             name: provider.clone(),
         })?;
-    let body = read_body(payload).await?;
+    let body = read_body(&req, payload).await?;
     let header = req
         .headers()
         .get("X-Signature")
@@ -122,18 +124,21 @@ pub async fn provider_notification(
         id: note.account_id.clone(),
     };
     let account = AccountId::parse(&note.account_id).ok_or_else(unknown_account)?;
-    if store.account(account).await?.is_none() {
+    if store.account(deadline, account).await?.is_none() {
         return Err(unknown_account());
     }
     // The write resolves once on disk, duplicates too: a duplicate's 200 tells the provider to
     // stop retrying, so the first delivery's credit must be durable before it is sent.
     let outcome = store
-        .record_provider_payment(ProviderCredit {
-            provider,
-            external_id: note.id,
-            account,
-            amount: Cents(note.amount),
-        })
+        .record_provider_payment(
+            deadline,
+            ProviderCredit {
+                provider,
+                external_id: note.id,
+                account,
+                amount: Cents(note.amount),
+            },
+        )
         .await?;
     let duplicate = match outcome {
         Ok(Recorded::Credited) => false,

@@ -2,6 +2,8 @@
 //! Both are state changes whose conflicts (already cancelled, not completed, more than the
 //! remainder) are 409s of the order's state, distinct from the idempotency-key 409.
 
+use super::extract::deadline_of;
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
@@ -46,13 +48,24 @@ pub async fn cancel_order(
     settings: web::Data<Settings>,
     metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
+    // Eight extractors are too many for one signature: the request carries its deadline.
+    let deadline = deadline_of(&req);
     let _: CancelBody = optional_json_body(&req, payload).await?;
     // The key's 400 before the order's 404 (SPEC 20), as on every keyed route.
     let key = optional_idempotency_key(&req)?;
-    let order = own_order(&**store, partner.account.id, &path).await?.id;
+    let order = own_order(&**store, deadline, partner.account.id, &path)
+        .await?
+        .id;
     let fingerprint = Fingerprint::of_cancel(&path);
-    let write =
-        key.map(|k| KeyedWrite::new(partner.account.id, k, Operation::CancelOrder, fingerprint));
+    let write = key.map(|k| {
+        KeyedWrite::new(
+            deadline,
+            partner.account.id,
+            k,
+            Operation::CancelOrder,
+            fingerprint,
+        )
+    });
     let cancel = || {
         let request = CancelRequest {
             account: partner.account.id,
@@ -60,7 +73,7 @@ pub async fn cancel_order(
             claim: write.as_ref().map(|w| w.claim(settings.idempotency_ttl)),
             render: order_only,
         };
-        cancel_first_use(&**store, request, &path)
+        cancel_first_use(&**store, deadline, request, &path)
     };
     match &write {
         Some(write) => run_once(&**store, &metrics, write, partner.prefetched, cancel).await,
@@ -70,10 +83,11 @@ pub async fn cancel_order(
 
 async fn cancel_first_use(
     store: &dyn Store,
+    deadline: Deadline,
     request: CancelRequest,
     path: &str,
 ) -> Result<FirstUse, ApiError> {
-    match store.cancel_order(request).await? {
+    match store.cancel_order(deadline, request).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(CancelRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CancelRefusal::NotFound) => Err(order_not_found(path)),
@@ -111,6 +125,8 @@ pub async fn refund_order(
     settings: web::Data<Settings>,
     metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
+    // Eight extractors are too many for one signature: the request carries its deadline.
+    let deadline = deadline_of(&req);
     let body: RefundBody = optional_json_body(&req, payload).await?;
     let mut v = Violations::default();
     v.check(
@@ -127,10 +143,18 @@ pub async fn refund_order(
     );
     v.into_result()?;
     let key = required_idempotency_key(&req)?;
-    let order = own_order(&**store, partner.account.id, &path).await?.id;
+    let order = own_order(&**store, deadline, partner.account.id, &path)
+        .await?
+        .id;
     let amount = body.amount.map(Cents);
     let fingerprint = Fingerprint::of_refund(&path, amount);
-    let write = KeyedWrite::new(partner.account.id, key, Operation::RefundOrder, fingerprint);
+    let write = KeyedWrite::new(
+        deadline,
+        partner.account.id,
+        key,
+        Operation::RefundOrder,
+        fingerprint,
+    );
     let refund = || {
         let request = RefundRequest {
             account: partner.account.id,
@@ -141,17 +165,18 @@ pub async fn refund_order(
             id: Id::new(IdKind::Refund),
             render: refund_made,
         };
-        refund_first_use(&**store, request, &path)
+        refund_first_use(&**store, deadline, request, &path)
     };
     run_once(&**store, &metrics, &write, partner.prefetched, refund).await
 }
 
 async fn refund_first_use(
     store: &dyn Store,
+    deadline: Deadline,
     request: RefundRequest,
     path: &str,
 ) -> Result<FirstUse, ApiError> {
-    match store.refund_order(request).await? {
+    match store.refund_order(deadline, request).await? {
         Ok(body) => Ok(FirstUse::Durable(body)),
         Err(RefundRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(RefundRefusal::NotFound) => Err(order_not_found(path)),

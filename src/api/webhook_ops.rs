@@ -2,6 +2,7 @@
 //! bringing back callbacks: one event's (the operator's or the partner's own), or every one of
 //! an account given up since a time.
 
+use crate::bounds::Deadline;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 
@@ -64,14 +65,15 @@ pub async fn rotate_webhook_secret(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     let _: NoFields = optional_json_body(&req, payload).await?;
-    let account = account_id(&**store, &path).await?;
+    let account = account_id(&**store, deadline, &path).await?;
     let secret = new_webhook_secret();
     let overlap = settings.webhook_secret_overlap;
     let previous = store
-        .rotate_webhook_secret(account, secret.clone(), now_millis(), overlap)
+        .rotate_webhook_secret(deadline, account, secret.clone(), now_millis(), overlap)
         .await?
         .ok_or_else(|| super::admin::account_not_found(&path))?;
     Ok(json_response(to_json(&SecretRotated {
@@ -88,11 +90,15 @@ fn event_not_found(id: &str) -> ApiError {
 /// Queues one attempt of event `id`'s callback; `owner` limits it to that account's events.
 async fn redeliver(
     store: &dyn Store,
+    deadline: Deadline,
     id: &str,
     owner: Option<AccountId>,
 ) -> Result<HttpResponse, ApiError> {
     let event = Id::parse(IdKind::Event, id).ok_or_else(|| event_not_found(id))?;
-    match store.redeliver(event, owner, now_millis()).await? {
+    match store
+        .redeliver(deadline, event, owner, now_millis())
+        .await?
+    {
         Redelivered::Queued => Ok(json_response(to_json(&RedeliveryQueued {
             success: true,
             delivery: "pending",
@@ -122,9 +128,10 @@ pub async fn admin_redeliver(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, &path, None).await
+    redeliver(&**store, deadline, &path, None).await
 }
 
 #[utoipa::path(
@@ -145,9 +152,10 @@ pub async fn partner_redeliver(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, &path, Some(partner.account.id)).await
+    redeliver(&**store, deadline, &path, Some(partner.account.id)).await
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -172,6 +180,7 @@ pub async fn recover_deliveries(
     req: HttpRequest,
     payload: web::Payload,
     store: StoreData,
+    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
     let body: RecoverBody = json_body(&req, payload).await?;
     let since = parse_rfc3339(&body.since);
@@ -183,10 +192,10 @@ pub async fn recover_deliveries(
         "datetime_parsing",
     );
     v.into_result()?;
-    let account = account_id(&**store, &path).await?;
+    let account = account_id(&**store, deadline, &path).await?;
     let since = since.unwrap_or_default();
     let requeued = store
-        .recover_deliveries(account, since, now_millis())
+        .recover_deliveries(deadline, account, since, now_millis())
         .await?;
     Ok(json_response(to_json(&Recovered {
         success: true,

@@ -5,6 +5,7 @@
 //! writes every record in one transaction that commits only once the counts and every
 //! ledger sum verify. So there is one path that moves data between engines, not two.
 
+use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use std::path::Path;
 
 use super::{block_on, print_counts, Failure};
@@ -42,6 +43,7 @@ pub fn command(args: &CopyArgs) -> Result<(), CopyFailure> {
 }
 
 pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> {
+    let deadline = Deadline::after(COMMAND_DEADLINE);
     let source = from.display().to_string();
     // An empty path would make sled create a fresh deployment and copy nothing.
     if !from.join("db").is_file() {
@@ -57,24 +59,25 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
         url: to_url.to_string(),
         pool_size: 2,
     };
-    let target = store::open(engine, Default::default())
+    let target = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await
         .map_err(|e| match e {
             OpenError::Shared(e) => CopyError::Target(e.to_string()),
             other => CopyError::Target(other.to_string()),
         })?;
-    let restored = target.restore(records).await;
-    target.stop().await;
+    let restored = target.restore(deadline, records).await;
+    target.stop(deadline).await;
     restored.map_err(CopyError::Restore)
 }
 
 /// Every record of the sled deployment at `dir`, as of one instant.
 async fn read_all(dir: &Path) -> Result<Vec<Record>, StoreError> {
+    let deadline = Deadline::after(COMMAND_DEADLINE);
     let store = open_embedded(dir, 64 << 20).await?;
-    let records = match store.snapshot().await {
+    let records = match store.snapshot(deadline).await {
         Ok(snapshot) => snapshot.collect().await,
         Err(e) => Err(e),
     };
-    store.stop().await;
+    store.stop(deadline).await;
     records
 }

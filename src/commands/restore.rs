@@ -4,6 +4,7 @@
 //! its balance) before anything of the target is touched; sled builds beside the target and
 //! moves the result into place last, PostgreSQL writes in one transaction.
 
+use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use std::path::{Path, PathBuf};
 
 use super::{block_on, print_counts, Failure};
@@ -75,21 +76,24 @@ fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
 /// and verifies before it commits, so a refusal, or a restore killed at any instant, leaves
 /// the database as it was.
 async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreError> {
+    let deadline = Deadline::after(COMMAND_DEADLINE);
     let records = read_checked(from)?;
     let target = "the database".to_string();
     let engine = Engine::Shared {
         url: url.to_string(),
         pool_size: 2,
     };
-    let store = store::open(engine, Default::default()).await.map_err(|e| {
-        let why = match e {
-            OpenError::Shared(e) => e.to_string(),
-            other => other.to_string(),
-        };
-        RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
-    })?;
-    let restored = store.restore(records).await;
-    store.stop().await;
+    let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
+        .await
+        .map_err(|e| {
+            let why = match e {
+                OpenError::Shared(e) => e.to_string(),
+                other => other.to_string(),
+            };
+            RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
+        })?;
+    let restored = store.restore(deadline, records).await;
+    store.stop(deadline).await;
     restored.map_err(|e| RestoreError::Store(target, e))
 }
 
@@ -105,10 +109,11 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     let records = read_checked(from)?;
     let (parent, staging) = staging_dir(data_dir);
     let _ = std::fs::remove_dir_all(&staging);
+    let deadline = Deadline::after(COMMAND_DEADLINE);
     let outcome = async {
         let store = open_embedded(&staging, 64 << 20).await?;
-        let restored = store.restore(records).await;
-        store.stop().await;
+        let restored = store.restore(deadline, records).await;
+        store.stop(deadline).await;
         restored
     }
     .await;

@@ -35,11 +35,13 @@ pub fn run(settings: Settings) -> ExitCode {
         // Tests and scripts read the bound address (port 0 picks a free one) from here.
         println!("orderly listening on {}", app.url());
         app.run_until_stopped().await?;
-        Ok::<_, ServeFailure>(())
+        // Exits here rather than after the runtime is dropped: dropping it waits for every
+        // blocking task, and a read stuck on a disk that stopped answering would hold the
+        // exit past the stop's bound.
+        crate::logging::flush();
+        std::process::exit(0)
     });
-    let Err(failure) = outcome else {
-        return ExitCode::SUCCESS;
-    };
+    let Err(failure): Result<std::convert::Infallible, ServeFailure> = outcome;
     // A schema newer than this binary: one line, and the usage status.
     if let Some(why) = failure.schema_too_new() {
         eprintln!("orderly: {why}");
@@ -48,7 +50,7 @@ pub fn run(settings: Settings) -> ExitCode {
     log::error!("{failure}");
     eprintln!("orderly: {failure}");
     match failure {
-        ServeFailure::Run(RunError::StorageFailed(_)) => {
+        ServeFailure::Run(RunError::StorageFailed(_) | RunError::Unsettled(_)) => {
             crate::logging::flush();
             std::process::exit(1);
         }

@@ -1,6 +1,7 @@
 //! `orderly stats`: rows per keyspace (sled trees or PostgreSQL tables), one per line.
 
 use super::{block_on, Failure};
+use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use crate::config::StatsArgs;
 use crate::store::{self, Engine};
 
@@ -24,11 +25,12 @@ pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
         },
     };
     let counts = block_on(async {
-        let store = store::open(engine, Default::default())
+        let deadline = Deadline::after(COMMAND_DEADLINE);
+        let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
             .await
             .map_err(|e| StatsFailure(e.to_string()))?;
-        let counts = store.row_counts().await;
-        store.stop().await;
+        let counts = store.row_counts(deadline).await;
+        store.stop(deadline).await;
         counts.map_err(|e| StatsFailure(e.to_string()))
     })?;
     for (keyspace, rows) in counts {

@@ -1,7 +1,8 @@
-//! What runs around every handler: the Origin check, the client address, the rate limiter,
-//! the request counters and the request log.
+//! What runs around every handler: the request's deadline, the Origin check, the client
+//! address, the rate limiter, the request counters and the request log.
 
 pub mod client_ip;
+pub mod deadline;
 pub mod origin;
 pub mod rate_limit;
 pub mod request_log;

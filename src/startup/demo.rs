@@ -2,6 +2,7 @@
 //! database and prints the partner keys. The demo keys are public: never use `--demo` for
 //! real money.
 
+use crate::bounds::{Deadline, REQUEST_DEADLINE};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -71,8 +72,10 @@ pub async fn seed_and_announce(
     path: &Path,
 ) -> Result<(), DemoError> {
     let data: DemoData = serde_json::from_slice(&std::fs::read(path)?)?;
-    if store.is_empty().await? {
-        seed(store, currency, &data).await?;
+    // The seed is a handful of writes, each bounded like a request.
+    let deadline = Deadline::after(REQUEST_DEADLINE);
+    if store.is_empty(deadline).await? {
+        seed(store, deadline, currency, &data).await?;
         println!(
             "demo: seeded {} account(s) and {} product(s) from {}",
             data.accounts.len(),
@@ -84,7 +87,11 @@ pub async fn seed_and_announce(
     }
     for account in &data.accounts {
         for key in &account.api_keys {
-            if store.authenticate(hash_api_key(&key.key)).await?.is_some() {
+            if store
+                .authenticate(deadline, hash_api_key(&key.key))
+                .await?
+                .is_some()
+            {
                 let kind = if account.wholesale {
                     "wholesale"
                 } else {
@@ -100,19 +107,27 @@ pub async fn seed_and_announce(
     Ok(())
 }
 
-async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), DemoError> {
+async fn seed(
+    store: &dyn Store,
+    deadline: Deadline,
+    currency: &str,
+    data: &DemoData,
+) -> Result<(), DemoError> {
     let now = now_millis();
     for p in &data.products {
         store
-            .put_product(Product {
-                id: p.id.clone(),
-                name: p.name.clone(),
-                price: Cents(p.price),
-                regions: p.regions.clone(),
-                delivery_fields: p.delivery_fields.clone(),
-                active: p.active,
-                updated_at: now,
-            })
+            .put_product(
+                deadline,
+                Product {
+                    id: p.id.clone(),
+                    name: p.name.clone(),
+                    price: Cents(p.price),
+                    regions: p.regions.clone(),
+                    delivery_fields: p.delivery_fields.clone(),
+                    active: p.active,
+                    updated_at: now,
+                },
+            )
             .await?;
     }
     for a in &data.accounts {
@@ -127,7 +142,7 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
             webhook_secret: new_webhook_secret(),
             created_at: now,
         };
-        store.create_account(account.clone()).await?;
+        store.create_account(deadline, account.clone()).await?;
         for k in &a.api_keys {
             let scopes = k
                 .scopes
@@ -144,7 +159,9 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
                 revoked: false,
                 created_at: now,
             };
-            store.create_api_key(hash_api_key(&k.key), record).await?;
+            store
+                .create_api_key(deadline, hash_api_key(&k.key), record)
+                .await?;
         }
         if a.balance > 0 {
             let credit = NewCredit {
@@ -157,7 +174,7 @@ async fn seed(store: &dyn Store, currency: &str, data: &DemoData) -> Result<(), 
                 render: |_| Vec::new(),
             };
             store
-                .credit(credit)
+                .credit(deadline, credit)
                 .await?
                 .map_err(|e| DemoError::Invalid(format!("seed credit refused: {e:?}")))?;
         }

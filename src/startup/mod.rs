@@ -1,7 +1,9 @@
 //! The application: storage, what each part of the HTTP surface needs (one `web::Data` per
 //! concern), the route table, background workers, and the two ways it ends: an orderly
-//! shutdown (stop accepting, finish in-flight requests, flush, exit 0), or a storage failure
-//! (stop at once, exit 1: nothing in memory can be trusted to match the disk any more).
+//! shutdown (stop accepting, answer in-flight requests, flush, exit 0; within
+//! `bounds::STOP_WITHIN` whatever the storage does, exit 1 when writes were left in flight),
+//! or a storage failure (stop at once, exit 1: nothing in memory can be trusted to match the
+//! disk any more).
 
 pub mod demo;
 
@@ -16,15 +18,17 @@ use actix_web::{web, App, HttpServer};
 use futures_util::future::{select, Either};
 
 use crate::api::{self, extract::AdminAuth};
+use crate::bounds::{Deadline, EDGE_MARGIN, STOP_WITHIN};
 use crate::config::Settings;
 use crate::domain::ids::random_hex;
+use crate::edge::deadline::stamp_deadline;
 use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::edge::request_log::log_requests;
 use crate::edge::request_metrics::count_requests;
 use crate::metrics::Metrics;
 use crate::store::sled as embedded;
-use crate::store::{self, Engine, OpenError, Store};
+use crate::store::{self, Engine, OpenError, Stopped, Store};
 use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
 use crate::workers::{fulfillment, pruner, sweeper, Periodic};
@@ -55,6 +59,10 @@ pub enum RunError {
     /// Storage failed; the process must exit non-zero without touching it again.
     #[error("stopped after a storage failure: {0}")]
     StorageFailed(String),
+    /// The stop's time ran out with writes still waiting for the storage (a stalled disk or
+    /// database): none of them was acknowledged, and their keys decide their retries.
+    #[error("stopped with {0} write(s) still waiting for the storage, their outcome unknown (none was acknowledged)")]
+    Unsettled(usize),
 }
 
 pub struct Application {
@@ -94,7 +102,12 @@ impl Application {
                 flush_hook,
             },
         };
-        let store = store::open(engine, Arc::clone(&metrics)).await?;
+        let store = store::open(
+            engine,
+            Arc::clone(&metrics),
+            settings.max_pending_writes as usize,
+        )
+        .await?;
         if settings.demo {
             demo::seed_and_announce(&*store, &settings.currency, Path::new(demo::DEMO_FILE))
                 .await?;
@@ -119,6 +132,7 @@ impl Application {
         let limits =
             web::Data::new(RateLimits::new(&settings).shared_with(store.shared_rate_limit()));
         let admin = web::Data::new(AdminAuth::new(settings.admin_token.as_deref()));
+        let request_deadline = settings.request_deadline;
         let settings = web::Data::new(settings);
         let workers = start_workers(&store, &metrics, &settings, &limits)?;
         let server = HttpServer::new(move || {
@@ -132,6 +146,8 @@ impl Application {
                 .configure(api::routes)
                 .wrap(from_fn(limit_rate))
                 .wrap(from_fn(check_origin))
+                // Born before the limiter (which may wait on the database) and counted.
+                .wrap(from_fn(stamp_deadline))
                 .wrap(from_fn(count_requests))
                 .wrap(from_fn(log_requests))
         });
@@ -139,8 +155,11 @@ impl Application {
             Some(cert) => server.listen_rustls_0_23(listener, cert.server_config()?)?,
             None => server.listen(listener)?,
         };
+        // Every request in flight is answered by its deadline (and the edge's margin); the
+        // stop's own bound is kept by `run_until_stopped`.
+        let drain = (request_deadline + EDGE_MARGIN).as_secs() + 1;
         let server = server
-            .shutdown_timeout(30)
+            .shutdown_timeout(drain.min(STOP_WITHIN.as_secs() / 2))
             // SIGINT and SIGTERM are handled below, both gracefully; actix alone would treat
             // SIGINT (Ctrl-C) as a forced stop that drops requests in flight.
             .disable_signals()
@@ -168,30 +187,49 @@ impl Application {
         format!("{scheme}://{}", self.address)
     }
 
-    /// Serves until SIGINT or SIGTERM, then drains in-flight requests and flushes; or until
-    /// storage fails, then stops at once and reports it.
+    /// Serves until SIGINT or SIGTERM, then answers in-flight requests, stops the workers and
+    /// flushes, all within `bounds::STOP_WITHIN` whatever the storage does; or until storage
+    /// fails, then stops at once and reports it.
     pub async fn run_until_stopped(self) -> Result<(), RunError> {
         log::info!("orderly listening on {}", self.url());
         let handle = self.server.handle();
         let graceful = handle.clone();
+        let (stopping, stop_deadline) = tokio::sync::oneshot::channel();
         actix_web::rt::spawn(async move {
-            match stop_requested().await {
-                Ok(signal) => log::info!("{signal}: stopping gracefully"),
+            let signal = stop_requested().await;
+            let deadline = Deadline::after(STOP_WITHIN);
+            match signal {
+                Ok(signal) => log::info!("{signal}: stopping within {STOP_WITHIN:?}"),
                 Err(e) => log::error!("cannot listen for stop signals ({e}); stopping"),
             }
+            exit_if_not_stopped_by(deadline);
+            let _ = stopping.send(deadline);
             graceful.stop(true).await;
         });
         let store = Arc::clone(&self.store);
         let failure = Box::pin(async move { store.failure().await });
         match select(self.server, failure).await {
             Either::Left((served, _)) => {
-                log::info!("stopped accepting; in-flight requests finished");
+                let deadline = stop_deadline
+                    .await
+                    .unwrap_or_else(|_| Deadline::after(STOP_WITHIN));
+                log::info!("stopped accepting; in-flight requests answered");
+                // The workers get what the storage's stop does not need; one still inside a
+                // pass is left to the process's exit.
+                let workers_by = Deadline::at(deadline.instant() - STORAGE_STOP_SHARE);
                 for worker in self.workers {
-                    worker.stop();
+                    if !worker.stop(workers_by).await {
+                        log::warn!("a background worker was still in a pass; left to the exit");
+                    }
                 }
-                self.store.stop().await;
-                log::info!("storage flushed; exiting");
-                Ok(served?)
+                let storage_by = Deadline::at(deadline.instant() - EXIT_SHARE);
+                match self.store.stop(storage_by).await {
+                    Stopped::Settled => {
+                        log::info!("storage flushed: every write taken is settled; exiting");
+                        Ok(served?)
+                    }
+                    Stopped::Abandoned { in_flight } => Err(RunError::Unsettled(in_flight)),
+                }
             }
             Either::Right((why, server)) => {
                 // No drain and no final flush: every answer from now on would be a guess.
@@ -202,6 +240,22 @@ impl Application {
             }
         }
     }
+}
+
+/// Of the stop's time, what the storage's own stop gets after the workers' (its final flush,
+/// handing leases and claims back), and what is left after it to log and exit.
+const STORAGE_STOP_SHARE: Duration = Duration::from_secs(8);
+const EXIT_SHARE: Duration = Duration::from_secs(1);
+
+/// The last resort of a stop: if the process is still here at `deadline` (a thread stuck on
+/// a disk that stopped answering), it says so and exits 1.
+fn exit_if_not_stopped_by(deadline: Deadline) {
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline.left());
+        log::error!("the stop did not finish within {STOP_WITHIN:?}; exiting with writes in doubt");
+        crate::logging::flush();
+        std::process::exit(1);
+    });
 }
 
 /// Re-reads the certificate and key on every SIGHUP: new connections get the new pair; a

@@ -8,6 +8,8 @@
 //! the embedded engine (one binary, nothing else to run), `postgres` the shared one
 //! (a database that operators already run, replicate and back up).
 
+/// Room and time for writes: the bound on writes waiting, the line between sent and not.
+mod admission;
 /// The backup file: the records of a snapshot as checked JSON lines, engine-neutral.
 pub mod backup_file;
 /// The pipeline every engine runs its orders through: read a view, decide, write, answer.
@@ -25,6 +27,8 @@ mod snapshot;
 mod writes;
 
 use async_trait::async_trait;
+
+use crate::bounds::Deadline;
 
 pub use open::{open, open_embedded, Engine, OpenError};
 
@@ -66,6 +70,20 @@ pub enum StoreError {
     /// to match the disk any more.
     #[error("storage failed: {0}")]
     Failed(String),
+    /// Not done by the request's deadline, and never to be done: a write that had not been
+    /// sent to the storage (it is dropped before its commit), or a read. Nothing was written:
+    /// a 503 with `Retry-After` (SPEC 23).
+    #[error("not done by the deadline: {0}")]
+    TimedOut(String),
+    /// Too many writes wait for the storage already (`--max-pending-writes`): refused at
+    /// once, nothing written, a 503 with `Retry-After` (SPEC 23).
+    #[error("too many writes waiting for the storage")]
+    Overloaded,
+    /// A write sent to the storage (its commit sent, its flush begun) and not confirmed by
+    /// the request's deadline: its outcome is unknown, so the opaque 500, and the key of the
+    /// write decides its retry (SPEC 20 and 23). Not a failure of the storage.
+    #[error("outcome unknown at the deadline: {0}")]
+    InDoubt(String),
     /// A record that does not decode, or an index that points nowhere.
     #[error("corrupt record: {0}")]
     Corrupt(String),
@@ -79,7 +97,13 @@ impl StoreError {
     /// Whether the same call, made again later, may succeed: nothing was written, and what
     /// stopped it passes by itself.
     pub fn retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Conflict(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_)
+                | StoreError::Conflict(_)
+                | StoreError::TimedOut(_)
+                | StoreError::Overloaded
+        )
     }
 
     /// Logs a background worker's failed pass: a retryable one is a warning (the next pass
@@ -131,12 +155,19 @@ pub struct Page<T> {
 
 /// The port. Writes resolve after their commit is durable; reads, lists, replays and the
 /// outbox never show a write before that.
+///
+/// Every call takes the deadline of the request it serves (a worker's pass has one of its
+/// own) and resolves by then, whatever the storage does (SPEC 23): a write not yet sent to
+/// the storage is dropped, never to be written, and fails with `TimedOut`; one sent but not
+/// confirmed fails with `InDoubt`; a read fails with `TimedOut`. Writes waiting for the
+/// storage at once are bounded: one more fails at once with `Overloaded`, nothing written.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     // --- who is calling
     /// The live key with this SHA-256 and its account; `None` for unknown or revoked keys.
     async fn authenticate(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError>;
     /// `authenticate`, and the row of `key` (the request's idempotency key) in the key's
@@ -144,12 +175,13 @@ pub trait Store: Send + Sync + 'static {
     /// (`Prefetched::NotRead`) and the handler looks it up.
     async fn authenticate_with_key(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
         key: Option<IdempotencyKey>,
     ) -> Result<Option<Authenticated>, StoreError> {
         let _ = key;
         Ok(self
-            .authenticate(key_hash)
+            .authenticate(deadline, key_hash)
             .await?
             .map(|(record, account)| Authenticated {
                 record,
@@ -158,38 +190,47 @@ pub trait Store: Send + Sync + 'static {
             }))
     }
     /// The account as last committed; `None` when there is no such account.
-    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError>;
+    async fn account(
+        &self,
+        deadline: Deadline,
+        id: AccountId,
+    ) -> Result<Option<Account>, StoreError>;
     /// The account's available balance as last made durable (0 for an unknown account).
-    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError>;
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError>;
 
     // --- the operator's writes
     /// Writes a new account with a balance of 0. Resolves once durable.
-    async fn create_account(&self, account: Account) -> Result<(), StoreError>;
+    async fn create_account(&self, deadline: Deadline, account: Account) -> Result<(), StoreError>;
     /// Stores a key by its SHA-256 (never the key itself), found afterwards by `authenticate`
     /// and, by its id, by `revoke_api_key`. Resolves once durable.
     async fn create_api_key(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError>;
     /// Marks the key revoked; false when no such key exists.
-    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError>;
+    async fn revoke_api_key(&self, deadline: Deadline, key_id: Id) -> Result<bool, StoreError>;
     /// Creates or replaces the product with this id. Orders placed after it is durable are
     /// priced from it; orders placed before keep the prices they were charged.
-    async fn put_product(&self, product: Product) -> Result<(), StoreError>;
+    async fn put_product(&self, deadline: Deadline, product: Product) -> Result<(), StoreError>;
     /// Adds money (an admin credit, or the demo seed), decided by `domain::ledger::money_in`:
     /// a ledger entry, the new balance and, with a claim, the key's row holding the 200 body
     /// (`credit.render`), which is returned. `BalanceOverflow` and `KeyTaken` write nothing.
     /// Resolves once durable.
-    async fn credit(&self, credit: NewCredit)
-        -> Result<Result<Vec<u8>, CreditRefusal>, StoreError>;
+    async fn credit(
+        &self,
+        deadline: Deadline,
+        credit: NewCredit,
+    ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError>;
 
     // --- the catalog
     /// The product with this id, active or not.
-    async fn product(&self, id: String) -> Result<Option<Product>, StoreError>;
+    async fn product(&self, deadline: Deadline, id: String) -> Result<Option<Product>, StoreError>;
     /// Active products in id order, strictly after the cursor (a product id).
     async fn active_products_page(
         &self,
+        deadline: Deadline,
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<Product>, StoreError>;
@@ -198,6 +239,7 @@ pub trait Store: Send + Sync + 'static {
     /// The row of a key that has been used successfully (expired or not), once durable.
     async fn replay_lookup(
         &self,
+        deadline: Deadline,
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError>;
@@ -211,6 +253,7 @@ pub trait Store: Send + Sync + 'static {
     /// retries of a lost race ran out. Resolves once durable.
     async fn place_order(
         &self,
+        deadline: Deadline,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
     /// Cancels one of the account's orders, decided by `domain::lifecycle::cancel` on the
@@ -221,6 +264,7 @@ pub trait Store: Send + Sync + 'static {
     /// `NotCancellable`, `KeyTaken`. Resolves once durable.
     async fn cancel_order(
         &self,
+        deadline: Deadline,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError>;
     /// Refunds part or all of one of the account's completed orders, decided by
@@ -231,6 +275,7 @@ pub trait Store: Send + Sync + 'static {
     /// durable.
     async fn refund_order(
         &self,
+        deadline: Deadline,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError>;
     /// Credits a provider's payment notification once per `(provider, external_id)`: the
@@ -240,14 +285,16 @@ pub trait Store: Send + Sync + 'static {
     /// nothing. Resolves once durable.
     async fn record_provider_payment(
         &self,
+        deadline: Deadline,
         payment: ProviderCredit,
     ) -> Result<Result<Recorded, ProviderRefusal>, StoreError>;
     /// The order as last made durable, of any account: the caller checks the owner.
-    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError>;
+    async fn order(&self, deadline: Deadline, id: OrderId) -> Result<Option<Order>, StoreError>;
     /// The account's orders (only those with `external_order_id` when given), newest first,
     /// strictly older than `before`.
     async fn orders_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         external_order_id: Option<String>,
         before: Option<OrderId>,
@@ -256,6 +303,7 @@ pub trait Store: Send + Sync + 'static {
     /// Ledger entries strictly older than `before` (a `txn_` id), newest first.
     async fn ledger_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         before: Option<Id>,
         limit: usize,
@@ -263,18 +311,21 @@ pub trait Store: Send + Sync + 'static {
     /// The delivery logs of these events of the account (`None`: no attempt yet).
     async fn delivery_logs(
         &self,
+        deadline: Deadline,
         account: AccountId,
         event_ids: Vec<String>,
     ) -> Result<Vec<Option<DeliveryLog>>, StoreError>;
     /// Every account with its balance, oldest first, strictly after `after`.
     async fn accounts_page(
         &self,
+        deadline: Deadline,
         after: Option<AccountId>,
         limit: usize,
     ) -> Result<Page<(Account, Cents)>, StoreError>;
     /// The account's events, oldest first, strictly after `after`.
     async fn events_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         after: Option<Id>,
         limit: usize,
@@ -285,6 +336,7 @@ pub trait Store: Send + Sync + 'static {
     /// for `overlap` after `now` (`domain::webhook_secret::retire`). `None`: no such account.
     async fn rotate_webhook_secret(
         &self,
+        deadline: Deadline,
         account: AccountId,
         secret: String,
         now: Millis,
@@ -294,6 +346,7 @@ pub trait Store: Send + Sync + 'static {
     /// decides; `owner` restricts it to that account's events (a partner's own).
     async fn redeliver(
         &self,
+        deadline: Deadline,
         event: Id,
         owner: Option<AccountId>,
         now: Millis,
@@ -302,6 +355,7 @@ pub trait Store: Send + Sync + 'static {
     /// many were queued.
     async fn recover_deliveries(
         &self,
+        deadline: Deadline,
         account: AccountId,
         since: Millis,
         now: Millis,
@@ -315,6 +369,7 @@ pub trait Store: Send + Sync + 'static {
     /// with its `order.completed` event. Returns how many were completed.
     async fn complete_due_orders(
         &self,
+        deadline: Deadline,
         created_by: Millis,
         max: usize,
     ) -> Result<usize, StoreError>;
@@ -324,6 +379,7 @@ pub trait Store: Send + Sync + 'static {
     /// longer than one attempt takes; a claim not settled in that time may be taken over.
     async fn due_deliveries(
         &self,
+        deadline: Deadline,
         now: Millis,
         max: usize,
         take: DeliveryFilter,
@@ -332,20 +388,30 @@ pub trait Store: Send + Sync + 'static {
     /// the attempt to the event's delivery log.
     async fn settle_delivery(
         &self,
+        deadline: Deadline,
         due: DueDelivery,
         outcome: DeliveryOutcome,
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError>;
     /// Deletes up to `max` key rows whose expiry passed before `now`. Returns how many.
-    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError>;
+    async fn sweep_expired_keys(
+        &self,
+        deadline: Deadline,
+        now: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError>;
 
     // --- backups
     /// Everything stored, as of one instant: no write is half in it. Writes wait for the
     /// cut to be taken, not for the snapshot to be read.
-    async fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError>;
     /// Writes a whole snapshot into this store, which must be empty, then verifies what it
     /// wrote (counts per kind, every ledger against its balance).
-    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError>;
+    async fn restore(
+        &self,
+        deadline: Deadline,
+        records: Vec<Record>,
+    ) -> Result<RestoreCounts, StoreError>;
 
     // --- many instances
     /// The rate budget shared with the other instances on this store, if the engine has one.
@@ -357,14 +423,39 @@ pub trait Store: Send + Sync + 'static {
 
     // --- operations
     /// No accounts and no products: the only state in which `--demo` seeds.
-    async fn is_empty(&self) -> Result<bool, StoreError>;
+    async fn is_empty(&self, deadline: Deadline) -> Result<bool, StoreError>;
     /// Rows per keyspace, for `orderly stats`.
-    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError>;
-    /// A cheap read that proves the storage answers (`/readyz`); an error once it failed.
+    async fn row_counts(&self, deadline: Deadline) -> Result<Vec<(&'static str, u64)>, StoreError>;
+    /// A cheap read that proves the storage answers (`/readyz`), within
+    /// `bounds::PROBE_TIMEOUT`; an error once it failed.
     async fn probe(&self) -> Result<(), StoreError>;
+    /// What waits for the storage now: `/readyz` turns 503 once the oldest commit has waited
+    /// `bounds::STALLED_AFTER`, since writes have stopped completing.
+    fn progress(&self) -> Progress;
     /// Resolves with the reason on the first fatal storage error: the caller stops the
     /// process, since no later answer could be trusted.
     async fn failure(&self) -> String;
-    /// Finishes the writes already queued, makes them durable and refuses later ones.
-    async fn stop(&self);
+    /// Finishes the writes already queued, makes them durable and refuses later ones, giving
+    /// up at `deadline`: says whether every write it took ended confirmed (or refused).
+    async fn stop(&self, deadline: Deadline) -> Stopped;
+}
+
+/// What waits for the storage now (`/readyz`, `/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// How long the oldest commit (or flush) in flight has waited, or the oldest given up on
+    /// unconfirmed since the last one confirmed; `None` when none.
+    pub oldest_commit: Option<std::time::Duration>,
+    /// Writes admitted and not yet done with: queued, or waiting for their commit.
+    pub pending_writes: usize,
+}
+
+/// How the storage stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every write it took was confirmed durable or refused: nothing was left in doubt.
+    Settled,
+    /// The deadline came first: this many writes were still waiting for the storage, their
+    /// outcome unknown (none was acknowledged: a 200 waits for durability).
+    Abandoned { in_flight: usize },
 }

@@ -35,8 +35,13 @@ pub enum OpenError {
     Shared(#[from] shared::OpenError),
 }
 
-/// Opens the store `engine` names; `metrics` counts its commits.
-pub async fn open(engine: Engine, metrics: Arc<Metrics>) -> Result<Arc<dyn Store>, OpenError> {
+/// Opens the store `engine` names; `metrics` counts its commits; at most
+/// `max_pending_writes` writes wait for it at once (`--max-pending-writes`).
+pub async fn open(
+    engine: Engine,
+    metrics: Arc<Metrics>,
+    max_pending_writes: usize,
+) -> Result<Arc<dyn Store>, OpenError> {
     match engine {
         Engine::Embedded {
             path,
@@ -45,6 +50,7 @@ pub async fn open(engine: Engine, metrics: Arc<Metrics>) -> Result<Arc<dyn Store
         } => embedded::open(embedded::Options {
             path: path.clone(),
             cache_bytes,
+            max_pending_writes,
             metrics,
             flush_hook,
         })
@@ -55,6 +61,7 @@ pub async fn open(engine: Engine, metrics: Arc<Metrics>) -> Result<Arc<dyn Store
         Engine::Shared { url, pool_size } => Ok(shared::open(shared::Options {
             url,
             pool_size,
+            max_pending_writes,
             metrics,
         })
         .await?),
@@ -70,6 +77,7 @@ pub async fn open_embedded(
     embedded::open(embedded::Options {
         path: path.to_path_buf(),
         cache_bytes,
+        max_pending_writes: crate::bounds::MAX_PENDING_WRITES as usize,
         metrics: Default::default(),
         flush_hook: None,
     })

@@ -2,6 +2,7 @@
 //! passed since they were placed. The queue is durable, so orders left `processing` by a
 //! stopped or crashed server are completed after the restart.
 
+use crate::bounds::{Deadline, WORKER_CALL};
 use std::time::Duration;
 
 use crate::domain::time::now_millis;
@@ -20,7 +21,10 @@ pub async fn complete_due_orders(store: &dyn Store, delay: Duration) {
     let mut total = 0;
     loop {
         let created_by = now_millis().saturating_sub(delay.as_millis() as u64);
-        match store.complete_due_orders(created_by, BATCH).await {
+        match store
+            .complete_due_orders(Deadline::after(WORKER_CALL), created_by, BATCH)
+            .await
+        {
             Ok(0) => break,
             Ok(n) => {
                 total += n;

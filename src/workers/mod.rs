@@ -22,6 +22,7 @@ use futures_util::future::{select, Either};
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
+use crate::bounds::Deadline;
 use crate::metrics::{Metrics, WorkerLabels};
 
 pub struct Periodic {
@@ -75,9 +76,18 @@ impl Periodic {
         Ok(Periodic { stop, thread })
     }
 
-    pub fn stop(self) {
+    /// Asks the worker to stop after its pass and waits for it until `deadline`: true when
+    /// it stopped, false when it was left inside a pass (the process's exit ends it).
+    pub async fn stop(self, deadline: Deadline) -> bool {
         let _ = self.stop.send(());
+        while !self.thread.is_finished() {
+            if deadline.passed() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let _ = self.thread.join();
+        true
     }
 }
 
@@ -111,7 +121,12 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        worker.stop();
+        let stopped = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(worker.stop(Deadline::after(Duration::from_secs(5))));
+        assert!(stopped);
         assert!(
             passes.load(Ordering::SeqCst) >= 3,
             "passes after the panic ran"

@@ -2,6 +2,7 @@
 //! Until it runs, expired rows still decide: a key is remembered at least its TTL and at
 //! most about one interval longer.
 
+use crate::bounds::{Deadline, WORKER_CALL};
 use crate::domain::time::now_millis;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -14,7 +15,10 @@ pub async fn sweep_expired_keys(store: &dyn Store, metrics: &Metrics) {
     let now = now_millis();
     let mut total = 0;
     loop {
-        match store.sweep_expired_keys(now, BATCH).await {
+        match store
+            .sweep_expired_keys(Deadline::after(WORKER_CALL), now, BATCH)
+            .await
+        {
             Ok(0) => break,
             Ok(n) => total += n,
             Err(e) => {

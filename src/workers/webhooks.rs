@@ -12,6 +12,7 @@
 //! resolved by `CheckedResolver`, which hands reqwest only the addresses it has checked, so
 //! nothing is looked up twice between check and connect. No redirects, no proxies.
 
+use crate::bounds::{Deadline, WORKER_CALL};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -207,7 +208,11 @@ impl WebhookSender {
                 true
             })
         };
-        let due = match self.store.due_deliveries(now_millis(), BATCH, take).await {
+        let due = match self
+            .store
+            .due_deliveries(Deadline::after(WORKER_CALL), now_millis(), BATCH, take)
+            .await
+        {
             Ok(due) => due,
             Err(e) => {
                 e.log("webhooks: reading the outbox");
@@ -308,7 +313,11 @@ impl WebhookSender {
         if settled == DeliveryOutcome::Finished && !delivered {
             self.metrics.webhook_given_up.inc();
         }
-        if let Err(e) = self.store.settle_delivery(due, settled, record).await {
+        if let Err(e) = self
+            .store
+            .settle_delivery(Deadline::after(WORKER_CALL), due, settled, record)
+            .await
+        {
             log::error!("webhooks: updating the outbox: {e}");
         }
     }

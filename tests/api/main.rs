@@ -1,6 +1,7 @@
 //! The contract, tested through HTTP against the real `orderly` binary.
 
 mod helpers;
+mod in_process;
 mod receiver;
 
 mod admin;
@@ -26,6 +27,8 @@ mod postgres;
 mod providers;
 mod reads;
 mod replay;
+mod stalled_database;
+mod stalled_flush;
 mod tls;
 mod webhook_ops;
 mod webhooks;

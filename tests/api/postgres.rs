@@ -75,7 +75,7 @@ where
 
 /// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
 /// until the returned sender is dropped.
-fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
+pub fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
     let (release, released) = mpsc::channel::<()>();
     in_own_session(url, move |mut client, ready| async move {
         let tx = client.transaction().await.unwrap();

@@ -28,7 +28,7 @@ async fn api_key(store: &dyn Store, account: &Account) -> String {
         created_at: now_millis(),
     };
     store
-        .create_api_key(hash_api_key(&plaintext), record)
+        .create_api_key(soon(), hash_api_key(&plaintext), record)
         .await
         .unwrap();
     plaintext
@@ -45,7 +45,7 @@ async fn prefetched(
     idempotency_key: &str,
 ) -> Option<Option<Vec<u8>>> {
     let found = store
-        .authenticate_with_key(hash_api_key(plaintext), Some(key(idempotency_key)))
+        .authenticate_with_key(soon(), hash_api_key(plaintext), Some(key(idempotency_key)))
         .await
         .unwrap()
         .expect("a live key authenticates");
@@ -64,7 +64,7 @@ async fn a_key_read_with_the_api_key_is_that_accounts_durable_row_or_none(store:
     let my_key = api_key(store, &mine).await;
     let their_key = api_key(store, &theirs).await;
     let body = store
-        .place_order(order(&mine, "k-1", 1))
+        .place_order(soon(), order(&mine, "k-1", 1))
         .await
         .unwrap()
         .unwrap();
@@ -94,21 +94,21 @@ async fn a_revoked_api_key_authenticates_with_no_key_row_at_all(store: &dyn Stor
     let account = account_with(store, 1_000, 0).await;
     let plaintext = api_key(store, &account).await;
     store
-        .place_order(order(&account, "k-1", 1))
+        .place_order(soon(), order(&account, "k-1", 1))
         .await
         .unwrap()
         .unwrap();
     let (record, _) = store
-        .authenticate(hash_api_key(&plaintext))
+        .authenticate(soon(), hash_api_key(&plaintext))
         .await
         .unwrap()
         .unwrap();
     assert!(store
-        .revoke_api_key(Id::parse(IdKind::ApiKey, &record.id).unwrap())
+        .revoke_api_key(soon(), Id::parse(IdKind::ApiKey, &record.id).unwrap())
         .await
         .unwrap());
     let found = store
-        .authenticate_with_key(hash_api_key(&plaintext), Some(key("k-1")))
+        .authenticate_with_key(soon(), hash_api_key(&plaintext), Some(key("k-1")))
         .await
         .unwrap();
     assert!(found.is_none(), "a revoked key reads nothing");

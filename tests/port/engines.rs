@@ -16,7 +16,7 @@ pub struct Opened {
 impl Opened {
     /// Stops the store (its queued writes finish) and removes its data.
     pub async fn close(self) {
-        self.store.stop().await;
+        self.store.stop(crate::fixtures::soon()).await;
         drop(self.store);
         if let Some((maintenance, name)) = &self.database {
             sql(
@@ -35,7 +35,7 @@ pub async fn embedded() -> Opened {
         cache_bytes: 16 << 20,
         flush_hook: None,
     };
-    let store = orderly::store::open(engine, Default::default())
+    let store = orderly::store::open(engine, Default::default(), 4096)
         .await
         .expect("sled opens");
     Opened {
@@ -63,7 +63,7 @@ pub async fn shared() -> Opened {
         url: url.to_string(),
         pool_size: 8,
     };
-    let store = orderly::store::open(engine, Default::default())
+    let store = orderly::store::open(engine, Default::default(), 4096)
         .await
         .expect("PostgreSQL opens");
     Opened {

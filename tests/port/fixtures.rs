@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use orderly::bounds::Deadline;
 use orderly::domain::account::Account;
 use orderly::domain::basket::RequestedLine;
 use orderly::domain::callback_url::{AddressPolicy, CallbackUrl};
@@ -20,17 +21,25 @@ use orderly::views::{balance_only, order_only, order_placed, refund_made};
 pub const PRODUCT: &str = "prd_port";
 pub const PRICE: i64 = 100;
 
+/// The deadline of a port call in these tests: long enough for any engine on a loaded machine.
+pub fn soon() -> Deadline {
+    Deadline::after(Duration::from_secs(30))
+}
+
 pub async fn product(store: &dyn Store) {
     store
-        .put_product(Product {
-            id: PRODUCT.into(),
-            name: "port".into(),
-            price: Cents(PRICE),
-            regions: vec![],
-            delivery_fields: vec![],
-            active: true,
-            updated_at: now_millis(),
-        })
+        .put_product(
+            soon(),
+            Product {
+                id: PRODUCT.into(),
+                name: "port".into(),
+                price: Cents(PRICE),
+                regions: vec![],
+                delivery_fields: vec![],
+                active: true,
+                updated_at: now_millis(),
+            },
+        )
         .await
         .unwrap();
 }
@@ -47,10 +56,10 @@ pub async fn account_with(store: &dyn Store, balance: i64, credit_limit: i64) ->
         webhook_secret: "whsec_cG9ydA==".into(),
         created_at: now_millis(),
     };
-    store.create_account(account.clone()).await.unwrap();
+    store.create_account(soon(), account.clone()).await.unwrap();
     if balance > 0 {
         store
-            .credit(credit(&account, balance, None))
+            .credit(soon(), credit(&account, balance, None))
             .await
             .unwrap()
             .unwrap();
@@ -130,12 +139,12 @@ pub async fn placed_and_cancelled(
     url: Option<&str>,
 ) {
     let body = store
-        .place_order(order_with(account, key, 1, url))
+        .place_order(soon(), order_with(account, key, 1, url))
         .await
         .unwrap()
         .unwrap();
     store
-        .cancel_order(cancel(account, placed_id(&body)))
+        .cancel_order(soon(), cancel(account, placed_id(&body)))
         .await
         .unwrap()
         .unwrap();
@@ -158,7 +167,10 @@ pub async fn ledger(
     let mut all = Vec::new();
     let mut before = None;
     loop {
-        let page = store.ledger_page(account.id, before, 7).await.unwrap();
+        let page = store
+            .ledger_page(soon(), account.id, before, 7)
+            .await
+            .unwrap();
         all.extend(page.items);
         match page.next_cursor {
             Some(cursor) => {

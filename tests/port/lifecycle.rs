@@ -23,34 +23,44 @@ conformance!(
 async fn a_cancel_returns_the_whole_total_once_and_emits_one_event(store: &dyn Store) {
     let account = account_with(store, 1_000, 0).await;
     let body = store
-        .place_order(order(&account, "o-1", 4))
+        .place_order(soon(), order(&account, "o-1", 4))
         .await
         .unwrap()
         .unwrap();
     let id = placed_id(&body);
     store
-        .cancel_order(cancel(&account, id))
+        .cancel_order(soon(), cancel(&account, id))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000);
-    let again = store.cancel_order(cancel(&account, id)).await.unwrap();
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 1_000);
+    let again = store
+        .cancel_order(soon(), cancel(&account, id))
+        .await
+        .unwrap();
     assert_eq!(
         again.unwrap_err(),
         CancelRefusal::NotCancellable(OrderStatus::Cancelled)
     );
     assert_eq!(
-        store.balance(account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().0,
         1_000,
         "returned once"
     );
-    let events = store.events_page(account.id, None, 10).await.unwrap().items;
+    let events = store
+        .events_page(soon(), account.id, None, 10)
+        .await
+        .unwrap()
+        .items;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, EventKind::OrderCancelled);
     assert_eq!(events[0].order.status, OrderStatus::Cancelled);
     // A completion pass finds nothing to complete.
     assert_eq!(
-        store.complete_due_orders(now_millis(), 10).await.unwrap(),
+        store
+            .complete_due_orders(soon(), now_millis(), 10)
+            .await
+            .unwrap(),
         0
     );
 }
@@ -59,31 +69,34 @@ async fn another_accounts_order_is_not_found(store: &dyn Store) {
     let owner = account_with(store, 1_000, 0).await;
     let stranger = account_with(store, 1_000, 0).await;
     let body = store
-        .place_order(order(&owner, "o-1", 1))
+        .place_order(soon(), order(&owner, "o-1", 1))
         .await
         .unwrap()
         .unwrap();
     let id = placed_id(&body);
-    let cancelled = store.cancel_order(cancel(&stranger, id)).await.unwrap();
+    let cancelled = store
+        .cancel_order(soon(), cancel(&stranger, id))
+        .await
+        .unwrap();
     assert_eq!(cancelled.unwrap_err(), CancelRefusal::NotFound);
     let refunded = store
-        .refund_order(refund(&stranger, id, "r-1", None))
+        .refund_order(soon(), refund(&stranger, id, "r-1", None))
         .await
         .unwrap();
     assert_eq!(refunded.unwrap_err(), RefundRefusal::NotFound);
-    assert_eq!(store.balance(stranger.id).await.unwrap().0, 1_000);
+    assert_eq!(store.balance(soon(), stranger.id).await.unwrap().0, 1_000);
 }
 
 async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: &dyn Store) {
     let account = account_with(store, 1_000, 0).await;
     let body = store
-        .place_order(order(&account, "o-1", 5))
+        .place_order(soon(), order(&account, "o-1", 5))
         .await
         .unwrap()
         .unwrap();
     let id = placed_id(&body);
     let early = store
-        .refund_order(refund(&account, id, "r-0", None))
+        .refund_order(soon(), refund(&account, id, "r-0", None))
         .await
         .unwrap();
     assert_eq!(
@@ -91,22 +104,29 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
         RefundRefusal::NotRefundable(OrderStatus::Processing)
     );
     assert_eq!(
-        store.complete_due_orders(now_millis(), 10).await.unwrap(),
+        store
+            .complete_due_orders(soon(), now_millis(), 10)
+            .await
+            .unwrap(),
         1
     );
     let first = store
-        .refund_order(refund(&account, id, "r-1", Some(200)))
+        .refund_order(soon(), refund(&account, id, "r-1", Some(200)))
         .await
         .unwrap();
     let first = first.unwrap();
     let key = IdempotencyKey::parse(b"r-1").unwrap();
-    let row = store.replay_lookup(account.id, key).await.unwrap().unwrap();
+    let row = store
+        .replay_lookup(soon(), account.id, key)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (row.operation, row.response.body),
         (Operation::RefundOrder, first)
     );
     let over = store
-        .refund_order(refund(&account, id, "r-2", Some(301)))
+        .refund_order(soon(), refund(&account, id, "r-2", Some(301)))
         .await
         .unwrap();
     assert_eq!(
@@ -116,13 +136,13 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
         }
     );
     store
-        .refund_order(refund(&account, id, "r-3", None))
+        .refund_order(soon(), refund(&account, id, "r-3", None))
         .await
         .unwrap()
         .unwrap();
-    let done = store.order(id).await.unwrap().unwrap();
+    let done = store.order(soon(), id).await.unwrap().unwrap();
     assert_eq!((done.refunded.0, done.total.0), (500, 500));
-    assert_eq!(store.balance(account.id).await.unwrap().0, 1_000);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 1_000);
     let entries = ledger(store, &account).await;
     assert_eq!(entries.iter().map(|e| e.amount.0).sum::<i64>(), 1_000);
 }
@@ -133,17 +153,20 @@ async fn events_are_listed_oldest_first_strictly_after_the_cursor(store: &dyn St
         placed_and_cancelled(store, &account, &format!("e-{i}"), None).await;
     }
     let all = store
-        .events_page(account.id, None, 100)
+        .events_page(soon(), account.id, None, 100)
         .await
         .unwrap()
         .items;
     assert_eq!(all.len(), 5);
-    let first = store.events_page(account.id, None, 2).await.unwrap();
+    let first = store
+        .events_page(soon(), account.id, None, 2)
+        .await
+        .unwrap();
     assert_eq!(first.items.len(), 2);
     let cursor = first.next_cursor.expect("more pages");
     let after = Id::parse(IdKind::Event, &cursor).unwrap();
     let rest = store
-        .events_page(account.id, Some(after), 100)
+        .events_page(soon(), account.id, Some(after), 100)
         .await
         .unwrap();
     assert!(rest.next_cursor.is_none());

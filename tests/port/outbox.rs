@@ -26,7 +26,7 @@ async fn a_callback_retried_is_due_again_under_the_same_event_and_its_log_keeps_
     placed_and_cancelled(store, &account, "w-1", Some("https://partner.example/cb")).await;
     let now = now_millis();
     let due = store
-        .due_deliveries(now, 10, Box::new(|_| true))
+        .due_deliveries(soon(), now, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(due.len(), 1);
@@ -43,6 +43,7 @@ async fn a_callback_retried_is_due_again_under_the_same_event_and_its_log_keeps_
     };
     store
         .settle_delivery(
+            soon(),
             first,
             DeliveryOutcome::RetryAt(retry_at),
             attempt(1, Some(503)),
@@ -50,23 +51,28 @@ async fn a_callback_retried_is_due_again_under_the_same_event_and_its_log_keeps_
         .await
         .unwrap();
     let early = store
-        .due_deliveries(now, 10, Box::new(|_| true))
+        .due_deliveries(soon(), now, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert!(early.is_empty(), "not due before its retry time");
     let due = store
-        .due_deliveries(retry_at, 10, Box::new(|_| true))
+        .due_deliveries(soon(), retry_at, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(due.len(), 1);
     let second = due.into_iter().next().unwrap();
     assert_eq!((second.delivery.attempt, &second.event.id), (2, &event_id));
     store
-        .settle_delivery(second, DeliveryOutcome::Finished, attempt(2, Some(200)))
+        .settle_delivery(
+            soon(),
+            second,
+            DeliveryOutcome::Finished,
+            attempt(2, Some(200)),
+        )
         .await
         .unwrap();
     let logs = store
-        .delivery_logs(account.id, vec![event_id])
+        .delivery_logs(soon(), account.id, vec![event_id])
         .await
         .unwrap();
     let log = logs[0].clone().expect("a log");
@@ -76,7 +82,7 @@ async fn a_callback_retried_is_due_again_under_the_same_event_and_its_log_keeps_
         (Some(DeliveryEnd::Delivered), None)
     );
     let after = store
-        .due_deliveries(retry_at + 1, 10, Box::new(|_| true))
+        .due_deliveries(soon(), retry_at + 1, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert!(after.is_empty(), "a finished callback leaves the outbox");
@@ -87,34 +93,34 @@ async fn a_sweep_deletes_only_keys_that_expired_before_now(store: &dyn Store) {
     let short = claim("short", Operation::AdminCredit, Duration::from_millis(1));
     let long = claim("long", Operation::AdminCredit, Duration::from_secs(3600));
     store
-        .credit(credit(&account, 1, Some(short)))
+        .credit(soon(), credit(&account, 1, Some(short)))
         .await
         .unwrap()
         .unwrap();
     store
-        .credit(credit(&account, 1, Some(long)))
+        .credit(soon(), credit(&account, 1, Some(long)))
         .await
         .unwrap()
         .unwrap();
     let swept = store
-        .sweep_expired_keys(now_millis() + 1_000, 100)
+        .sweep_expired_keys(soon(), now_millis() + 1_000, 100)
         .await
         .unwrap();
     assert_eq!(swept, 1);
     let gone = IdempotencyKey::parse(b"short").unwrap();
     let kept = IdempotencyKey::parse(b"long").unwrap();
     assert!(store
-        .replay_lookup(account.id, gone)
+        .replay_lookup(soon(), account.id, gone)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .replay_lookup(account.id, kept)
+        .replay_lookup(soon(), account.id, kept)
         .await
         .unwrap()
         .is_some());
     assert_eq!(
-        store.balance(account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().0,
         2,
         "sweeping moves no money"
     );
@@ -128,7 +134,7 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         account: account.id,
         amount: Cents(700),
     };
-    let copies = (0..10).map(|_| store.record_provider_payment(payment()));
+    let copies = (0..10).map(|_| store.record_provider_payment(soon(), payment()));
     let outcomes = futures::future::join_all(copies).await;
     let credited = outcomes
         .iter()
@@ -139,6 +145,6 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         .filter(|o| matches!(o, Ok(Ok(Recorded::Duplicate))))
         .count();
     assert_eq!((credited, duplicate), (1, 9), "{outcomes:?}");
-    assert_eq!(store.balance(account.id).await.unwrap().0, 700);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 700);
     assert_eq!(ledger(store, &account).await.len(), 1);
 }

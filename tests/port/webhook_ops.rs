@@ -36,14 +36,14 @@ async fn a_rotation_keeps_the_replaced_secret_with_its_end_and_due_deliveries_ca
     let now = now_millis();
     let hour = Duration::from_secs(3600);
     let first = store
-        .rotate_webhook_secret(account.id, "whsec_c2Vjb25k".into(), now, hour)
+        .rotate_webhook_secret(soon(), account.id, "whsec_c2Vjb25k".into(), now, hour)
         .await
         .unwrap()
         .expect("the account exists");
     assert_eq!(first.secret, account.webhook_secret);
     assert_eq!(first.valid_until, now + 3_600_000);
     let second = store
-        .rotate_webhook_secret(account.id, "whsec_dGhpcmQ=".into(), now + 1, hour)
+        .rotate_webhook_secret(soon(), account.id, "whsec_dGhpcmQ=".into(), now + 1, hour)
         .await
         .unwrap()
         .unwrap();
@@ -51,19 +51,19 @@ async fn a_rotation_keeps_the_replaced_secret_with_its_end_and_due_deliveries_ca
         second.secret, "whsec_c2Vjb25k",
         "only the secret replaced is kept"
     );
-    let shown = store.account(account.id).await.unwrap().unwrap();
+    let shown = store.account(soon(), account.id).await.unwrap().unwrap();
     assert_eq!(shown.webhook_secret, "whsec_dGhpcmQ=");
 
     placed_and_cancelled(store, &account, "rot-1", URL).await;
     let due = store
-        .due_deliveries(now_millis(), 10, Box::new(|_| true))
+        .due_deliveries(soon(), now_millis(), 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].webhook_secret, "whsec_dGhpcmQ=");
     assert_eq!(due[0].previous_secret.as_ref(), Some(&second));
     let nobody = store
-        .rotate_webhook_secret(AccountId::new(), "whsec_eA==".into(), now, hour)
+        .rotate_webhook_secret(soon(), AccountId::new(), "whsec_eA==".into(), now, hour)
         .await
         .unwrap();
     assert!(nobody.is_none());
@@ -77,25 +77,36 @@ async fn a_redelivery_during_an_attempt_in_flight_is_due_after_it_and_the_attemp
     placed_and_cancelled(store, &account, "in-flight", URL).await;
     let now = now_millis();
     let mut due = store
-        .due_deliveries(now, 10, Box::new(|_| true))
+        .due_deliveries(soon(), now, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(due.len(), 1, "the attempt is taken (and claimed)");
     let in_flight = due.remove(0);
     let event = Id::parse(IdKind::Event, &in_flight.event.id).unwrap();
 
-    let refused = store.redeliver(event, Some(other.id), now).await.unwrap();
+    let refused = store
+        .redeliver(soon(), event, Some(other.id), now)
+        .await
+        .unwrap();
     assert_eq!(refused, Redelivered::NotFound, "another account's event");
-    let queued = store.redeliver(event, Some(account.id), now).await.unwrap();
+    let queued = store
+        .redeliver(soon(), event, Some(account.id), now)
+        .await
+        .unwrap();
     assert_eq!(queued, Redelivered::Queued);
     // The attempt that was in flight fails for good, after the redelivery was queued.
     store
-        .settle_delivery(in_flight, DeliveryOutcome::Finished, attempt(1, now, 410))
+        .settle_delivery(
+            soon(),
+            in_flight,
+            DeliveryOutcome::Finished,
+            attempt(1, now, 410),
+        )
         .await
         .unwrap();
 
     let again = store
-        .due_deliveries(now_millis() + 10, 10, Box::new(|_| true))
+        .due_deliveries(soon(), now_millis() + 10, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(
@@ -105,7 +116,7 @@ async fn a_redelivery_during_an_attempt_in_flight_is_due_after_it_and_the_attemp
     );
     assert_eq!(again[0].event.id, event.to_string());
     let log = store
-        .delivery_logs(account.id, vec![event.to_string()])
+        .delivery_logs(soon(), account.id, vec![event.to_string()])
         .await
         .unwrap()
         .remove(0)
@@ -124,7 +135,7 @@ async fn recovery_redelivers_exactly_the_callbacks_given_up_since_the_time_given
     for key in ["early", "late", "fine"] {
         placed_and_cancelled(store, &account, key, URL).await;
         let due = store
-            .due_deliveries(now_millis(), 10, Box::new(|_| true))
+            .due_deliveries(soon(), now_millis(), 10, Box::new(|_| true))
             .await
             .unwrap();
         assert_eq!(due.len(), 1, "{key}");
@@ -135,22 +146,27 @@ async fn recovery_redelivers_exactly_the_callbacks_given_up_since_the_time_given
         }
         let due = due.into_iter().next().unwrap();
         store
-            .settle_delivery(due, DeliveryOutcome::Finished, attempt(1, at, status))
+            .settle_delivery(
+                soon(),
+                due,
+                DeliveryOutcome::Finished,
+                attempt(1, at, status),
+            )
             .await
             .unwrap();
     }
     let requeued = store
-        .recover_deliveries(account.id, now - 5_000, now_millis())
+        .recover_deliveries(soon(), account.id, now - 5_000, now_millis())
         .await
         .unwrap();
     assert_eq!(requeued, 1, "only the one given up since then");
     let due = store
-        .due_deliveries(now_millis() + 10, 10, Box::new(|_| true))
+        .due_deliveries(soon(), now_millis() + 10, 10, Box::new(|_| true))
         .await
         .unwrap();
     assert_eq!(due.len(), 1);
     let log = store
-        .delivery_logs(account.id, vec![due[0].event.id.clone()])
+        .delivery_logs(soon(), account.id, vec![due[0].event.id.clone()])
         .await
         .unwrap()
         .remove(0)
@@ -158,7 +174,7 @@ async fn recovery_redelivers_exactly_the_callbacks_given_up_since_the_time_given
     assert_eq!(log.attempts[0].at, now, "the late one");
     assert_ne!(log.ended, Some(DeliveryEnd::GivenUp));
     let all = store
-        .recover_deliveries(account.id, 0, now_millis())
+        .recover_deliveries(soon(), account.id, 0, now_millis())
         .await
         .unwrap();
     assert_eq!(

@@ -3,6 +3,10 @@
 //! disjoint accounts, so on an engine that locks balance rows they never wait on each
 //! other's locks (each would hold a connection through another's commit), and an account's
 //! orders stay queued, in their order, for the runner that holds it to take next.
+//!
+//! The queue holds only admitted orders (`store::admission`: at most `--max-pending-writes`
+//! wait), and an order whose deadline passed, or whose caller gave up on it, leaves it before
+//! a batch is built: it is never written.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -10,12 +14,22 @@ use tokio::sync::oneshot;
 
 use super::MAX_ORDERS;
 use crate::domain::ids::AccountId;
+use crate::store::admission::Admitted;
 use crate::store::NewOrder;
 
-/// An order waiting for its batch, and where its answer goes.
+/// An order waiting for its batch, where its answer goes, and its place among the writes
+/// waiting (its deadline and its ticket).
 pub struct Pending<A> {
     pub order: NewOrder,
     pub answer: oneshot::Sender<A>,
+    pub admitted: Admitted,
+}
+
+impl<A> Pending<A> {
+    /// Its deadline passed, or its caller gave up on it: it must not be written.
+    pub fn expired(&self) -> bool {
+        self.admitted.deadline.passed() || self.admitted.ticket.is_withdrawn()
+    }
 }
 
 /// The waiting orders, the runners placing them, and the accounts their batches hold.
@@ -74,6 +88,10 @@ impl<A> Queue<A> {
         let mut skipped = VecDeque::new();
         let mut held_here = HashSet::new();
         while let Some(pending) = self.waiting.pop_front() {
+            // Dropped here, its caller is answered that nothing was written.
+            if pending.expired() {
+                continue;
+            }
             let account = pending.order.account.id;
             if taken.len() == MAX_ORDERS || self.busy.contains(&account) {
                 skipped.push_back(pending);
@@ -91,13 +109,21 @@ impl<A> Queue<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::Deadline;
     use crate::domain::account::Account;
+    use crate::store::admission::Admission;
+    use std::time::{Duration, Instant};
 
-    fn pending(account: &Account, key: &str) -> Pending<()> {
+    fn pending_until(account: &Account, key: &str, deadline: Deadline) -> Pending<()> {
         Pending {
             order: NewOrder::for_tests(account, key, vec![], 0),
             answer: oneshot::channel().0,
+            admitted: Admission::new(1).admit(deadline).unwrap(),
         }
+    }
+
+    fn pending(account: &Account, key: &str) -> Pending<()> {
+        pending_until(account, key, Deadline::after(Duration::from_secs(60)))
     }
 
     fn account() -> Account {
@@ -146,6 +172,31 @@ mod tests {
             ["a2", "a3"],
             "a is no longer held"
         );
+    }
+
+    #[test]
+    fn an_order_whose_deadline_passed_in_the_queue_is_dropped_before_its_batch_is_built() {
+        let a = account();
+        let mut queue = Queue::default();
+        let soon = Deadline::at(Instant::now() + Duration::from_millis(20));
+        queue.push(pending_until(&a, "late", soon), 1);
+        queue.push(pending(&a, "in-time"), 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(keys(&queue.next_batch(&[])), ["in-time"]);
+    }
+
+    #[tokio::test]
+    async fn an_order_its_caller_gave_up_on_is_dropped_before_its_batch_is_built() {
+        let a = account();
+        let mut queue = Queue::default();
+        let given_up = pending(&a, "given-up");
+        let ticket = given_up.admitted.ticket.clone();
+        queue.push(given_up, 1);
+        let (_answer, answered) = oneshot::channel::<Result<(), crate::store::StoreError>>();
+        let at_once = Deadline::at(Instant::now());
+        let _ = crate::store::admission::answer(at_once, &ticket, answered).await;
+        assert!(ticket.is_withdrawn());
+        assert!(queue.next_batch(&[]).is_empty());
     }
 
     #[test]

@@ -2,38 +2,69 @@
 //! in: an admin credit (with its key's row when it has one) and a provider's notification,
 //! unique by `(provider, external_id)`.
 
-use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
-use super::rows::{insert_key_rows, insert_provider_payment, lock_balance, move_money};
+use super::db::Conn;
+use super::rows::{
+    insert_account, insert_api_key, insert_key_rows, insert_provider_payment, lock_balance,
+    move_money, upsert_product,
+};
 use super::shared_cache::bump;
-use super::tx::ReadCommitted;
-use super::tx::{bound_lock_waits, execute, key_taken, query_opt, Fault};
+use super::tx::{execute, key_taken, query_opt, Fault};
+use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{Id, IdKind};
+use crate::domain::money::Cents;
+use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::{CreditRefusal, NewCredit, ProviderCredit, ProviderRefusal, Recorded};
 
+/// A new account with a balance of 0.
+pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), Fault> {
+    let (tx, gate) = client.begin().await?;
+    futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        insert_account(&tx, account, Cents::ZERO),
+    )
+    .await?;
+    gate.commit(tx).await
+}
+
+/// A new API key: one statement, its own transaction.
+pub async fn create_api_key(
+    client: &Conn,
+    hash: &[u8; 32],
+    record: &ApiKeyRecord,
+) -> Result<(), Fault> {
+    let in_flight = client.sending_alone()?;
+    insert_api_key(&**client, hash, record).await?;
+    in_flight.done();
+    Ok(())
+}
+
+/// A product created or replaced: one statement, its own transaction.
+pub async fn put_product(client: &Conn, product: &Product) -> Result<(), Fault> {
+    let in_flight = client.sending_alone()?;
+    upsert_product(&**client, product).await?;
+    in_flight.done();
+    Ok(())
+}
+
 pub async fn credit(
-    client: &mut Object,
+    client: &mut Conn,
     credit: &NewCredit,
 ) -> Result<Result<Vec<u8>, CreditRefusal>, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let account = credit.account.id;
     if let Some(claim) = &credit.claim {
-        if let Some(row) = key_taken(&tx, &account, claim).await? {
+        if let Some(row) = key_taken(&tx, &gate, &account, claim).await? {
             return Ok(Err(CreditRefusal::KeyTaken(row)));
         }
     }
-    // The balance row's wait is bounded by what the key's wait left of the claim's bound.
-    let locked = match &credit.claim {
-        Some(claim) => futures_util::future::try_join(
-            bound_lock_waits(&tx, claim.wait_until),
-            lock_balance(&tx, &account),
-        )
+    // The balance row's wait is bounded by what the key's wait left of the claim's bound
+    // (sent first when there was no key to wait for).
+    let locked = futures_util::future::try_join(gate.limit_waits(&tx), lock_balance(&tx, &account))
         .await
-        .map(|((), balance)| balance),
-        None => lock_balance(&tx, &account).await,
-    };
+        .map(|((), balance)| balance);
     let balance = match locked {
         Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => {
             return Ok(Err(CreditRefusal::KeyTaken(None)))
@@ -54,19 +85,22 @@ pub async fn credit(
         }
     };
     futures_util::future::try_join(move_money(&tx, &account, &decided.rows), key).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(Ok(decided.body))
 }
 
 pub async fn record_provider_payment(
-    client: &mut Object,
+    client: &mut Conn,
     payment: &ProviderCredit,
 ) -> Result<Result<Recorded, ProviderRefusal>, Fault> {
-    let tx = client.read_committed().await?;
-    let seen = query_opt(
-        &tx,
-        "SELECT 1 FROM provider_payments WHERE provider = $1 AND external_id = $2",
-        &[&payment.provider, &payment.external_id],
+    let (tx, gate) = client.begin().await?;
+    let ((), seen) = futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        query_opt(
+            &tx,
+            "SELECT 1 FROM provider_payments WHERE provider = $1 AND external_id = $2",
+            &[&payment.provider, &payment.external_id],
+        ),
     )
     .await?;
     if seen.is_some() {
@@ -86,24 +120,27 @@ pub async fn record_provider_payment(
         Err(fault) => return Err(fault),
     }
     move_money(&tx, &payment.account, &entry).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(Ok(Recorded::Credited))
 }
 
 /// Marks the key revoked, with the change every instance's copies must acknowledge
 /// (`shared_cache::bump`); `None` when there is no such key.
-pub async fn revoke_api_key(client: &mut Object, key_id: &Id) -> Result<Option<i64>, Fault> {
-    let tx = client.read_committed().await?;
-    let changed = execute(
-        &tx,
-        "UPDATE api_keys SET revoked = true WHERE id = $1",
-        &[&key_id.to_string()],
+pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64>, Fault> {
+    let (tx, gate) = client.begin().await?;
+    let ((), changed) = futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        execute(
+            &tx,
+            "UPDATE api_keys SET revoked = true WHERE id = $1",
+            &[&key_id.to_string()],
+        ),
     )
     .await?;
     if changed == 0 {
         return Ok(None);
     }
     let version = bump(&tx).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(Some(version))
 }

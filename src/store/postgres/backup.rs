@@ -10,10 +10,10 @@ use futures_util::future::try_join_all;
 use tokio_postgres::{IsolationLevel, Row};
 
 use super::codec;
+use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
 use super::tx::Fault;
-use super::tx::ReadCommitted;
 use crate::store::records::{checked_counts, verify_counts};
 use crate::store::{Producer, Record, RestoreCounts, StoreError};
 
@@ -134,8 +134,10 @@ fn tables() -> [Table; 12] {
 /// Streams every table into `producer` from one REPEATABLE READ, READ ONLY transaction (one
 /// instant, no write half in it, no write waiting for it), through a cursor per table that
 /// fetches `FETCH` rows at a time: memory holds a page, whatever the database's size.
-pub async fn stream(mut client: Object, producer: Producer) {
-    match stream_tables(&mut client, &producer).await {
+pub async fn stream(mut client: Conn, producer: Producer) {
+    let streamed = stream_tables(&mut client, &producer).await;
+    client.settle();
+    match streamed {
         Ok(true) => producer.finish().await,
         // The reader went away, or was sent the error that ends the snapshot.
         Ok(false) => {}
@@ -195,17 +197,19 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
     }
 }
 
-pub async fn restore(client: &mut Object, records: &[Record]) -> Result<RestoreCounts, Fault> {
+pub async fn restore(client: &mut Conn, records: &[Record]) -> Result<RestoreCounts, Fault> {
     let counts = checked_counts(records)?;
-    let tx = client.read_committed().await?;
-    if row_counts(&tx).await?.iter().any(|(_, rows)| *rows > 0) {
+    let (tx, gate) = client.begin().await?;
+    let ((), counted) =
+        futures_util::future::try_join(gate.limit_waits(&tx), row_counts(&tx)).await?;
+    if counted.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
     }
     for batch in records.chunks(RESTORE_BATCH) {
         try_join_all(batch.iter().map(|record| write(&tx, record))).await?;
     }
     verify(&tx, &counts).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(counts)
 }
 

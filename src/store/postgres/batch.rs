@@ -19,63 +19,69 @@
 //! partner's retry with the same key replays what did commit or places it then.
 
 use std::collections::HashMap;
+use std::pin::pin;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use deadpool_postgres::{Object, Pool, Transaction};
+use deadpool_postgres::Transaction;
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
 use super::codec;
+use super::db::{self, Bound, Conn, Db};
 use super::rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
-use super::tx::ReadCommitted;
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
+use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
 use crate::domain::ids::AccountId;
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
+use crate::store::admission::{self, not_sent, Admitted};
 use crate::store::batch::{decide, Decisions, OrderView, Pending, Queue, Wants};
 use crate::store::{NewOrder, OrderRefusal, StoreError};
 /// Batches in flight at once, per instance: enough to keep the database busy while one
 /// batch waits for its flush, few enough that batches stay large under load.
 const MAX_RUNNERS: usize = 4;
 
-/// What one order's caller gets: the 200 body or the refusal, or the fault that stopped it.
-pub type Answer = Result<Result<Vec<u8>, OrderRefusal>, Fault>;
+/// What one order's caller gets: the 200 body or the refusal, or why it has neither.
+pub type Answer = Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
 
 /// The queue of orders and the runners that place them, batch by batch.
 pub struct Batcher {
-    pool: Pool,
+    db: Arc<Db>,
     queue: Mutex<Queue<Answer>>,
-    /// The runtime the store was opened on, which outlives every request: runners run
-    /// there, not on the HTTP worker that queued the first order (a worker that stops first
-    /// at shutdown would take the batch of another worker's requests with it).
-    runtime: tokio::runtime::Handle,
 }
 
 impl Batcher {
-    /// Must be called on the runtime that outlives the store's callers.
-    pub fn new(pool: Pool) -> Arc<Self> {
+    pub fn new(db: Arc<Db>) -> Arc<Self> {
         Arc::new(Batcher {
-            pool,
+            db,
             queue: Mutex::default(),
-            runtime: tokio::runtime::Handle::current(),
         })
     }
 
-    /// Queues `order` and resolves with its answer once its batch committed (or failed).
-    pub async fn place(self: &Arc<Self>, order: NewOrder) -> Answer {
+    /// Queues `order` (refused at once past `--max-pending-writes`) and resolves with its
+    /// answer once its batch committed (or failed), or at `deadline`: still queued then, it
+    /// leaves the queue unwritten (`TimedOut`); its COMMIT sent, its outcome is unknown
+    /// (`InDoubt`).
+    pub async fn place(self: &Arc<Self>, deadline: Deadline, order: NewOrder) -> Answer {
+        let admitted = self.db.admission.admit(deadline)?;
+        let ticket = admitted.ticket.clone();
         let (answer, answered) = oneshot::channel();
         let start_runner = {
             let mut queue = self.queue.lock().expect("the order queue");
-            queue.push(Pending { order, answer }, MAX_RUNNERS)
+            let pending = Pending {
+                order,
+                answer,
+                admitted,
+            };
+            queue.push(pending, MAX_RUNNERS)
         };
         if start_runner {
-            // A task of its own: a caller that goes away must not take a batch with it.
-            self.runtime.spawn(Arc::clone(self).run());
+            // A task of its own on the store's runtime: a caller that goes away must not take
+            // a batch with it, nor may an HTTP worker that stops first at shutdown.
+            self.db.runtime.spawn(Arc::clone(self).run());
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(StoreError::Failed("the order's batch ended without an answer".into()).into())
-        })
+        admission::answer(deadline, &ticket, answered).await
     }
 
     /// Places batches until no waiting order is of an account it may take.
@@ -105,15 +111,17 @@ impl Batcher {
     async fn settle(self: &Arc<Self>, batch: Vec<Pending<Answer>>) -> Vec<AccountId> {
         let accounts = batch.iter().map(|p| p.order.account.id).collect();
         let orders: Vec<&NewOrder> = batch.iter().map(|p| &p.order).collect();
+        let admitted: Vec<&Admitted> = batch.iter().map(|p| &p.admitted).collect();
+        let started = std::time::Instant::now();
         let mut tries = 0;
         let outcome = loop {
-            let outcome = match self.client().await {
-                Ok(mut client) => place_batch(&mut client, &orders).await,
-                Err(fault) => Err(Failure::BeforeCommit(fault)),
-            };
+            let outcome = self.bounded(&orders, &admitted).await;
             match outcome {
                 Err(Failure::BeforeCommit(fault))
-                    if fault.retryable() && !waited(&fault) && tries + 1 < MAX_TRIES =>
+                    if fault.retryable()
+                        && !waited(&fault)
+                        && tries + 1 < MAX_TRIES
+                        && !batch.iter().any(Pending::expired) =>
                 {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
@@ -123,13 +131,15 @@ impl Batcher {
         };
         match outcome {
             Ok(answers) => {
+                let committed = started.elapsed().as_secs_f64();
+                self.db.metrics.commit_seconds.observe(committed);
                 for (pending, answer) in batch.into_iter().zip(answers) {
                     let _ = pending.answer.send(Ok(answer));
                 }
             }
             Err(Failure::BeforeCommit(fault)) if batch.len() == 1 && !waited(&fault) => {
                 let pending = batch.into_iter().next().expect("one order");
-                let _ = pending.answer.send(Err(fault));
+                let _ = pending.answer.send(answer_of(Err(fault)));
             }
             Err(Failure::BeforeCommit(fault)) => {
                 // Each order alone, at once, each on a connection of its own, as if it had
@@ -139,8 +149,8 @@ impl Batcher {
                 // as one of its tries.
                 let spent = u32::from(waited(&fault));
                 let batcher = Arc::clone(self);
-                self.runtime.spawn(async move {
-                    let alone = batch.iter().map(|p| batcher.alone(&p.order, spent));
+                self.db.runtime.spawn(async move {
+                    let alone = batch.iter().map(|p| batcher.alone(p, spent));
                     let answers = futures_util::future::join_all(alone).await;
                     for (pending, answer) in batch.into_iter().zip(answers) {
                         let _ = pending.answer.send(answer);
@@ -148,27 +158,81 @@ impl Batcher {
                 });
             }
             Err(Failure::AtCommit(fault)) => {
-                let why = StoreError::from(fault).to_string();
+                let why = StoreError::from(fault);
                 for pending in batch {
-                    let _ = pending
-                        .answer
-                        .send(Err(StoreError::Failed(why.clone()).into()));
+                    let _ = pending.answer.send(Err(why.clone()));
                 }
             }
         }
         accounts
     }
 
-    async fn client(&self) -> Result<Object, Fault> {
-        Ok(self.pool.get().await?)
+    /// One try of a batch, bounded: its work before the COMMIT by the earliest deadline of
+    /// its orders (the server's timeouts are set to it, and the edge's margin later its
+    /// connection is given up), its COMMIT by the latest deadline and `COMMIT_PATIENCE`.
+    async fn bounded(
+        &self,
+        orders: &[&NewOrder],
+        admitted: &[&Admitted],
+    ) -> Result<Vec<Result<Vec<u8>, OrderRefusal>>, Failure> {
+        let earliest = admitted.iter().map(|a| a.deadline).min().expect("a batch");
+        let latest = admitted.iter().map(|a| a.deadline).max().expect("a batch");
+        let locks_until = orders
+            .iter()
+            .map(|o| o.claim.wait_until)
+            .min()
+            .expect("a batch");
+        let bound = Bound::batch(earliest, locks_until, &self.db);
+        let work = async {
+            let mut client = self.db.conn(&bound).await.map_err(Failure::BeforeCommit)?;
+            let placed = place_batch(&mut client, orders, admitted).await;
+            client.settle();
+            placed
+        };
+        let mut work = pin!(work);
+        let before_commit = (earliest.instant() + EDGE_MARGIN).into();
+        match tokio::time::timeout_at(before_commit, &mut work).await {
+            Ok(done) => done,
+            Err(_) if !admitted.iter().any(|a| a.ticket.is_sent()) => {
+                Err(Failure::BeforeCommit(Fault::Store(not_sent())))
+            }
+            Err(_) => {
+                let patience = (latest.instant() + COMMIT_PATIENCE).into();
+                tokio::time::timeout_at(patience, work)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Failure::AtCommit(Fault::Store(StoreError::InDoubt(
+                            "the batch's COMMIT was not confirmed; its connection is given up"
+                                .into(),
+                        ))))
+                    })
+            }
+        }
     }
 
     /// One order in a transaction of its own, with the bounded retries of a lost race
-    /// (`spent` of them already used).
-    async fn alone(&self, order: &NewOrder, spent: u32) -> Answer {
-        retried!(self, spent = spent, |c| super::orders::place_order(
-            &mut c, order
-        ))
+    /// (`spent` of them already used), unless its deadline passed or its caller left.
+    async fn alone(&self, pending: &Pending<Answer>, spent: u32) -> Answer {
+        if pending.expired() {
+            return Err(not_sent());
+        }
+        let bound = Bound::write(&pending.admitted, Some(&pending.order.claim), &self.db);
+        let work = async {
+            retried!(self.db, bound, spent = spent, |c| {
+                super::orders::place_order(&mut c, &pending.order)
+            })
+        };
+        answer_of(db::finish(&bound, work).await)
+    }
+}
+
+/// An order's outcome as its caller gets it: a race lost on every try, or a balance row held
+/// elsewhere past its wait, is the partner's to retry with its key (SPEC 5's 402); anything
+/// else is the storage's.
+fn answer_of(outcome: Result<Result<Vec<u8>, OrderRefusal>, Fault>) -> Answer {
+    match outcome {
+        Err(fault) if fault.retryable() => Ok(Err(OrderRefusal::ConcurrentModification)),
+        outcome => outcome.map_err(StoreError::from),
     }
 }
 
@@ -203,11 +267,12 @@ enum Failure {
 }
 
 async fn place_batch(
-    client: &mut Object,
+    client: &mut Conn,
     orders: &[&NewOrder],
+    admitted: &[&Admitted],
 ) -> Result<Vec<Result<Vec<u8>, OrderRefusal>>, Failure> {
-    let tx = client.read_committed().await.map_err(before)?;
-    let view = read_view(&tx, &Wants::of(orders))
+    let (tx, gate) = client.begin().await.map_err(Failure::BeforeCommit)?;
+    let view = read_view(&tx, &gate, &Wants::of(orders))
         .await
         .map_err(Failure::BeforeCommit)?;
     // Read under every lock of the batch: ids and times follow the commits.
@@ -215,7 +280,16 @@ async fn place_batch(
     write_decisions(&tx, &decisions)
         .await
         .map_err(Failure::BeforeCommit)?;
-    tx.commit().await.map_err(|e| Failure::AtCommit(e.into()))?;
+    // Every order of the batch must still be sendable: one whose deadline passed meanwhile
+    // (or whose caller gave up) takes the whole batch back, unwritten, and the others are
+    // placed alone.
+    for (i, order) in admitted.iter().enumerate() {
+        if !order.ticket.send(order.deadline) {
+            admitted[..i].iter().for_each(|a| a.ticket.unsend());
+            return Err(Failure::BeforeCommit(Fault::Store(not_sent())));
+        }
+    }
+    gate.commit(tx).await.map_err(Failure::AtCommit)?;
     Ok(decisions.answers())
 }
 
@@ -241,8 +315,13 @@ static KEY_ROWS_SQL: LazyLock<String> = LazyLock::new(|| {
 pub static PRODUCTS_SQL: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
 
-/// The batch's view in one round trip, its locks taken in one order.
-async fn read_view(tx: &Transaction<'_>, wants: &Wants) -> Result<OrderView, Fault> {
+/// The batch's view in one round trip, its locks taken in one order, behind the
+/// transaction's bounds.
+async fn read_view(
+    tx: &Transaction<'_>,
+    gate: &db::Gate,
+    wants: &Wants,
+) -> Result<OrderView, Fault> {
     let accounts: Vec<String> = wants.accounts.iter().map(|a| a.to_string()).collect();
     let key_accounts: Vec<String> = wants.keys.iter().map(|(a, _)| a.to_string()).collect();
     let keys: Vec<&str> = wants.keys.iter().map(|(_, k)| k.as_str()).collect();
@@ -253,9 +332,10 @@ async fn read_view(tx: &Transaction<'_>, wants: &Wants) -> Result<OrderView, Fau
         .iter()
         .map(|(account, key)| format!("{account}{}", key.as_str()))
         .collect();
-    // Sent together, in this order: the keys' locks (by hash), the balance rows' (by account
-    // id), then the reads they guard.
-    let (locked, balances, key_rows, products) = futures_util::future::join4(
+    // Sent together, in this order: the bounds, the keys' locks (by hash), the balance rows'
+    // (by account id), then the reads they guard.
+    let (bounded, locked, balances, key_rows, products) = futures_util::future::join5(
+        gate.limit_waits(tx),
         query(
             tx,
             "SELECT count(pg_advisory_xact_lock(h)) FROM
@@ -272,10 +352,11 @@ async fn read_view(tx: &Transaction<'_>, wants: &Wants) -> Result<OrderView, Fau
         query(tx, &PRODUCTS_SQL, &[&wants.products]),
     )
     .await;
-    let (balances, key_rows, products) = match (locked, balances, key_rows, products) {
-        (Ok(_), Ok(b), Ok(k), Ok(p)) => (b, k, p),
-        (a, b, c, d) => {
-            return Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed"))
+    let (balances, key_rows, products) = match (bounded, locked, balances, key_rows, products) {
+        (Ok(()), Ok(_), Ok(b), Ok(k), Ok(p)) => (b, k, p),
+        (a, b, c, d, e) => {
+            let faults = [a.err(), b.err(), c.err(), d.err(), e.err()];
+            return Err(first_cause(faults).expect("one failed"));
         }
     };
     let mut view = OrderView::default();

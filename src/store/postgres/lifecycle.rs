@@ -4,16 +4,16 @@
 //! are locked for it (`FOR UPDATE`), so a cancel and a completion of one order cannot both
 //! happen and no other write moves the balance between the read and the write.
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::Transaction;
 use futures_util::future::try_join_all;
 
 use super::codec;
+use super::db::{Conn, Gate};
 use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
-use super::tx::ReadCommitted;
-use super::tx::{bound_lock_waits, first_cause, key_taken, lock_events, query, query_opt, Fault};
+use super::tx::{first_cause, key_taken, lock_events, query, query_opt, Fault};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
@@ -38,21 +38,16 @@ async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>,
 
 /// What a cancel or a refund decides from, read in one round trip with every lock its write
 /// needs: the order, the balance and the account's event lock (taken before the event's id
-/// is made, so ids follow the commits). The stamp is made once they are all held. `None`
-/// when a lock was held elsewhere past the claim's bound (or, without a claim, the session's
-/// lock timeout): busy, nothing written.
+/// is made, so ids follow the commits), bounded by what is left of the lock bound (the
+/// claim's, or without a claim `LOCK_TIMEOUT`). The stamp is made once they are all held.
+/// `None` when a lock was held elsewhere past that bound: busy, nothing written.
 async fn lock_view(
     tx: &Transaction<'_>,
+    gate: &Gate,
     order: &OrderId,
     account: &AccountId,
-    claim: Option<&KeyClaim>,
 ) -> Result<Option<(Option<Order>, Cents, Stamp)>, Fault> {
-    let bound = async {
-        match claim {
-            Some(claim) => bound_lock_waits(tx, claim.wait_until).await,
-            None => Ok(()),
-        }
-    };
+    let bound = gate.limit_waits(tx);
     let locks = async {
         futures_util::future::join3(
             lock_order(tx, order),
@@ -127,18 +122,18 @@ async fn write_change(
 /// A cancel or a refund (`OrderChange`): the key checked free, the order, the balance and the
 /// event lock taken in one round trip, decided, and written in one pipeline before the COMMIT.
 pub async fn change_order<C: OrderChange>(
-    client: &mut Object,
+    client: &mut Conn,
     request: &C,
 ) -> Result<Result<Vec<u8>, C::Refusal>, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let account = request.account();
     let claim = request.claim();
     if let Some(claim) = claim {
-        if let Some(row) = key_taken(&tx, &account, claim).await? {
+        if let Some(row) = key_taken(&tx, &gate, &account, claim).await? {
             return Ok(Err(C::key_taken(row)));
         }
     }
-    let Some((order, balance, stamp)) = lock_view(&tx, request.order(), &account, claim).await?
+    let Some((order, balance, stamp)) = lock_view(&tx, &gate, request.order(), &account).await?
     else {
         return Ok(Err(C::key_taken(None)));
     };
@@ -147,7 +142,7 @@ pub async fn change_order<C: OrderChange>(
         Err(refused) => return Ok(Err(refused)),
     };
     write_change(&tx, &account, claim, &decided).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(Ok(decided.body))
 }
 
@@ -155,17 +150,21 @@ pub async fn change_order<C: OrderChange>(
 /// `order.completed` event. Orders another transaction holds (a cancel) are skipped, not
 /// waited for: the next pass sees what became of them.
 pub async fn complete_due_orders(
-    client: &mut Object,
+    client: &mut Conn,
     created_by: crate::domain::time::Millis,
     max: usize,
 ) -> Result<usize, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let sql = format!(
         "SELECT {} FROM orders WHERE status = 'Processing' AND created_at <= $1
          ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
         codec::ORDER
     );
-    let rows = query(&tx, &sql, &[&codec::time(created_by), &(max as i64)]).await?;
+    let ((), rows) = futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        query(&tx, &sql, &[&codec::time(created_by), &(max as i64)]),
+    )
+    .await?;
     if rows.is_empty() {
         return Ok(0);
     }
@@ -201,6 +200,6 @@ pub async fn complete_due_orders(
             .map(|(_, emitted)| insert_emitted(&tx, emitted)),
     )
     .await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(completed.len())
 }

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
 
-use super::tx::ReadCommitted;
-
 /// `(version, SQL)`, in order.
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_tables.sql")),
@@ -104,7 +102,11 @@ async fn apply_pending(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
     }
     let mut applied = Vec::new();
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
-        let tx = client.read_committed().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+            .start()
+            .await?;
         tx.batch_execute(sql).await?;
         tx.execute(
             "INSERT INTO orderly_schema_migrations (version, applied_at) VALUES ($1, now())",

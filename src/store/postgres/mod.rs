@@ -8,6 +8,11 @@
 //! is a first use). `failure()` therefore never resolves. Only `open`, `migrate` and their
 //! types leave this module.
 //!
+//! Every call is bounded by its request's deadline (`db.rs`): reads by a timer that gives the
+//! connection up, writes by running in a task of their own that sends its COMMIT only while
+//! the caller still waits, so that a caller answered at the deadline is told the truth
+//! (nothing written, or its outcome unknown).
+//!
 //! Any number of instances share one database. Their per-client rate budget is a table
 //! (`rate_limit.rs`); their background work is claimed: fulfillment and the sweeper take rows
 //! with `FOR UPDATE SKIP LOCKED` inside one short transaction (whose locks die with the
@@ -21,6 +26,7 @@ mod batch;
 mod clock;
 mod codec;
 mod connect;
+mod db;
 mod lifecycle;
 mod limiter_loans;
 mod migrate;
@@ -37,8 +43,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::Pool;
 
+use crate::bounds::{Deadline, PROBE_TIMEOUT};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -50,22 +57,23 @@ use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
+use crate::store::admission::{self, Admission};
 use crate::store::{
     Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
-    DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, ProviderCredit,
-    ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
-    SharedRateLimit, Snapshot, Store, StoreError,
+    DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress,
+    ProviderCredit, ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest,
+    RestoreCounts, SharedRateLimit, Snapshot, Stopped, Store, StoreError,
 };
-use tx::{retried, Fault, ReadCommitted};
-
-/// How long `/readyz` waits for the database to answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+use db::{Bound, Db};
+use tx::{retried, Fault};
 
 pub struct Options {
     /// `postgres://…` or `postgresql://…`, with `sslmode` in the query string.
     pub url: String,
     /// Connections held at most.
     pub pool_size: usize,
+    /// `--max-pending-writes`: writes queued or being committed at once.
+    pub max_pending_writes: usize,
     /// Where each write's commit time is counted (`orderly_commit_flush_seconds`).
     pub metrics: Arc<Metrics>,
 }
@@ -124,6 +132,7 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
         &Options {
             url: url.to_string(),
             pool_size: 1,
+            max_pending_writes: 1,
             metrics: Arc::default(),
         },
         "orderly migrate",
@@ -157,28 +166,30 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         lease,
         instance.clone(),
     ));
+    let db = Arc::new(Db {
+        pool,
+        admission: Admission::new(options.max_pending_writes),
+        commits: Arc::default(),
+        metrics: Arc::clone(&options.metrics),
+        runtime: tokio::runtime::Handle::current(),
+    });
     Ok(Arc::new(PgStore {
         background: [clock.abort_handle(), leases.abort_handle()],
         cache,
-        limiter: Arc::new(rate_limit::PgRateLimit::new(
-            limiter,
-            Arc::clone(&options.metrics),
-        )),
-        orders: batch::Batcher::new(pool.clone()),
+        limiter: Arc::new(rate_limit::PgRateLimit::new(limiter, options.metrics)),
+        orders: batch::Batcher::new(Arc::clone(&db)),
         instance,
-        pool,
-        metrics: options.metrics,
+        db,
     }))
 }
 
 struct PgStore {
-    pool: Pool,
+    db: Arc<Db>,
     /// The tasks that keep now on the database's clock and renew the cache lease; stopped
     /// with the store.
     background: [tokio::task::AbortHandle; 2],
     /// API keys and key rows in memory, exact across instances (`shared_cache.rs`).
     cache: Arc<shared_cache::SharedCache>,
-    metrics: Arc<Metrics>,
     /// The per-client rate budget, on the same connections.
     limiter: Arc<rate_limit::PgRateLimit>,
     /// New orders, placed in batches (one COMMIT each).
@@ -197,33 +208,67 @@ impl Drop for PgStore {
 }
 
 impl PgStore {
-    async fn client(&self) -> Result<Object, Fault> {
-        Ok(self.pool.get().await?)
-    }
-
     /// Returns once no instance serves a copy of an API key or account from before change
-    /// `version` (`shared_cache.rs`): only then may the change be reported done.
-    async fn acknowledged(&self, version: i64) -> Result<(), StoreError> {
-        let client = self.client().await.map_err(StoreError::from)?;
-        settled(shared_cache::acknowledged(&client, version).await)
-    }
-
-    /// Counts a committed write's time, as the embedded engine counts its flushes.
-    fn committed<T>(&self, started: Instant, outcome: Result<T, Fault>) -> Result<T, Fault> {
-        if outcome.is_ok() {
-            self.metrics
-                .commit_seconds
-                .observe(started.elapsed().as_secs_f64());
+    /// `version` (`shared_cache.rs`): only then may the change be reported done. The change
+    /// is committed already, so a wait cut short by the deadline leaves it in doubt.
+    async fn acknowledged(&self, deadline: Deadline, version: i64) -> Result<(), StoreError> {
+        let waiting = async {
+            let mut client = self.db.conn(&Bound::read(deadline, &self.db)).await?;
+            let acknowledged = shared_cache::acknowledged(&*client, version).await;
+            client.settle();
+            acknowledged
+        };
+        match tokio::time::timeout_at(deadline.instant().into(), waiting).await {
+            Ok(acknowledged) => settled(acknowledged),
+            Err(_) => Err(StoreError::InDoubt(format!(
+                "change {version} is committed; not every instance acknowledged it by the deadline"
+            ))),
         }
-        outcome
     }
 }
 
-/// A write: `retried!`, its time counted once it committed.
+/// A write: admitted among the writes waiting (refused at once past `--max-pending-writes`),
+/// run with `retried!`'s bounded retries in a task of its own on the engine's runtime, its
+/// locks bounded by `$claim`'s wait (or `LOCK_TIMEOUT`), and answered by `$deadline`: not
+/// sent by then, it never is (`TimedOut`); sent, its outcome is unknown (`InDoubt`). The task
+/// runs on (`db::finish`), so its COMMIT is confirmed or its connection given up, and its
+/// place among the waiting writes is given back only then. `$body` is moved into the task.
 macro_rules! write {
-    ($store:expr, |$client:ident| $body:expr) => {{
-        let started = Instant::now();
-        $store.committed(started, retried!($store, |$client| $body))
+    ($store:expr, $deadline:expr, $claim:expr, |$client:ident| $body:expr) => {{
+        let db = Arc::clone(&$store.db);
+        match db.admission.admit($deadline) {
+            Err(refused) => Err(refused),
+            Ok(admitted) => {
+                let (deadline, ticket) = (admitted.deadline, admitted.ticket.clone());
+                let bound = Bound::write(&admitted, $claim, &db);
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                $store.db.runtime.spawn(async move {
+                    let started = Instant::now();
+                    let work = async { retried!(db, bound, |$client| $body) };
+                    let outcome = db::finish(&bound, work).await;
+                    let outcome = db.committed(started, outcome).map_err(StoreError::from);
+                    drop(admitted);
+                    let _ = answer.send(outcome);
+                });
+                admission::answer(deadline, &ticket, answered).await
+            }
+        }
+    }};
+}
+
+/// A read, with `retried!`'s bounded retries, answered by `$deadline` (`TimedOut` past it;
+/// the connection of a read cut short is given up, not handed back).
+macro_rules! read {
+    ($store:expr, $deadline:expr, |$client:ident| $body:expr) => {{
+        let deadline: Deadline = $deadline;
+        let bound = Bound::read(deadline, &$store.db);
+        let reading = async { retried!($store.db, bound, |$client| $body) };
+        match tokio::time::timeout_at(deadline.instant().into(), reading).await {
+            Ok(outcome) => settled(outcome),
+            Err(_) => Err(StoreError::TimedOut(
+                "the database did not answer the read by the deadline".into(),
+            )),
+        }
     }};
 }
 
@@ -236,13 +281,14 @@ fn settled<T>(outcome: Result<T, Fault>) -> Result<T, StoreError> {
 impl Store for PgStore {
     async fn authenticate(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
         if let Some(hit) = self.cache.api_key(&key_hash) {
             return Ok(Some(hit));
         }
         let generation = self.cache.auth_generation();
-        let found = settled(retried!(self, |c| reads::authenticate(&c, &key_hash)))?;
+        let found = read!(self, deadline, |c| reads::authenticate(&c, &key_hash))?;
         if let Some(found) = &found {
             self.cache
                 .remember_api_key(generation, key_hash, found.clone());
@@ -252,11 +298,12 @@ impl Store for PgStore {
 
     async fn authenticate_with_key(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
         key: Option<IdempotencyKey>,
     ) -> Result<Option<Authenticated>, StoreError> {
         let Some(key) = key else {
-            let found = self.authenticate(key_hash).await?;
+            let found = self.authenticate(deadline, key_hash).await?;
             return Ok(found.map(|(record, account)| Authenticated {
                 record,
                 account,
@@ -277,9 +324,9 @@ impl Store for PgStore {
             }
         }
         let generation = self.cache.auth_generation();
-        let found = settled(retried!(self, |c| reads::authenticate_with_key(
+        let found = read!(self, deadline, |c| reads::authenticate_with_key(
             &c, &key_hash, &key
-        )))?;
+        ))?;
         Ok(found.map(|(record, account, row)| {
             self.cache
                 .remember_api_key(generation, key_hash, (record.clone(), account.clone()));
@@ -294,78 +341,89 @@ impl Store for PgStore {
         }))
     }
 
-    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
-        settled(retried!(self, |c| reads::account(&c, &id)))
+    async fn account(
+        &self,
+        deadline: Deadline,
+        id: AccountId,
+    ) -> Result<Option<Account>, StoreError> {
+        read!(self, deadline, |c| reads::account(&c, &id))
     }
 
-    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError> {
-        settled(retried!(self, |c| reads::balance(&c, &id)))
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError> {
+        read!(self, deadline, |c| reads::balance(&c, &id))
     }
 
-    async fn create_account(&self, account: Account) -> Result<(), StoreError> {
-        settled(write!(self, |c| async {
-            let tx = c.read_committed().await?;
-            rows::insert_account(&tx, &account, Cents::ZERO).await?;
-            tx.commit().await?;
-            Ok(())
-        }))
+    async fn create_account(&self, deadline: Deadline, account: Account) -> Result<(), StoreError> {
+        write!(self, deadline, None, |c| accounts::create_account(
+            &mut c, &account
+        ))
     }
 
     async fn create_api_key(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
-        settled(write!(self, |c| rows::insert_api_key(
+        write!(self, deadline, None, |c| accounts::create_api_key(
             &c, &key_hash, &record
-        )))
+        ))
     }
 
-    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
-        let changed = settled(write!(self, |c| accounts::revoke_api_key(&mut c, &key_id)))?;
+    async fn revoke_api_key(&self, deadline: Deadline, key_id: Id) -> Result<bool, StoreError> {
+        let changed = write!(self, deadline, None, |c| accounts::revoke_api_key(
+            &mut c, &key_id
+        ))?;
         let Some(version) = changed else {
             return Ok(false);
         };
-        self.acknowledged(version).await?;
+        self.acknowledged(deadline, version).await?;
         Ok(true)
     }
 
-    async fn put_product(&self, product: Product) -> Result<(), StoreError> {
-        settled(write!(self, |c| rows::upsert_product(&c, &product)))
+    async fn put_product(&self, deadline: Deadline, product: Product) -> Result<(), StoreError> {
+        write!(self, deadline, None, |c| accounts::put_product(
+            &c, &product
+        ))
     }
 
     async fn credit(
         &self,
+        deadline: Deadline,
         credit: NewCredit,
     ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError> {
-        settled(write!(self, |c| accounts::credit(&mut c, &credit)))
+        write!(self, deadline, credit.claim.as_ref(), |c| accounts::credit(
+            &mut c, &credit
+        ))
     }
 
-    async fn product(&self, id: String) -> Result<Option<Product>, StoreError> {
-        settled(retried!(self, |c| reads::product(&c, &id)))
+    async fn product(&self, deadline: Deadline, id: String) -> Result<Option<Product>, StoreError> {
+        read!(self, deadline, |c| reads::product(&c, &id))
     }
 
     async fn active_products_page(
         &self,
+        deadline: Deadline,
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<Product>, StoreError> {
-        settled(retried!(self, |c| reads::active_products_page(
+        read!(self, deadline, |c| reads::active_products_page(
             &c,
             after.clone(),
             limit
-        )))
+        ))
     }
 
     async fn replay_lookup(
         &self,
+        deadline: Deadline,
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
         if let Some(row) = self.cache.key_row(&account, &key) {
             return Ok(Some(row));
         }
-        let row = settled(retried!(self, |c| reads::replay_lookup(&c, &account, &key)))?;
+        let row = read!(self, deadline, |c| reads::replay_lookup(&c, &account, &key))?;
         if let Some(row) = &row {
             self.cache.remember_key_row(&account, &key, row);
         }
@@ -374,211 +432,242 @@ impl Store for PgStore {
 
     async fn place_order(
         &self,
+        deadline: Deadline,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        let started = Instant::now();
-        match self.committed(started, self.orders.place(order).await) {
-            // The balance kept changing under every try: the partner retries with the key.
-            Err(fault) if fault.retryable() => Ok(Err(OrderRefusal::ConcurrentModification)),
-            outcome => settled(outcome),
-        }
+        self.orders.place(deadline, order).await
     }
 
     async fn cancel_order(
         &self,
+        deadline: Deadline,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        settled(write!(self, |c| lifecycle::change_order(&mut c, &cancel)))
+        write!(self, deadline, cancel.claim.as_ref(), |c| {
+            lifecycle::change_order(&mut c, &cancel)
+        })
     }
 
     async fn refund_order(
         &self,
+        deadline: Deadline,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        settled(write!(self, |c| lifecycle::change_order(&mut c, &refund)))
+        write!(self, deadline, Some(&refund.claim), |c| {
+            lifecycle::change_order(&mut c, &refund)
+        })
     }
 
     async fn record_provider_payment(
         &self,
+        deadline: Deadline,
         payment: ProviderCredit,
     ) -> Result<Result<Recorded, ProviderRefusal>, StoreError> {
-        settled(write!(self, |c| accounts::record_provider_payment(
+        write!(self, deadline, None, |c| accounts::record_provider_payment(
             &mut c, &payment
-        )))
+        ))
     }
 
-    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        settled(retried!(self, |c| reads::order(&c, &id)))
+    async fn order(&self, deadline: Deadline, id: OrderId) -> Result<Option<Order>, StoreError> {
+        read!(self, deadline, |c| reads::order(&c, &id))
     }
 
     async fn orders_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         external_order_id: Option<String>,
         before: Option<OrderId>,
         limit: usize,
     ) -> Result<Page<Order>, StoreError> {
-        settled(retried!(self, |c| reads::orders_page(
+        read!(self, deadline, |c| reads::orders_page(
             &c,
             &account,
             external_order_id.clone(),
             before,
             limit
-        )))
+        ))
     }
 
     async fn ledger_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         before: Option<Id>,
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError> {
-        settled(retried!(self, |c| reads::ledger_page(
+        read!(self, deadline, |c| reads::ledger_page(
             &c, &account, before, limit
-        )))
+        ))
     }
 
     async fn rotate_webhook_secret(
         &self,
+        deadline: Deadline,
         account: AccountId,
         secret: String,
         now: Millis,
         overlap: Duration,
     ) -> Result<Option<PreviousSecret>, StoreError> {
-        let rotated = settled(write!(self, |c| webhook_ops::rotate_webhook_secret(
-            &mut c, &account, &secret, now, overlap
-        )))?;
+        let rotated = write!(self, deadline, None, |c| {
+            webhook_ops::rotate_webhook_secret(&mut c, &account, &secret, now, overlap)
+        })?;
         let Some((previous, version)) = rotated else {
             return Ok(None);
         };
-        self.acknowledged(version).await?;
+        self.acknowledged(deadline, version).await?;
         Ok(Some(previous))
     }
 
     async fn redeliver(
         &self,
+        deadline: Deadline,
         event: Id,
         owner: Option<AccountId>,
         now: Millis,
     ) -> Result<Redelivered, StoreError> {
-        settled(write!(self, |c| webhook_ops::redeliver(
+        write!(self, deadline, None, |c| webhook_ops::redeliver(
             &mut c, &event, owner, now
-        )))
+        ))
     }
 
     async fn recover_deliveries(
         &self,
+        deadline: Deadline,
         account: AccountId,
         since: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        settled(write!(self, |c| webhook_ops::recover(
+        write!(self, deadline, None, |c| webhook_ops::recover(
             &mut c, &account, since, now
-        )))
+        ))
     }
 
     async fn delivery_logs(
         &self,
+        deadline: Deadline,
         _account: AccountId,
         event_ids: Vec<String>,
     ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
-        settled(retried!(self, |c| reads::delivery_logs(&c, &event_ids)))
+        read!(self, deadline, |c| reads::delivery_logs(&c, &event_ids))
     }
 
     async fn accounts_page(
         &self,
+        deadline: Deadline,
         after: Option<AccountId>,
         limit: usize,
     ) -> Result<Page<(Account, Cents)>, StoreError> {
-        settled(retried!(self, |c| reads::accounts_page(&c, after, limit)))
+        read!(self, deadline, |c| reads::accounts_page(&c, after, limit))
     }
 
     async fn events_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         after: Option<Id>,
         limit: usize,
     ) -> Result<Page<Event>, StoreError> {
-        settled(retried!(self, |c| reads::events_page(
+        read!(self, deadline, |c| reads::events_page(
             &c, &account, after, limit
-        )))
+        ))
     }
 
     async fn complete_due_orders(
         &self,
+        deadline: Deadline,
         created_by: Millis,
         max: usize,
     ) -> Result<usize, StoreError> {
-        settled(write!(self, |c| lifecycle::complete_due_orders(
+        write!(self, deadline, None, |c| lifecycle::complete_due_orders(
             &mut c, created_by, max
-        )))
+        ))
     }
 
     async fn due_deliveries(
         &self,
+        deadline: Deadline,
         now: Millis,
         max: usize,
         take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        // The filter is used up by one pass: no retry.
-        let client = self.client().await?;
-        settled(outbox::due_deliveries(&client, &self.instance, now, max, take).await)
+        // The filter is used up by one pass: no retry. The claims it takes lapse by
+        // themselves if the pass is cut short.
+        let claiming = async {
+            let mut client = self.db.conn(&Bound::read(deadline, &self.db)).await?;
+            let due = outbox::due_deliveries(&client, &self.instance, now, max, take).await;
+            client.settle();
+            due
+        };
+        match tokio::time::timeout_at(deadline.instant().into(), claiming).await {
+            Ok(due) => settled(due),
+            Err(_) => Err(StoreError::TimedOut(
+                "the outbox was not read by the deadline".into(),
+            )),
+        }
     }
 
     async fn settle_delivery(
         &self,
+        deadline: Deadline,
         due: DueDelivery,
         outcome: DeliveryOutcome,
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
-        settled(write!(self, |c| outbox::settle_delivery(
-            &mut c,
-            &self.instance,
-            &due,
-            outcome,
-            &attempt
-        )))
+        let instance = self.instance.clone();
+        write!(self, deadline, None, |c| outbox::settle_delivery(
+            &mut c, &instance, &due, outcome, &attempt
+        ))
     }
 
-    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
-        settled(write!(self, |c| outbox::sweep_expired_keys(&c, now, max)))
+    async fn sweep_expired_keys(
+        &self,
+        deadline: Deadline,
+        now: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        write!(self, deadline, None, |c| outbox::sweep_expired_keys(
+            &c, now, max
+        ))
     }
 
-    async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let client = settled(self.client().await)?;
+    async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError> {
+        // Bounded by its start: the stream then runs as long as it needs.
+        let client = settled(self.db.conn(&Bound::read(deadline, &self.db)).await)?;
         let (producer, snapshot) = Snapshot::channel();
         tokio::spawn(backup::stream(client, producer));
         Ok(snapshot)
     }
 
-    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
-        settled(write!(self, |c| backup::restore(&mut c, &records)))
+    async fn restore(
+        &self,
+        deadline: Deadline,
+        records: Vec<Record>,
+    ) -> Result<RestoreCounts, StoreError> {
+        write!(self, deadline, None, |c| backup::restore(&mut c, &records))
     }
 
     fn shared_rate_limit(&self) -> Option<Arc<dyn SharedRateLimit>> {
         Some(Arc::clone(&self.limiter) as Arc<dyn SharedRateLimit>)
     }
 
-    async fn is_empty(&self) -> Result<bool, StoreError> {
-        settled(retried!(self, |c| reads::is_empty(&c)))
+    async fn is_empty(&self, deadline: Deadline) -> Result<bool, StoreError> {
+        read!(self, deadline, |c| reads::is_empty(&c))
     }
 
-    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
-        settled(retried!(self, |c| reads::row_counts(&c)))
+    async fn row_counts(&self, deadline: Deadline) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        read!(self, deadline, |c| reads::row_counts(&*c))
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
-        let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
-            let client = self.client().await?;
-            tx::execute(&client, "SELECT 1", &[]).await
-        })
-        .await;
-        match answered {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(fault)) => Err(fault.into()),
-            Err(_) => Err(StoreError::Failed(
-                "the database did not answer in time".into(),
-            )),
+        let deadline = Deadline::after(PROBE_TIMEOUT);
+        read!(self, deadline, |c| tx::execute(&*c, "SELECT 1", &[])).map(drop)
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            oldest_commit: self.db.commits.oldest(),
+            pending_writes: self.db.admission.pending(),
         }
     }
 
@@ -587,28 +676,37 @@ impl Store for PgStore {
         std::future::pending().await
     }
 
-    async fn stop(&self) {
+    async fn stop(&self, deadline: Deadline) -> Stopped {
         for task in &self.background {
             task.abort();
         }
         // No copy is served from here on, so the lease can go: changes stop waiting for it.
         self.cache.give_up();
-        if let Ok(client) = self.client().await {
-            if let Err(e) = shared_cache::release(&client, &self.instance).await {
-                log::warn!("releasing the cache lease: {}", StoreError::from(e));
-            }
+        if let Err(e) = read!(self, deadline, |c| shared_cache::release(
+            &*c,
+            &self.instance
+        )) {
+            log::warn!("releasing the cache lease: {e}");
         }
-        // The workers have stopped, so nothing this instance claimed is in flight any more:
-        // hand the claims back at once rather than let another instance wait out the lease
-        // (a rolling restart would otherwise delay those callbacks by up to the lease).
-        if let Ok(client) = self.client().await {
-            if let Err(e) = outbox::release_claims(&client, &self.instance).await {
-                log::warn!(
-                    "webhooks: releasing this instance's claims: {}",
-                    StoreError::from(e)
-                );
-            }
+        // The workers have stopped (or were left inside a pass, whose claims then lapse
+        // by themselves), so hand the claims back at once rather than let another instance
+        // wait out the lease (a rolling restart would otherwise delay those callbacks).
+        if let Err(e) = read!(self, deadline, |c| outbox::release_claims(
+            &c,
+            &self.instance
+        )) {
+            log::warn!("webhooks: releasing this instance's claims: {e}");
         }
-        self.pool.close();
+        // Writes still running (a COMMIT not yet confirmed) are waited for until the deadline.
+        while self.db.admission.pending() > 0 && !deadline.passed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let in_flight = self.db.admission.pending();
+        self.db.pool.close();
+        if in_flight == 0 {
+            Stopped::Settled
+        } else {
+            Stopped::Abandoned { in_flight }
+        }
     }
 }

@@ -4,27 +4,25 @@
 //! `batch::write_decisions`) before it commits. The balance row's lock is what keeps two
 //! orders of one account from deciding on the same balance.
 
-use deadpool_postgres::Object;
-
 use super::batch::{catalog, write_decisions, PRODUCTS_SQL};
+use super::db::Conn;
 use super::rows::lock_balance;
-use super::tx::ReadCommitted;
 use super::tx::{first_cause, key_taken, query, Fault};
 use crate::domain::time::now_millis;
 use crate::store::batch::{decide, OrderView, Wants};
 use crate::store::{NewOrder, OrderRefusal};
 
 pub async fn place_order(
-    client: &mut Object,
+    client: &mut Conn,
     new: &NewOrder,
 ) -> Result<Result<Vec<u8>, OrderRefusal>, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let account = new.account.id;
     let wants = Wants::of(&[new]);
     // Sent together: the key's lock and check, the catalog the lines are priced from, and
     // the balance row, locked to the commit.
     let (taken, rows, balance) = futures_util::future::join3(
-        key_taken(&tx, &account, &new.claim),
+        key_taken(&tx, &gate, &account, &new.claim),
         query(&tx, &PRODUCTS_SQL, &[&wants.products]),
         lock_balance(&tx, &account),
     )
@@ -50,6 +48,6 @@ pub async fn place_order(
     // Read under the balance row's lock, so the account's ids follow its commits.
     let decisions = decide(view, &[new], now_millis())?;
     write_decisions(&tx, &decisions).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(decisions.answers().pop().expect("one order, one answer"))
 }

@@ -14,12 +14,13 @@
 //! connection and row locks for as long as a receiver keeps the request open.
 
 use deadpool_postgres::{GenericClient, Object};
+
+use super::db::Conn;
 use futures_util::TryStreamExt;
 use tokio_postgres::types::ToSql;
 
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
-use super::tx::ReadCommitted;
 use super::tx::{execute, query, query_opt, Fault};
 use super::webhook_ops::lock_callback;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog};
@@ -173,16 +174,17 @@ pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
 /// logged, but the outbox row is the new holder's (or the redelivery's) to settle; a claim of
 /// this instance on a moved row is released, so the redelivery goes out at once.
 pub async fn settle_delivery(
-    client: &mut Object,
+    client: &mut Conn,
     instance: &str,
     due: &DueDelivery,
     outcome: DeliveryOutcome,
     attempt: &DeliveryAttempt,
 ) -> Result<(), Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let event_id = &due.delivery.event_id;
-    // Pipelined: the lock is taken before the two statements behind it run.
-    let ((), removed, found) = futures_util::future::try_join3(
+    // Pipelined: the bounds, then the lock, taken before the two statements behind it run.
+    let ((), (), removed, found) = futures_util::future::try_join4(
+        gate.limit_waits(&tx),
         lock_callback(&tx, event_id),
         execute(
             &tx,
@@ -216,21 +218,23 @@ pub async fn settle_delivery(
         insert_delivery(&tx, at, &next).await?;
     }
     upsert_delivery_log(&tx, event_id, &log).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(())
 }
 
 /// Deletes up to `max` key rows whose expiry passed before `now`; returns how many. The
 /// statement is the claim: rows another instance's sweep (or a use of the key) holds are
 /// skipped rather than waited for, and its locks end with it, even if its instance dies.
-pub async fn sweep_expired_keys(c: &Object, now: Millis, max: usize) -> Result<usize, Fault> {
+pub async fn sweep_expired_keys(c: &Conn, now: Millis, max: usize) -> Result<usize, Fault> {
+    let in_flight = c.sending_alone()?;
     let deleted = execute(
-        c,
+        &**c,
         "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
              SELECT account_id, key FROM idempotency_keys WHERE expires_at < $1
              ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
         &[&codec::time(now), &(max.min(i64::MAX as usize) as i64)],
     )
     .await?;
+    in_flight.done();
     Ok(deleted as usize)
 }

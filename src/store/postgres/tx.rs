@@ -2,13 +2,12 @@
 //! through the connection's statement cache, the lock that serializes the uses of one key,
 //! and the bounded retry of transactions that lost a serialization race or a deadlock.
 
-use std::time::Instant;
-
-use deadpool_postgres::{GenericClient, Object, Transaction};
+use deadpool_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, Row};
+use tokio_postgres::Row;
 
+use super::db::Gate;
 use crate::domain::ids::AccountId;
 use crate::store::{KeyClaim, StoreError, Taken};
 
@@ -16,23 +15,6 @@ use crate::store::{KeyClaim, StoreError, Taken};
 pub const MAX_TRIES: u32 = 3;
 
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
-
-/// Every write transaction states its isolation level itself (`START TRANSACTION ISOLATION
-/// LEVEL READ COMMITTED`), whatever the server's or the role's default: money is serialized
-/// by orderly's row locks, and under a default of REPEATABLE READ each race on a hot account
-/// would be a serialization failure.
-pub trait ReadCommitted {
-    async fn read_committed(&mut self) -> Result<Transaction<'_>, tokio_postgres::Error>;
-}
-
-impl ReadCommitted for Object {
-    async fn read_committed(&mut self) -> Result<Transaction<'_>, tokio_postgres::Error> {
-        self.build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .await
-    }
-}
 
 /// Why an operation did not complete.
 #[derive(Debug)]
@@ -145,14 +127,16 @@ pub async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> 
 /// transaction-scoped advisory lock on (account, key) makes a concurrent first use, here or
 /// in another instance, wait for this one's commit and then find its row, which is returned
 /// to decide. A wait past the claim's `wait_until` counts as taken, without a row (the
-/// caller looks the key up again, or answers that it is in progress). The bound, the lock
-/// and the row's read are sent together: one round trip.
+/// caller looks the key up again, or answers that it is in progress). The transaction's
+/// bounds (its first statement), the lock and the row's read are sent together: one round
+/// trip.
 pub async fn key_taken<C: GenericClient>(
     c: &C,
+    gate: &Gate,
     account: &AccountId,
     claim: &KeyClaim,
 ) -> Result<Option<Taken>, Fault> {
-    let bound = bound_lock_waits(c, claim.wait_until);
+    let bound = gate.limit_waits(c);
     let account = account.to_string();
     // The account id has a fixed length, so the concatenation names one pair.
     let scoped = format!("{account}{}", claim.key.as_str());
@@ -179,19 +163,6 @@ pub async fn key_taken<C: GenericClient>(
         (_, Err(fault), _) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => Ok(Some(None)),
         (a, b, c) => Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
     }
-}
-
-/// Bounds every lock wait that follows in this transaction by what is left until `until`
-/// (`SET LOCAL lock_timeout`), so that a write's waits add up to the request's one bound
-/// rather than a lock timeout each. Sent together with the first lock it bounds. When
-/// nothing is left, each lock may still be taken if it is free (a bound of 1 ms; 0 would
-/// mean none), so that a wait spent elsewhere (queued behind a batch) is told apart from a
-/// key or row that is held: the answer says which.
-pub async fn bound_lock_waits<C: GenericClient>(c: &C, until: Instant) -> Result<(), Fault> {
-    let left = until.saturating_duration_since(Instant::now());
-    let millis = left.as_millis().max(1).to_string();
-    query_opt(c, "SELECT set_config('lock_timeout', $1, true)", &[&millis]).await?;
-    Ok(())
 }
 
 /// Orders the events of one account by commit, across instances: the account's event lock,
@@ -231,23 +202,26 @@ pub async fn lock_events<C: GenericClient>(
     }
 }
 
-/// Runs `$body` (an async expression using the pooled connection `$client`) until it
-/// succeeds, fails for good, or has lost `MAX_TRIES` races (serialization failures and
-/// deadlocks; a lock timeout is final, its wait was the bound); evaluates to its last result.
-/// `retried!($store, spent = N, …)` starts with `N` of the tries already used (a batch's
-/// lock wait counts as one of its orders' tries).
+/// Runs `$body` (an async expression using `$client`, a connection of `$db` bounded by
+/// `$bound`) until it succeeds, fails for good, or has lost `MAX_TRIES` races (serialization
+/// failures and deadlocks; a lock timeout is final, its wait was the bound); no try starts
+/// once the deadline passed. Evaluates to its last result. `retried!($db, $bound, spent = N,
+/// …)` starts with `N` of the tries already used (a batch's lock wait counts as one of its
+/// orders' tries).
 macro_rules! retried {
-    ($store:expr, |$client:ident| $body:expr) => {
-        $crate::store::postgres::tx::retried!($store, spent = 0u32, |$client| $body)
+    ($db:expr, $bound:expr, |$client:ident| $body:expr) => {
+        $crate::store::postgres::tx::retried!($db, $bound, spent = 0u32, |$client| $body)
     };
-    ($store:expr, spent = $spent:expr, |$client:ident| $body:expr) => {{
+    ($db:expr, $bound:expr, spent = $spent:expr, |$client:ident| $body:expr) => {{
         let mut tries: u32 = $spent;
         loop {
-            let outcome = match $store.client().await {
+            let outcome = match $db.conn(&$bound).await {
                 Ok(client) => {
                     #[allow(unused_mut)]
                     let mut $client = client;
-                    $body.await
+                    let outcome = $body.await;
+                    $client.settle();
+                    outcome
                 }
                 Err(fault) => Err(fault),
             };
@@ -256,7 +230,8 @@ macro_rules! retried {
                 Err(fault)
                     if fault.retryable()
                         && !fault.is(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
-                        && tries + 1 < $crate::store::postgres::tx::MAX_TRIES =>
+                        && tries + 1 < $crate::store::postgres::tx::MAX_TRIES
+                        && !$bound.deadline.passed() =>
                 {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;

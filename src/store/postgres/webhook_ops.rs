@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, Object};
+use deadpool_postgres::GenericClient;
 
 use super::codec;
+use super::db::Conn;
 use super::rows::{insert_delivery, upsert_delivery_log, upsert_previous_secret};
 use super::shared_cache::bump;
-use super::tx::ReadCommitted;
 use super::tx::{execute, query, query_opt, Fault};
 use crate::domain::event::{redelivery, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id};
@@ -37,21 +37,24 @@ pub async fn lock_callback<C: GenericClient>(c: &C, event_id: &str) -> Result<()
 /// Replaces the secret; returns the one replaced and the change every instance's copies of
 /// the account must acknowledge (`shared_cache::bump`).
 pub async fn rotate_webhook_secret(
-    client: &mut Object,
+    client: &mut Conn,
     account: &AccountId,
     secret: &str,
     now: Millis,
     overlap: Duration,
 ) -> Result<Option<(PreviousSecret, i64)>, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let id = account.to_string();
-    let Some(row) = query_opt(
-        &tx,
-        "SELECT webhook_secret FROM accounts WHERE id = $1 FOR NO KEY UPDATE",
-        &[&id],
+    let ((), row) = futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        query_opt(
+            &tx,
+            "SELECT webhook_secret FROM accounts WHERE id = $1 FOR NO KEY UPDATE",
+            &[&id],
+        ),
     )
-    .await?
-    else {
+    .await?;
+    let Some(row) = row else {
         return Ok(None);
     };
     let previous = retire(row.get("webhook_secret"), now, overlap);
@@ -66,44 +69,47 @@ pub async fn rotate_webhook_secret(
         bump(&tx),
     )
     .await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(Some((previous, version)))
 }
 
 /// Queues one attempt of event `id`'s callback at `now`; `owner` limits it to that account's.
 pub async fn redeliver(
-    client: &mut Object,
+    client: &mut Conn,
     id: &Id,
     owner: Option<AccountId>,
     now: Millis,
 ) -> Result<Redelivered, Fault> {
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
     let owner = owner.map(|a| a.to_string());
-    let Some(row) = query_opt(
-        &tx,
-        "SELECT snapshot FROM events WHERE id = $1 AND ($2::text IS NULL OR account_id = $2)",
-        &[&id.to_string(), &owner],
+    let ((), row) = futures_util::future::try_join(
+        gate.limit_waits(&tx),
+        query_opt(
+            &tx,
+            "SELECT snapshot FROM events WHERE id = $1 AND ($2::text IS NULL OR account_id = $2)",
+            &[&id.to_string(), &owner],
+        ),
     )
-    .await?
-    else {
+    .await?;
+    let Some(row) = row else {
         return Ok(Redelivered::NotFound);
     };
     let event = codec::event(&row)?;
     let outcome = requeue(&tx, &event, None, now).await?;
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(outcome)
 }
 
 /// Redelivers every callback of `account` given up at or after `since`; returns how many.
 pub async fn recover(
-    client: &mut Object,
+    client: &mut Conn,
     account: &AccountId,
     since: Millis,
     now: Millis,
 ) -> Result<u64, Fault> {
     // Candidates only (the domain decides, again under each callback's lock below).
     let rows = query(
-        client,
+        &**client,
         "SELECT e.snapshot, l.log FROM events e JOIN delivery_logs l ON l.event_id = e.id
          WHERE e.account_id = $1 AND l.log->>'ended' = 'GivenUp' ORDER BY e.id",
         &[&account.to_string()],
@@ -119,14 +125,15 @@ pub async fn recover(
     if candidates.is_empty() {
         return Ok(0);
     }
-    let tx = client.read_committed().await?;
+    let (tx, gate) = client.begin().await?;
+    gate.limit_waits(&tx).await?;
     let mut requeued = 0;
     for event in &candidates {
         if requeue(&tx, event, Some(since), now).await? == Redelivered::Queued {
             requeued += 1;
         }
     }
-    tx.commit().await?;
+    gate.commit(tx).await?;
     Ok(requeued)
 }
 

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::records::{checked_counts, verify_counts};
+use crate::bounds::Deadline;
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -40,19 +41,20 @@ use crate::domain::product::Product;
 use crate::domain::time::{now_millis, Millis};
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
+use crate::store::admission::InFlight;
 use crate::store::cache::Cache;
 use crate::store::writes::OrderChange;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
-    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, ProviderCredit, ProviderRefusal, Record,
-    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Store,
-    StoreError,
+    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Progress, ProviderCredit, ProviderRefusal,
+    Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped,
+    Store, StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
-use writer::Writer;
+use writer::{Writer, WriterParts};
 
 /// API keys kept per generation of the cache (deployments have a few hundred keys).
 const AUTH_CACHE_HALF: usize = 5_000;
@@ -77,6 +79,8 @@ pub struct Options {
     pub path: PathBuf,
     /// Bound on sled's page cache (its default of 1 GiB makes memory unpredictable).
     pub cache_bytes: u64,
+    /// `--max-pending-writes`: writes queued for the writer or waiting for their flush.
+    pub max_pending_writes: usize,
     pub metrics: Arc<Metrics>,
     pub flush_hook: Option<FlushHook>,
 }
@@ -89,13 +93,18 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;
     let visibility = Arc::new(Visibility::default());
+    let commits = Arc::new(InFlight::default());
     let writer = Writer::start(
         Arc::clone(&trees),
-        data_file,
-        BlobFiles::of(options.path.clone()),
-        options.metrics,
-        Arc::clone(&visibility),
-        options.flush_hook,
+        WriterParts {
+            data_file,
+            blobs: BlobFiles::of(options.path.clone()),
+            metrics: options.metrics,
+            visibility: Arc::clone(&visibility),
+            hook: options.flush_hook,
+            commits: Arc::clone(&commits),
+            max_pending: options.max_pending_writes,
+        },
     );
     // Beside the data directory, on its filesystem: a backup's spool is as large as the data.
     let spool_dir = match options.path.parent() {
@@ -107,6 +116,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         trees,
         writer,
         visibility,
+        commits,
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
     }))
@@ -118,6 +128,8 @@ struct SledStore {
     spool_dir: PathBuf,
     writer: Writer,
     visibility: Arc<Visibility>,
+    /// The batch the writer applies and the flush in progress (`/readyz`).
+    commits: Arc<InFlight>,
     /// API keys already authenticated: a hit saves two point reads, their decoding and the
     /// wait on the profile stripe. A write of accounts or keys runs inside its `around`, so
     /// a revoked key is refused from the moment its write is applied.
@@ -138,15 +150,19 @@ impl SledStore {
         outcome
     }
 
-    /// A read of many records (a page), off the async executor.
+    /// A read of many records (a page), off the async executor, answered by `deadline`
+    /// (a disk that stopped answering leaves the read to finish on its own).
     async fn scan<T: Send + 'static>(
         &self,
+        deadline: Deadline,
         read: impl FnOnce(&Trees) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.visibility.failed()?;
         let trees = Arc::clone(&self.trees);
-        let outcome = tokio::task::spawn_blocking(move || read(&trees))
+        let reading = tokio::task::spawn_blocking(move || read(&trees));
+        let outcome = tokio::time::timeout_at(deadline.instant().into(), reading)
             .await
+            .map_err(|_| StoreError::TimedOut("the disk did not answer a read in time".into()))?
             .map_err(|e| StoreError::Corrupt(format!("a read panicked: {e}")))?;
         if let Err(StoreError::Failed(why)) = &outcome {
             self.visibility.fail(why);
@@ -155,13 +171,17 @@ impl SledStore {
     }
 
     /// A cancel or a refund, on the writer, striped by its account and its key.
-    async fn change_order<C>(&self, request: C) -> Result<Result<Vec<u8>, C::Refusal>, StoreError>
+    async fn change_order<C>(
+        &self,
+        deadline: Deadline,
+        request: C,
+    ) -> Result<Result<Vec<u8>, C::Refusal>, StoreError>
     where
         C: OrderChange + Send + 'static,
         C::Refusal: Send + 'static,
     {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 let account = request.account();
                 b.touches(Stripe::account(&account));
                 if let Some(claim) = request.claim() {
@@ -172,10 +192,22 @@ impl SledStore {
             .await
     }
 
-    /// Returns what a read saw once it is durable.
-    async fn settled<T>(&self, value: T, stripe: Stripe) -> Result<T, StoreError> {
-        self.visibility.settled(stripe).await?;
-        Ok(value)
+    /// Returns what a read saw once it is durable, or `TimedOut` when the flush it waits for
+    /// has not finished by `deadline`.
+    async fn settled<T>(
+        &self,
+        deadline: Deadline,
+        value: T,
+        stripe: Stripe,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout_at(deadline.instant().into(), self.visibility.settled(stripe))
+            .await
+        {
+            Ok(settled) => settled.map(|()| value),
+            Err(_) => Err(StoreError::TimedOut(
+                "what the read saw was not yet durable by the deadline".into(),
+            )),
+        }
     }
 }
 
@@ -183,6 +215,7 @@ impl SledStore {
 impl Store for SledStore {
     async fn authenticate(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
         self.visibility.failed()?;
@@ -191,29 +224,35 @@ impl Store for SledStore {
         }
         let generation = self.auth_cache.generation();
         let Some(found) = self.read(|t| t.authenticate(&key_hash))? else {
-            return self.settled(None, Stripe::credential(&key_hash)).await;
+            return self
+                .settled(deadline, None, Stripe::credential(&key_hash))
+                .await;
         };
         let stripe = Stripe::profile(&found.1.id);
-        let found = self.settled(found, stripe).await?;
+        let found = self.settled(deadline, found, stripe).await?;
         self.auth_cache
             .remember(generation, key_hash, found.clone());
         Ok(Some(found))
     }
 
-    async fn account(&self, id: AccountId) -> Result<Option<Account>, StoreError> {
+    async fn account(
+        &self,
+        deadline: Deadline,
+        id: AccountId,
+    ) -> Result<Option<Account>, StoreError> {
         let account = self.read(|t| t.account(&id))?;
-        self.settled(account, Stripe::profile(&id)).await
+        self.settled(deadline, account, Stripe::profile(&id)).await
     }
 
-    async fn balance(&self, id: AccountId) -> Result<Cents, StoreError> {
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError> {
         let balance = self.read(|t| t.balance(&id))?;
-        self.settled(balance, Stripe::account(&id)).await
+        self.settled(deadline, balance, Stripe::account(&id)).await
     }
 
-    async fn create_account(&self, account: Account) -> Result<(), StoreError> {
+    async fn create_account(&self, deadline: Deadline, account: Account) -> Result<(), StoreError> {
         let cache = Arc::clone(&self.auth_cache);
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::profile(&account.id));
                 cache.around(|| b.trees.create_account(&account))
             })
@@ -222,22 +261,23 @@ impl Store for SledStore {
 
     async fn create_api_key(
         &self,
+        deadline: Deadline,
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
         let cache = Arc::clone(&self.auth_cache);
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::profile(&record.account_id));
                 cache.around(|| b.trees.create_api_key(&key_hash, &record))
             })
             .await
     }
 
-    async fn revoke_api_key(&self, key_id: Id) -> Result<bool, StoreError> {
+    async fn revoke_api_key(&self, deadline: Deadline, key_id: Id) -> Result<bool, StoreError> {
         let cache = Arc::clone(&self.auth_cache);
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 let Some((hash, record)) = b.trees.api_key_by_id(&key_id)? else {
                     return Ok(false);
                 };
@@ -249,9 +289,9 @@ impl Store for SledStore {
             .await
     }
 
-    async fn put_product(&self, product: Product) -> Result<(), StoreError> {
+    async fn put_product(&self, deadline: Deadline, product: Product) -> Result<(), StoreError> {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::Catalog);
                 b.trees.put_product(&product)
             })
@@ -260,10 +300,11 @@ impl Store for SledStore {
 
     async fn credit(
         &self,
+        deadline: Deadline,
         credit: NewCredit,
     ) -> Result<Result<Vec<u8>, CreditRefusal>, StoreError> {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 let account = credit.account.id;
                 b.touches(Stripe::account(&account));
                 if let Some(claim) = &credit.claim {
@@ -274,24 +315,28 @@ impl Store for SledStore {
             .await
     }
 
-    async fn product(&self, id: String) -> Result<Option<Product>, StoreError> {
+    async fn product(&self, deadline: Deadline, id: String) -> Result<Option<Product>, StoreError> {
         let product = self.read(|t| t.product(&id))?;
-        self.settled(product, Stripe::Catalog).await
+        self.settled(deadline, product, Stripe::Catalog).await
     }
 
     async fn active_products_page(
         &self,
+        deadline: Deadline,
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<Product>, StoreError> {
         let page = self
-            .scan(move |t| t.active_products_page(after.as_deref(), limit))
+            .scan(deadline, move |t| {
+                t.active_products_page(after.as_deref(), limit)
+            })
             .await?;
-        self.settled(page, Stripe::Catalog).await
+        self.settled(deadline, page, Stripe::Catalog).await
     }
 
     async fn replay_lookup(
         &self,
+        deadline: Deadline,
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
@@ -306,7 +351,9 @@ impl Store for SledStore {
             // whose answer waits for its own flush (and for a sweep's delete before it).
             return Ok(None);
         };
-        let row = self.settled(row, Stripe::key(&account, &key)).await?;
+        let row = self
+            .settled(deadline, row, Stripe::key(&account, &key))
+            .await?;
         self.replay_cache
             .remember(generation, scoped, Arc::new(row.clone()));
         Ok(Some(row))
@@ -314,42 +361,46 @@ impl Store for SledStore {
 
     async fn place_order(
         &self,
+        deadline: Deadline,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        self.writer.place_order(order).await
+        self.writer.place_order(deadline, order).await
     }
 
     async fn cancel_order(
         &self,
+        deadline: Deadline,
         cancel: CancelRequest,
     ) -> Result<Result<Vec<u8>, CancelRefusal>, StoreError> {
-        self.change_order(cancel).await
+        self.change_order(deadline, cancel).await
     }
 
     async fn refund_order(
         &self,
+        deadline: Deadline,
         refund: RefundRequest,
     ) -> Result<Result<Vec<u8>, RefundRefusal>, StoreError> {
-        self.change_order(refund).await
+        self.change_order(deadline, refund).await
     }
 
     async fn record_provider_payment(
         &self,
+        deadline: Deadline,
         payment: ProviderCredit,
     ) -> Result<Result<Recorded, ProviderRefusal>, StoreError> {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::account(&payment.account));
                 b.trees.record_provider_payment(&payment, now_millis())
             })
             .await
     }
 
-    async fn order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
+    async fn order(&self, deadline: Deadline, id: OrderId) -> Result<Option<Order>, StoreError> {
         match self.read(|t| t.order(&id))? {
             Some(order) => {
                 let stripe = Stripe::account(&order.account_id);
-                self.settled(Some(order), stripe).await
+                self.settled(deadline, Some(order), stripe).await
             }
             // No write removes an order, and one whose placing is in flight has not been
             // answered, so nobody holds its id yet: this 404 cannot be taken back.
@@ -359,43 +410,52 @@ impl Store for SledStore {
 
     async fn orders_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         external_order_id: Option<String>,
         before: Option<OrderId>,
         limit: usize,
     ) -> Result<Page<Order>, StoreError> {
         let page = self
-            .scan(move |t| t.orders_page(&account, external_order_id.as_deref(), before, limit))
+            .scan(deadline, move |t| {
+                t.orders_page(&account, external_order_id.as_deref(), before, limit)
+            })
             .await?;
-        self.settled(page, Stripe::account(&account)).await
+        self.settled(deadline, page, Stripe::account(&account))
+            .await
     }
 
     async fn ledger_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         before: Option<Id>,
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError> {
         let page = self
-            .scan(move |t| t.ledger_page(&account, before, limit))
+            .scan(deadline, move |t| t.ledger_page(&account, before, limit))
             .await?;
-        self.settled(page, Stripe::account(&account)).await
+        self.settled(deadline, page, Stripe::account(&account))
+            .await
     }
 
     async fn events_page(
         &self,
+        deadline: Deadline,
         account: AccountId,
         after: Option<Id>,
         limit: usize,
     ) -> Result<Page<Event>, StoreError> {
         let page = self
-            .scan(move |t| t.events_page(&account, after, limit))
+            .scan(deadline, move |t| t.events_page(&account, after, limit))
             .await?;
-        self.settled(page, Stripe::account(&account)).await
+        self.settled(deadline, page, Stripe::account(&account))
+            .await
     }
 
     async fn complete_due_orders(
         &self,
+        deadline: Deadline,
         created_by: Millis,
         max: usize,
     ) -> Result<usize, StoreError> {
@@ -404,7 +464,7 @@ impl Store for SledStore {
             return Ok(0);
         }
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 let due = b.trees.due_orders(created_by, max)?;
                 for order in &due {
                     b.touches(Stripe::account(&order.account));
@@ -416,13 +476,16 @@ impl Store for SledStore {
 
     async fn due_deliveries(
         &self,
+        deadline: Deadline,
         now: Millis,
         max: usize,
         take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        let due = self.scan(move |t| t.due_deliveries(now, max, take)).await?;
+        let due = self
+            .scan(deadline, move |t| t.due_deliveries(now, max, take))
+            .await?;
         // Any outbox entry may come from a batch still being flushed.
-        let due = self.settled(due, Stripe::Everything).await?;
+        let due = self.settled(deadline, due, Stripe::Everything).await?;
         let mut ready = Vec::with_capacity(due.len());
         let mut orphans = Vec::new();
         for entry in due {
@@ -433,7 +496,7 @@ impl Store for SledStore {
         }
         if !orphans.is_empty() {
             self.writer
-                .write(move |b| {
+                .write(deadline, move |b| {
                     orphans
                         .iter()
                         .try_for_each(|key| b.trees.remove_outbox_entry(key))
@@ -445,12 +508,13 @@ impl Store for SledStore {
 
     async fn settle_delivery(
         &self,
+        deadline: Deadline,
         due: DueDelivery,
         outcome: DeliveryOutcome,
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 // The log is shown by the console with the account's events.
                 b.touches(Stripe::account(&due.delivery.account_id));
                 b.trees.settle_delivery(&due, outcome, &attempt)
@@ -460,6 +524,7 @@ impl Store for SledStore {
 
     async fn rotate_webhook_secret(
         &self,
+        deadline: Deadline,
         account: AccountId,
         secret: String,
         now: Millis,
@@ -467,7 +532,7 @@ impl Store for SledStore {
     ) -> Result<Option<PreviousSecret>, StoreError> {
         let cache = Arc::clone(&self.auth_cache);
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::profile(&account));
                 cache.around(|| {
                     b.trees
@@ -479,12 +544,13 @@ impl Store for SledStore {
 
     async fn redeliver(
         &self,
+        deadline: Deadline,
         event: Id,
         owner: Option<AccountId>,
         now: Millis,
     ) -> Result<Redelivered, StoreError> {
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 let Some(found) = b.trees.event_by_id(&event, owner)? else {
                     // Nothing is written: the not-found rests on what is durable once the
                     // batch it rode in is (every earlier write of the event was before it).
@@ -498,19 +564,20 @@ impl Store for SledStore {
 
     async fn recover_deliveries(
         &self,
+        deadline: Deadline,
         account: AccountId,
         since: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
         // The scan runs off the writer; the writer then looks at each event again.
         let events = self
-            .scan(move |t| t.given_up_since(&account, since))
+            .scan(deadline, move |t| t.given_up_since(&account, since))
             .await?;
         if events.is_empty() {
-            return self.settled(0, Stripe::account(&account)).await;
+            return self.settled(deadline, 0, Stripe::account(&account)).await;
         }
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 b.touches(Stripe::account(&account));
                 b.trees.recover(&events, since, now)
             })
@@ -519,52 +586,68 @@ impl Store for SledStore {
 
     async fn delivery_logs(
         &self,
+        deadline: Deadline,
         account: AccountId,
         event_ids: Vec<String>,
     ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
         let logs = self.read(|t| t.delivery_logs(&event_ids))?;
-        self.settled(logs, Stripe::account(&account)).await
+        self.settled(deadline, logs, Stripe::account(&account))
+            .await
     }
 
     async fn accounts_page(
         &self,
+        deadline: Deadline,
         after: Option<AccountId>,
         limit: usize,
     ) -> Result<Page<(Account, Cents)>, StoreError> {
-        let page = self.scan(move |t| t.accounts_page(after, limit)).await?;
+        let page = self
+            .scan(deadline, move |t| t.accounts_page(after, limit))
+            .await?;
         // A page of many accounts: wait for every batch started, not one stripe.
-        self.settled(page, Stripe::Everything).await
+        self.settled(deadline, page, Stripe::Everything).await
     }
 
-    async fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
+    async fn sweep_expired_keys(
+        &self,
+        deadline: Deadline,
+        now: Millis,
+        max: usize,
+    ) -> Result<usize, StoreError> {
         if !self.read(|t| t.any_key_expired(now))? {
             return Ok(0);
         }
         // A deleted row only frees its key: nothing a read could report, so no stripe.
         let cache = Arc::clone(&self.replay_cache);
         self.writer
-            .write(move |b| cache.around(|| b.trees.sweep_expired_keys(now, max)))
+            .write(deadline, move |b| {
+                cache.around(|| b.trees.sweep_expired_keys(now, max))
+            })
             .await
     }
 
-    async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+    async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError> {
         // The cut is one writer job: writes queue behind the copy, not behind the reading.
         let beside = self.spool_dir.clone();
         let spool = self
             .writer
-            .write(move |b| b.trees.spool_cut(&beside))
+            .write(deadline, move |b| b.trees.spool_cut(&beside))
             .await?;
         let (producer, snapshot) = Snapshot::channel();
         tokio::task::spawn_blocking(move || spool.stream_into(producer));
         Ok(snapshot)
     }
 
-    async fn restore(&self, records: Vec<Record>) -> Result<RestoreCounts, StoreError> {
+    async fn restore(
+        &self,
+        deadline: Deadline,
+        records: Vec<Record>,
+    ) -> Result<RestoreCounts, StoreError> {
         let counts = checked_counts(&records)?;
         let cache = Arc::clone(&self.auth_cache);
         let replays = Arc::clone(&self.replay_cache);
         self.writer
-            .write(move |b| {
+            .write(deadline, move |b| {
                 if !b.trees.holds_nothing() {
                     return Err(StoreError::Refused("the target already holds data".into()));
                 }
@@ -576,24 +659,32 @@ impl Store for SledStore {
             .await
     }
 
-    async fn is_empty(&self) -> Result<bool, StoreError> {
+    // Two point reads in memory, no flush to wait for: nothing the deadline could cut short.
+    async fn is_empty(&self, _deadline: Deadline) -> Result<bool, StoreError> {
         self.read(|t| Ok(t.is_empty()))
     }
 
-    async fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
-        self.scan(|t| Ok(t.row_counts())).await
+    async fn row_counts(&self, deadline: Deadline) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        self.scan(deadline, |t| Ok(t.row_counts())).await
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
         self.read(|t| t.probe())
     }
 
+    fn progress(&self) -> Progress {
+        Progress {
+            oldest_commit: self.commits.oldest(),
+            pending_writes: self.writer.pending(),
+        }
+    }
+
     async fn failure(&self) -> String {
         self.visibility.failure().await
     }
 
-    async fn stop(&self) {
-        self.writer.stop();
+    async fn stop(&self, deadline: Deadline) -> Stopped {
+        self.writer.stop(deadline).await
     }
 }
 
@@ -614,6 +705,10 @@ mod tests {
         }
     }
 
+    fn soon() -> Deadline {
+        Deadline::after(std::time::Duration::from_secs(30))
+    }
+
     #[tokio::test]
     async fn after_a_failed_flush_the_probe_fails_and_no_write_is_accepted() {
         let dir = tempfile::tempdir().unwrap();
@@ -622,6 +717,7 @@ mod tests {
         let store = open(Options {
             path: dir.path().join("db"),
             cache_bytes: 1 << 20,
+            max_pending_writes: 16,
             metrics: Arc::default(),
             flush_hook: Some(Box::new(move |_| {
                 if fail.load(std::sync::atomic::Ordering::SeqCst) {
@@ -632,12 +728,12 @@ mod tests {
             })),
         })
         .unwrap();
-        store.put_product(product()).await.unwrap();
+        store.put_product(soon(), product()).await.unwrap();
         store.probe().await.unwrap();
 
         failing.store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(matches!(
-            store.put_product(product()).await,
+            store.put_product(soon(), product()).await,
             Err(StoreError::Failed(_))
         ));
         assert!(
@@ -646,11 +742,11 @@ mod tests {
         );
         failing.store(false, std::sync::atomic::Ordering::SeqCst);
         assert!(
-            store.put_product(product()).await.is_err(),
+            store.put_product(soon(), product()).await.is_err(),
             "no write after the failure"
         );
         assert!(
-            store.product("prd_t".into()).await.is_err(),
+            store.product(soon(), "prd_t".into()).await.is_err(),
             "no read either"
         );
         assert!(store.failure().await.contains("the disk refused"));

@@ -17,6 +17,14 @@
 //! A job's answer travels in its own completion, so a request that went away does not free
 //! anything early: its key and its account stay "in flight" until the flush says otherwise.
 //!
+//! Every job carries its request's deadline and its place among the writes waiting
+//! (`store::admission`): the writer sends a job to sled only while its deadline has not passed
+//! and its caller still waits, and drops it otherwise, so that a caller answered "not written"
+//! at its deadline never sees it written afterwards. A caller whose job was applied waits for
+//! the flush until its deadline, then is answered that the outcome is unknown, and the flush
+//! goes on. The job's place is given back once its flush answered, so writes a stalled disk
+//! holds keep counting against `--max-pending-writes`.
+//!
 //! Before the flush the commit thread fsyncs the files sled keeps large values in (see
 //! `blobs`): a 200 depends on them as much as on the log.
 //!
@@ -32,6 +40,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
+
+use crate::bounds::Deadline;
+use crate::store::admission::{self, Admission, Admitted, InFlight};
+use crate::store::Stopped;
 
 use super::blobs::BlobFiles;
 use super::orders::Placed;
@@ -66,12 +78,36 @@ type Work = Box<dyn FnOnce(&Batch) -> Completion + Send>;
 struct OrderJob {
     new: NewOrder,
     reply: oneshot::Sender<Result<Placed, StoreError>>,
+    admitted: Admitted,
+}
+
+/// Any other write waiting for the writer.
+struct WriteJob {
+    work: Work,
+    admitted: Admitted,
 }
 
 enum Job {
-    Write(Work),
+    Write(Box<WriteJob>),
     Order(Box<OrderJob>),
     Stop,
+}
+
+impl Admitted {
+    /// Whether the writer may apply the job now: its deadline has not passed and its caller
+    /// still waits. A job it may not apply is dropped, never written.
+    fn may_apply(&self) -> bool {
+        self.ticket.send(self.deadline)
+    }
+}
+
+/// A job's completion that also gives its place among the waiting writes back once the flush
+/// answered.
+fn releasing(done: Completion, admitted: Admitted) -> Completion {
+    Box::new(move |flushed| {
+        done(flushed);
+        drop(admitted);
+    })
 }
 
 enum Finished {
@@ -83,25 +119,49 @@ pub struct Writer {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     visibility: Arc<Visibility>,
+    admission: Admission,
+}
+
+/// What the writer needs besides the trees.
+pub struct WriterParts {
+    pub data_file: File,
+    pub blobs: BlobFiles,
+    pub metrics: Arc<Metrics>,
+    pub visibility: Arc<Visibility>,
+    pub hook: Option<FlushHook>,
+    /// The batch being applied and the flush running, for readiness.
+    pub commits: Arc<InFlight>,
+    /// `--max-pending-writes`.
+    pub max_pending: usize,
 }
 
 impl Writer {
-    pub fn start(
-        trees: Arc<Trees>,
-        data_file: File,
-        blobs: BlobFiles,
-        metrics: Arc<Metrics>,
-        visibility: Arc<Visibility>,
-        hook: Option<FlushHook>,
-    ) -> Self {
+    pub fn start(trees: Arc<Trees>, parts: WriterParts) -> Self {
+        let WriterParts {
+            data_file,
+            blobs,
+            metrics,
+            visibility,
+            hook,
+            commits,
+            max_pending,
+        } = parts;
         let (jobs, inbox) = mpsc::channel();
         let (batches, finished) = mpsc::channel();
         let writer = {
             let (trees, visibility) = (Arc::clone(&trees), Arc::clone(&visibility));
-            let metrics = Arc::clone(&metrics);
+            let (metrics, commits) = (Arc::clone(&metrics), Arc::clone(&commits));
             std::thread::Builder::new()
                 .name("orderly-writer".into())
-                .spawn(move || run_writer(&trees, &visibility, &metrics, inbox, batches))
+                .spawn(move || {
+                    let applying = Applying {
+                        trees: &trees,
+                        visibility: &visibility,
+                        metrics: &metrics,
+                        commits: &commits,
+                    };
+                    run_writer(applying, inbox, batches)
+                })
                 .expect("spawning the writer thread")
         };
         let committer = {
@@ -115,7 +175,7 @@ impl Writer {
                         data_file,
                         hook,
                     };
-                    run_commits(&mut flush, finished, &metrics, &visibility)
+                    run_commits(&mut flush, finished, &metrics, &visibility, &commits)
                 })
                 .expect("spawning the commit thread")
         };
@@ -123,6 +183,7 @@ impl Writer {
             jobs: Mutex::new(Some(jobs)),
             threads: Mutex::new(vec![writer, committer]),
             visibility,
+            admission: Admission::new(max_pending),
         }
     }
 
@@ -131,9 +192,11 @@ impl Writer {
     /// costs it a little latency and keeps this path single.
     pub async fn write<T: Send + 'static>(
         &self,
+        deadline: Deadline,
         work: impl FnOnce(&Batch) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.visibility.failed()?;
+        let admitted = self.admission.admit(deadline)?;
         let (reply, answer) = oneshot::channel::<Result<T, StoreError>>();
         let visibility = Arc::clone(&self.visibility);
         let job: Work = Box::new(move |batch: &Batch| -> Completion {
@@ -148,21 +211,38 @@ impl Writer {
                 let _ = reply.send(flushed.and(outcome));
             })
         });
-        self.submit(Job::Write(job), answer).await
+        let ticket = admitted.ticket.clone();
+        let job = Job::Write(Box::new(WriteJob {
+            work: job,
+            admitted,
+        }));
+        self.submit(job, deadline, &ticket, answer).await
     }
 
     /// Places an order, batched with the orders queued beside it, and resolves once its
     /// batch is on disk.
-    pub async fn place_order(&self, new: NewOrder) -> Result<Placed, StoreError> {
+    pub async fn place_order(
+        &self,
+        deadline: Deadline,
+        new: NewOrder,
+    ) -> Result<Placed, StoreError> {
         self.visibility.failed()?;
+        let admitted = self.admission.admit(deadline)?;
+        let ticket = admitted.ticket.clone();
         let (reply, answer) = oneshot::channel();
-        self.submit(Job::Order(Box::new(OrderJob { new, reply })), answer)
-            .await
+        let job = Job::Order(Box::new(OrderJob {
+            new,
+            reply,
+            admitted,
+        }));
+        self.submit(job, deadline, &ticket, answer).await
     }
 
     async fn submit<T>(
         &self,
         job: Job,
+        deadline: Deadline,
+        ticket: &admission::Ticket,
         answer: oneshot::Receiver<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let sent = match self.jobs.lock() {
@@ -172,35 +252,66 @@ impl Writer {
         if !sent {
             return Err(StoreError::Failed("the writer has stopped".into()));
         }
-        match answer.await {
-            Ok(outcome) => outcome,
-            Err(_) => {
+        match admission::answer(deadline, ticket, answer).await {
+            // After a storage failure (the writer drops what it has not applied), that
+            // failure is the answer, whatever else ended the wait.
+            Err(e) => {
                 self.visibility.failed()?;
-                Err(StoreError::Failed("the writer dropped the write".into()))
+                Err(e)
             }
+            done => done,
         }
     }
 
-    /// Finishes what is queued, flushes one last time and joins both threads.
-    pub fn stop(&self) {
+    /// Writes admitted and not yet answered after their flush (or dropped).
+    pub fn pending(&self) -> usize {
+        self.admission.pending()
+    }
+
+    /// Finishes what is queued (the jobs whose deadline has not passed), flushes one last
+    /// time and joins both threads, giving up at `deadline` (a flush that hangs on a stalled
+    /// disk): then the threads are left to the process's exit.
+    pub async fn stop(&self, deadline: Deadline) -> Stopped {
         if let Some(jobs) = self.jobs.lock().ok().and_then(|mut j| j.take()) {
             let _ = jobs.send(Job::Stop);
         }
-        if let Ok(mut threads) = self.threads.lock() {
-            for thread in threads.drain(..) {
+        let threads: Vec<JoinHandle<()>> = match self.threads.lock() {
+            Ok(mut threads) => threads.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        let (joined, all_joined) = oneshot::channel();
+        std::thread::spawn(move || {
+            for thread in threads {
                 let _ = thread.join();
             }
+            let _ = joined.send(());
+        });
+        match tokio::time::timeout_at(deadline.instant().into(), all_joined).await {
+            Ok(_) => Stopped::Settled,
+            Err(_) => Stopped::Abandoned {
+                in_flight: self.admission.pending(),
+            },
         }
     }
 }
 
-fn run_writer(
-    trees: &Trees,
-    visibility: &Visibility,
-    metrics: &Metrics,
-    inbox: mpsc::Receiver<Job>,
-    batches: mpsc::Sender<Finished>,
-) {
+/// What the writer thread applies batches with.
+struct Applying<'a> {
+    trees: &'a Trees,
+    visibility: &'a Visibility,
+    metrics: &'a Metrics,
+    /// The batch being applied counts as a commit in flight: a writer blocked inside sled
+    /// (a disk that stopped answering) is a storage that stopped completing writes.
+    commits: &'a Arc<InFlight>,
+}
+
+fn run_writer(applying: Applying, inbox: mpsc::Receiver<Job>, batches: mpsc::Sender<Finished>) {
+    let Applying {
+        trees,
+        visibility,
+        metrics,
+        commits,
+    } = applying;
     let mut number = 0u64;
     let mut stopping = false;
     let mut queued = Vec::new();
@@ -217,6 +328,7 @@ fn run_writer(
             queued.push(job);
         }
         number += 1;
+        let applying = commits.begin();
         visibility.start_batch(number);
         let batch = Batch {
             trees,
@@ -233,20 +345,22 @@ fn run_writer(
                         place_orders(&batch, std::mem::take(&mut orders), &mut done);
                     }
                 }
-                Job::Write(work) => {
+                Job::Write(job) => {
                     // Orders queued before this job are placed before it runs.
                     place_orders(&batch, std::mem::take(&mut orders), &mut done);
                     // After a failure nothing more is applied: memory must not drift
                     // further from what the disk holds. Dropping the job answers its
-                    // caller with the failure.
-                    if visibility.failed().is_ok() {
-                        done.push(work(&batch));
+                    // caller with the failure (or, past its deadline, with "not written").
+                    let WriteJob { work, admitted } = *job;
+                    if visibility.failed().is_ok() && admitted.may_apply() {
+                        done.push(releasing(work(&batch), admitted));
                     }
                 }
                 Job::Stop => unreachable!("a stop is never queued"),
             }
         }
         place_orders(&batch, orders, &mut done);
+        applying.done();
         let applied = done.len() as u64;
         if batches.send(Finished::Batch { number, done }).is_err() {
             return;
@@ -263,8 +377,15 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
     if orders.is_empty() || batch.visibility.failed().is_err() {
         return;
     }
-    let (orders, replies): (Vec<NewOrder>, Vec<_>) =
-        orders.into_iter().map(|job| (job.new, job.reply)).unzip();
+    // A queued order whose deadline passed leaves the queue here, before its batch is built.
+    let (orders, replies): (Vec<NewOrder>, Vec<_>) = orders
+        .into_iter()
+        .filter(|job| job.admitted.may_apply())
+        .map(|job| (job.new, (job.reply, job.admitted)))
+        .unzip();
+    if orders.is_empty() {
+        return;
+    }
     for new in &orders {
         batch.touches(Stripe::account(&new.account.id));
         batch.touches(Stripe::key(&new.account.id, &new.claim.key));
@@ -297,10 +418,11 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
             })
             .collect::<Vec<_>>(),
     };
-    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-        done.push(Box::new(move |flushed: Result<(), StoreError>| {
+    for ((reply, admitted), outcome) in replies.into_iter().zip(outcomes) {
+        let answer: Completion = Box::new(move |flushed: Result<(), StoreError>| {
             let _ = reply.send(flushed.and(outcome));
-        }));
+        });
+        done.push(releasing(answer, admitted));
     }
 }
 
@@ -349,6 +471,7 @@ fn run_commits(
     inbox: mpsc::Receiver<Finished>,
     metrics: &Metrics,
     visibility: &Visibility,
+    commits: &Arc<InFlight>,
 ) {
     let mut stopping = false;
     while !stopping {
@@ -377,7 +500,11 @@ fn run_commits(
             Err(e) => Err(e),
             Ok(()) => {
                 let started = Instant::now();
+                let flushing = commits.begin();
                 let flushed = flush.run();
+                if flushed.is_ok() {
+                    flushing.done();
+                }
                 metrics
                     .commit_seconds
                     .observe(started.elapsed().as_secs_f64());

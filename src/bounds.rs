@@ -1,0 +1,143 @@
+//! Every bound on time and on queues that orderly keeps, in one place, each with why it has
+//! the value it has; and the request's deadline, the one bound that travels.
+//!
+//! A deadline is born at the edge (arrival + `--request-deadline`) and is handed down as a
+//! value through the handler and the port into each engine, so that every wait below it (a
+//! pool checkout, a lock, a statement, a commit, a flush, the batch queue) takes what is left
+//! of it rather than a constant of its own. The other bounds here are either shorter than any
+//! deadline (the wait for a busy key) or belong to work no request waits for (a stop, a
+//! worker's pass).
+
+use std::time::{Duration, Instant};
+
+/// `--request-deadline`'s default: every request is answered within this of its arrival,
+/// whatever the storage does (SPEC 23). Twice the wait for a busy key, so that a request that
+/// waited out a key still has time to look it up and answer; well under the 15 to 30 s after
+/// which partners' HTTP clients and load balancers commonly give up, so the answer arrives
+/// while someone still listens.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `--max-pending-writes`'s default: writes admitted at once per instance (queued for the
+/// storage or being committed). At full load a commit takes a few milliseconds and a batch
+/// holds at most 64 orders, so a healthy instance never has more than a few hundred; 4,096
+/// waiting writes of about 2 KiB each is under 10 MiB held while the storage stalls, and past
+/// it a write is refused at once (503) instead of queueing behind writes that cannot finish
+/// within their deadlines anyway.
+pub const MAX_PENDING_WRITES: u32 = 4096;
+
+/// How long a request waits for a key (or a row) that another request holds before it is the
+/// in-progress 409 (SPEC 5 and 17: "about 5 s"): long enough for a commit at the p99.99 of a
+/// loaded database, short enough that a partner's retry loop sees the answer well within its
+/// own timeout. Capped by the request's deadline.
+pub const KEY_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a write without a key waits for a row lock on PostgreSQL: a bound on how long it
+/// can queue behind another writer of the same row (a hot balance), shorter than a key's wait
+/// because nobody is waiting on a replay at the end of it. Capped by the request's deadline.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long PostgreSQL keeps a transaction whose client has gone quiet. orderly never pauses
+/// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
+/// that died without closing its socket (a lost machine): ending it releases the rows it had
+/// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
+/// within the 30 s of SPEC 17. A kill -9 closes the socket and releases them at once.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long opening one database connection may take: a server that accepts no connection in
+/// 5 s is down for the requests waiting on it, which get their answer from their deadline.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a commit may stay unconfirmed after the last of its requests' deadlines passed
+/// before the engine gives up its connection: a COMMIT waiting for a synchronous standby is
+/// usually confirmed once the standby is back or replaced, and keeping its connection meanwhile
+/// keeps the backends orderly holds on the server at the pool's size (a connection given up
+/// would leave its backend waiting there). Past this the connection is dropped, the backend is
+/// the server's to end, and the pool opens a new one.
+pub const COMMIT_PATIENCE: Duration = Duration::from_secs(60);
+
+/// `/readyz` turns 503 once a commit (or flush) has been in flight this long (SPEC 23): at the
+/// p99 a commit takes milliseconds, so 5 s is a storage that stopped completing writes, and a
+/// load balancer that probes every few seconds stops sending within about 10 s.
+pub const STALLED_AFTER: Duration = Duration::from_secs(5);
+
+/// How long `/readyz`'s probe of the storage may take before it counts as failing.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (SPEC 23):
+/// the common default of orchestrators (Kubernetes' grace period, systemd's is 90 s) before
+/// they kill.
+pub const STOP_WITHIN: Duration = Duration::from_secs(30);
+
+/// How far past its deadline the edge answers a request whose handler has not: a last resort
+/// (every wait below is bounded by the deadline itself), late enough that the handler's own
+/// answer at the deadline always wins the race.
+pub const EDGE_MARGIN: Duration = Duration::from_millis(500);
+
+/// The deadline of each storage call of a background pass (fulfillment, the sweeper, the
+/// webhook worker): as long as a request's, and shorter than any claim such a pass holds (an
+/// outbox claim's lease is 20 s), so that a pass on a stalled storage gives its work up
+/// before another instance may take it over.
+pub const WORKER_CALL: Duration = Duration::from_secs(10);
+
+/// The deadline of a command run from the shell (`restore`, `copy`, `stats`): the operator
+/// watches it and can stop it; nothing waits on it but them.
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+/// When a request must have its answer: its arrival plus `--request-deadline`. Every wait on
+/// its behalf ends by then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// `within` from now.
+    pub fn after(within: Duration) -> Self {
+        Deadline(Instant::now() + within)
+    }
+
+    pub fn at(instant: Instant) -> Self {
+        Deadline(instant)
+    }
+
+    pub fn instant(self) -> Instant {
+        self.0
+    }
+
+    /// What is left of it (zero once it passed).
+    pub fn left(self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    pub fn passed(self) -> bool {
+        Instant::now() >= self.0
+    }
+
+    /// The earlier of this deadline and `bound` from now: a wait of its own, within it.
+    pub fn capped(self, bound: Duration) -> Instant {
+        self.0.min(Instant::now() + bound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_that_passed_has_nothing_left() {
+        let deadline = Deadline::at(Instant::now() - Duration::from_millis(1));
+        assert!(deadline.passed());
+        assert_eq!(deadline.left(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_wait_of_its_own_never_outlasts_the_deadline() {
+        let deadline = Deadline::after(Duration::from_secs(1));
+        assert_eq!(deadline.capped(Duration::from_secs(5)), deadline.instant());
+        assert!(deadline.capped(Duration::from_millis(10)) < deadline.instant());
+    }
+
+    #[test]
+    fn the_default_deadline_parses_as_the_flag_takes_it() {
+        let flag = crate::config::REQUEST_DEADLINE_FLAG_DEFAULT;
+        assert_eq!(humantime::parse_duration(flag).unwrap(), REQUEST_DEADLINE);
+    }
+}

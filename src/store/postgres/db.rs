@@ -1,0 +1,262 @@
+//! The engine's connections and what bounds them (SPEC 23): the pool, the writes admitted at
+//! once, the commits in flight, and `Conn`, a pooled connection that carries its request's
+//! bounds into every transaction it begins and is given up, not handed back, when the work
+//! using it is dropped midway (a statement may still be running on it).
+//!
+//! A transaction's waits are bounded on the server by what is left of its deadline
+//! (`statement_timeout`, and `lock_timeout` by the lock bound), sent with its first
+//! statements; what the server cannot bound (a COMMIT that waits for a synchronous standby, a
+//! backend that stopped answering) is bounded here: a write runs in a task of its own, whose
+//! caller is answered at the deadline (`store::admission`), while the task keeps its
+//! connection through an unconfirmed COMMIT for `bounds::COMMIT_PATIENCE`, so the backends
+//! orderly holds stay at the pool's size.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
+use tokio_postgres::IsolationLevel;
+
+use super::tx::{query_opt, Fault};
+use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN, LOCK_TIMEOUT};
+use crate::metrics::Metrics;
+use crate::store::admission::{not_sent, Admission, Admitted, InFlight, Ticket};
+use crate::store::{KeyClaim, StoreError};
+
+/// What every operation of the engine shares.
+pub struct Db {
+    pub pool: Pool,
+    /// Writes waiting for the database at once (`--max-pending-writes`).
+    pub admission: Admission,
+    /// The COMMITs sent and not yet confirmed (`/readyz`).
+    pub commits: Arc<InFlight>,
+    pub metrics: Arc<Metrics>,
+    /// The runtime the store was opened on, which outlives every request: writes and batches
+    /// run there, so that a caller that goes away (or is answered at its deadline) takes no
+    /// write with it.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Db {
+    /// A connection for work bounded by `bound`: waiting for a free one ends at its deadline
+    /// with nothing sent (`TimedOut`).
+    pub async fn conn(&self, bound: &Bound) -> Result<Conn, Fault> {
+        match tokio::time::timeout_at(bound.deadline.instant().into(), self.pool.get()).await {
+            Ok(Ok(object)) => Ok(Conn {
+                object: Some(object),
+                bound: bound.clone(),
+                settled: false,
+            }),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Fault::Store(StoreError::TimedOut(
+                "no database connection was free by the deadline".into(),
+            ))),
+        }
+    }
+
+    /// Counts a committed write's time, as the embedded engine counts its flushes.
+    pub fn committed<T>(&self, started: Instant, outcome: Result<T, Fault>) -> Result<T, Fault> {
+        if outcome.is_ok() {
+            self.metrics
+                .commit_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
+        outcome
+    }
+}
+
+/// What bounds one piece of work: its deadline, until when it waits for a lock, and (for a
+/// write) the ticket that decides whether its COMMIT may still be sent.
+#[derive(Clone)]
+pub struct Bound {
+    pub deadline: Deadline,
+    pub locks_until: Instant,
+    ticket: Option<Ticket>,
+    commits: Arc<InFlight>,
+}
+
+impl Bound {
+    /// A read: nothing to commit.
+    pub fn read(deadline: Deadline, db: &Db) -> Self {
+        Bound {
+            deadline,
+            locks_until: deadline.capped(LOCK_TIMEOUT),
+            ticket: None,
+            commits: Arc::clone(&db.commits),
+        }
+    }
+
+    /// A write of a request admitted as `admitted`: its locks wait until the claim's bound
+    /// (the key's wait) or, without a claim, `LOCK_TIMEOUT`, within the deadline.
+    pub fn write(admitted: &Admitted, claim: Option<&KeyClaim>, db: &Db) -> Self {
+        let deadline = admitted.deadline;
+        let locks_until = match claim {
+            Some(claim) => claim.wait_until.min(deadline.instant()),
+            None => deadline.capped(LOCK_TIMEOUT),
+        };
+        Bound {
+            deadline,
+            locks_until,
+            ticket: Some(admitted.ticket.clone()),
+            commits: Arc::clone(&db.commits),
+        }
+    }
+
+    /// A batch of writes: bounded by the earliest deadline and lock bound among them, and
+    /// sending their tickets itself before its COMMIT.
+    pub fn batch(deadline: Deadline, locks_until: Instant, db: &Db) -> Self {
+        Bound {
+            deadline,
+            locks_until: locks_until.min(deadline.instant()),
+            ticket: None,
+            commits: Arc::clone(&db.commits),
+        }
+    }
+
+    /// Whether its COMMIT was sent (its outcome then rests with the database).
+    fn sent(&self) -> bool {
+        self.ticket.as_ref().is_some_and(Ticket::is_sent)
+    }
+}
+
+/// Runs a write's `work` to its end in its task: up to the deadline (and the edge's margin,
+/// so that the server's own timeouts, set to the deadline, fire first) before its COMMIT is
+/// sent, and then up to `COMMIT_PATIENCE` longer for the COMMIT's answer. Work dropped at
+/// either bound gives its connection up (`Conn`).
+pub async fn finish<T>(
+    bound: &Bound,
+    work: impl Future<Output = Result<T, Fault>>,
+) -> Result<T, Fault> {
+    let mut work = pin!(work);
+    let before_commit = (bound.deadline.instant() + EDGE_MARGIN).into();
+    match tokio::time::timeout_at(before_commit, &mut work).await {
+        Ok(done) => done,
+        Err(_) if !bound.sent() => Err(Fault::Store(not_sent())),
+        Err(_) => {
+            let patience = (bound.deadline.instant() + COMMIT_PATIENCE).into();
+            tokio::time::timeout_at(patience, work)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Fault::Store(StoreError::InDoubt(format!(
+                        "the COMMIT was not confirmed {COMMIT_PATIENCE:?} after the deadline; its connection is given up"
+                    ))))
+                })
+        }
+    }
+}
+
+/// A pooled connection and the bounds of the work it serves. Handed back to the pool only
+/// once that work ran to its end (`settle`); dropped midway (at a deadline, a statement
+/// perhaps still running on it), it is taken out of the pool and closed instead, so that no
+/// later request queues behind what it was doing.
+pub struct Conn {
+    object: Option<Object>,
+    bound: Bound,
+    settled: bool,
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        self.object.as_ref().expect("a connection until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Object {
+        self.object.as_mut().expect("a connection until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let (false, Some(object)) = (self.settled, self.object.take()) {
+            drop(Object::take(object));
+        }
+    }
+}
+
+impl Conn {
+    /// The work using it ran to its end: the connection may serve the next one.
+    pub fn settle(&mut self) {
+        self.settled = true;
+    }
+
+    /// For a write that is one statement on its own (its own transaction): sends the write's
+    /// ticket, refused once its deadline passed or its caller withdrew it, and counts the
+    /// statement in flight as a commit until `Commit::done`.
+    pub fn sending_alone(&self) -> Result<crate::store::admission::Commit, Fault> {
+        if let Some(ticket) = &self.bound.ticket {
+            if !ticket.send(self.bound.deadline) {
+                return Err(Fault::Store(not_sent()));
+            }
+        }
+        Ok(self.bound.commits.begin())
+    }
+
+    /// Begins a READ COMMITTED transaction (whatever the server's or the role's default:
+    /// money is serialized by orderly's row locks, and under REPEATABLE READ each race on a
+    /// hot account would be a serialization failure), and the gate its COMMIT goes through.
+    /// The transaction's first statements must be sent with `Gate::limit_waits`.
+    pub async fn begin(&mut self) -> Result<(Transaction<'_>, Gate), Fault> {
+        let gate = Gate {
+            bound: self.bound.clone(),
+        };
+        let tx = self
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await?;
+        Ok((tx, gate))
+    }
+}
+
+/// Where a transaction's bounds are kept and its COMMIT is decided.
+pub struct Gate {
+    bound: Bound,
+}
+
+impl Gate {
+    /// Bounds the transaction's waits on the server (`SET LOCAL`: they end with it): each
+    /// statement by what is left of the deadline, each lock by what is left of the lock bound
+    /// (at least 1 ms: 0 would mean no bound at all, and a lock that is free is still taken).
+    /// Sent together with the transaction's first statements (no round trip of its own), and
+    /// again before a later lock, which then gets only what is left.
+    pub async fn limit_waits<C: GenericClient>(&self, c: &C) -> Result<(), Fault> {
+        let now = Instant::now();
+        let millis = |until: Instant| {
+            until
+                .saturating_duration_since(now)
+                .as_millis()
+                .max(1)
+                .to_string()
+        };
+        let statement = millis(self.bound.deadline.instant());
+        let lock = millis(self.bound.locks_until);
+        query_opt(
+            c,
+            "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)",
+            &[&statement, &lock],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// COMMITs `tx` when its write may still be sent (its deadline has not passed, its caller
+    /// still waits), counted in flight until the database confirms it; otherwise rolls it
+    /// back (`TimedOut`: nothing of it is ever written).
+    pub async fn commit(self, tx: Transaction<'_>) -> Result<(), Fault> {
+        if let Some(ticket) = &self.bound.ticket {
+            if !ticket.send(self.bound.deadline) {
+                return Err(Fault::Store(not_sent()));
+            }
+        }
+        let in_flight = self.bound.commits.begin();
+        tx.commit().await?;
+        in_flight.done();
+        Ok(())
+    }
+}

@@ -1,0 +1,451 @@
+//! SPEC 23 on PostgreSQL, through the binary: commits that wait for a synchronous standby
+//! that is gone (`synchronous_standby_names` naming one that does not exist, on a cluster of
+//! the test's own, since every commit on it waits), a row held past the deadline, backends
+//! stopped with SIGSTOP, and one write more than `--max-pending-writes`. Every request is
+//! answered by its deadline, readiness follows progress, a stop is bounded, and once the
+//! database completes commits again nothing was lost or charged twice.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+use crate::helpers::{basket, metric, spawn_app_with, sql_on, start, Partner, TestApp};
+use crate::postgres::{cluster, hold_balance_row, in_own_session, OwnCluster};
+
+/// What a request may take past its deadline (SPEC 23's "deadline + 1 s").
+const SLACK: Duration = Duration::from_secs(1);
+
+/// One answer: the key, the status, `Retry-After`, and the time it took.
+type Answer = (String, StatusCode, Option<String>, Duration);
+
+/// Orders `keys` at once as `partner`; each one's answer.
+async fn orders_at_once(app: &TestApp, partner: &Partner, keys: &[String]) -> Vec<Answer> {
+    let body = basket("prd_uc", 1, "p");
+    let sent = keys.iter().map(|key| {
+        let request = app
+            .client
+            .post(app.url("/b2b/orders"))
+            .header("X-Api-Key", &partner.api_key)
+            .header("X-Idempotency-Key", key)
+            .json(&body);
+        async move {
+            let started = Instant::now();
+            let resp = request.send().await.expect("orderly answers");
+            let retry_after = resp
+                .headers()
+                .get("Retry-After")
+                .map(|v| v.to_str().unwrap().to_string());
+            (key.clone(), resp.status(), retry_after, started.elapsed())
+        }
+    });
+    futures::future::join_all(sent).await
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Each answer came by the deadline, and was one of `allowed`; a 503 says when to retry.
+fn assert_answered_by(deadline: Duration, answers: &[Answer], allowed: &[StatusCode]) {
+    for (key, status, retry_after, took) in answers {
+        assert!(*took <= deadline + SLACK, "{key} answered after {took:?}");
+        assert!(
+            allowed.contains(status),
+            "{key}: {status}, not one of {allowed:?}"
+        );
+        if *status == StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(retry_after.as_deref(), Some("1"), "{key}");
+        }
+    }
+}
+
+/// Retries every intent with its key once the storage is back: each is a 200, one answered
+/// 503 is a first use (nothing of it had been written); then the account is charged once per
+/// intent (`others` intents beside these) and its ledger sums to its balance.
+async fn assert_each_intent_charged_once(
+    app: &TestApp,
+    partner: &Partner,
+    funds: i64,
+    answers: &[Answer],
+    others: usize,
+) {
+    let body = basket("prd_uc", 1, "p");
+    for (key, status, _, _) in answers {
+        let resp = app
+            .post_order(Some(&partner.api_key), Some(key), &body)
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "{key} on retry");
+        if *status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(
+                !resp.headers().contains_key("Idempotency-Replayed"),
+                "{key} was answered 503, yet something of it was written"
+            );
+        }
+    }
+    let intents = (answers.len() + others) as i64;
+    let balance = app.assert_ledger_matches_balance(&partner.api_key).await;
+    assert_eq!(balance, funds - intents * 999, "each intent charged once");
+    assert_eq!(app.orders(&partner.api_key).await.len() as i64, intents);
+}
+
+/// Polls `path` until it answers `status`, for at most `within`; how long it took.
+async fn until_status(app: &TestApp, path: &str, status: StatusCode, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let answered = app.client.get(app.url(path)).send().await.unwrap().status();
+        if answered == status {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{path} did not answer {status} within {within:?} (it answers {answered})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// orderly (`--request-deadline 3s`) on a database of a cluster of this test's own, whose
+/// commits the test can make wait for a synchronous standby that does not exist.
+struct StandbyGone {
+    app: TestApp,
+    partner: Partner,
+    maintenance: String,
+    _cluster: OwnCluster,
+}
+
+const STALLED_DEADLINE: Duration = Duration::from_secs(3);
+const FUNDS: i64 = 1_000_000;
+
+impl StandbyGone {
+    async fn start(name: &str) -> StandbyGone {
+        let dir = std::env::temp_dir().join(format!("orderly-{name}-{}", std::process::id()));
+        let maintenance = cluster("start", &dir);
+        let own = OwnCluster(dir.clone());
+        sql_on(maintenance.clone(), "CREATE DATABASE orderly".into()).unwrap();
+        let mut url = url::Url::parse(&maintenance).unwrap();
+        url.set_path("/orderly");
+        let app = start(
+            &dir.join("unused-data-dir"),
+            &["--database-url", url.as_str(), "--request-deadline", "3s"],
+        );
+        let partner = app.partner_with_balance(FUNDS).await;
+        StandbyGone {
+            app,
+            partner,
+            maintenance,
+            _cluster: own,
+        }
+    }
+
+    /// From now on every COMMIT waits for a standby named `nobody`.
+    fn lose_the_standby(&self) {
+        self.set("ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
+    }
+
+    /// Commits complete again, and the ones waiting are released.
+    fn standby_back(&self) {
+        self.set("ALTER SYSTEM RESET synchronous_standby_names");
+    }
+
+    fn set(&self, sql: &str) {
+        sql_on(self.maintenance.clone(), sql.into()).unwrap();
+        sql_on(self.maintenance.clone(), "SELECT pg_reload_conf()".into()).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn orders_whose_commits_wait_for_a_lost_standby_are_answered_by_the_deadline_with_a_500_or_503(
+) {
+    let s = StandbyGone::start("standby-answers").await;
+    s.lose_the_standby();
+    let answers = orders_at_once(&s.app, &s.partner, &keys("stalled", 12)).await;
+    s.standby_back();
+    let allowed = [
+        StatusCode::INTERNAL_SERVER_ERROR,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ];
+    assert_answered_by(STALLED_DEADLINE, &answers, &allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn once_the_standby_is_back_orders_succeed_without_a_restart_and_no_intent_is_charged_twice()
+{
+    let s = StandbyGone::start("standby-back").await;
+    s.lose_the_standby();
+    let answers = orders_at_once(&s.app, &s.partner, &keys("stalled", 12)).await;
+    s.standby_back();
+    until_status(&s.app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
+
+    let body = basket("prd_uc", 1, "p");
+    let fresh = s
+        .app
+        .post_order(Some(&s.partner.api_key), Some("after"), &body)
+        .await;
+    assert_eq!(
+        fresh.status(),
+        StatusCode::OK,
+        "orders succeed again, same process"
+    );
+    assert_each_intent_charged_once(&s.app, &s.partner, FUNDS, &answers, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn readyz_is_503_within_5_s_of_commits_stalling_and_200_within_5_s_of_their_completing() {
+    let s = StandbyGone::start("standby-readyz").await;
+    until_status(&s.app, "/readyz", StatusCode::OK, Duration::from_secs(5)).await;
+    s.lose_the_standby();
+    let stuck = keys("stuck", 1);
+    let order = orders_at_once(&s.app, &s.partner, &stuck);
+    let readiness = async {
+        let turned = until_status(
+            &s.app,
+            "/readyz",
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(8),
+        )
+        .await;
+        let health = s
+            .app
+            .client
+            .get(s.app.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), StatusCode::OK, "the process itself is up");
+        turned
+    };
+    let (_, turned) = futures::join!(order, readiness);
+    // The commit began with the order; 5 s later it is a stall.
+    assert!(turned <= Duration::from_secs(7), "503 after {turned:?}");
+
+    s.standby_back();
+    let back = until_status(&s.app, "/readyz", StatusCode::OK, Duration::from_secs(5)).await;
+    assert!(back <= Duration::from_secs(5), "200 again after {back:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn sigterm_ends_an_instance_whose_commits_wait_for_a_lost_standby_within_30_s() {
+    let mut s = StandbyGone::start("standby-stop").await;
+    s.lose_the_standby();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|worker| {
+            let (client, url, api_key) = (
+                s.app.client.clone(),
+                s.app.url("/b2b/orders"),
+                s.partner.api_key.clone(),
+            );
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let body = basket("prd_uc", 1, "p");
+                let mut i = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let key = format!("w{worker}-{i}");
+                    i += 1;
+                    let sent = client
+                        .post(&url)
+                        .header("X-Api-Key", &api_key)
+                        .header("X-Idempotency-Key", &key)
+                        .json(&body)
+                        .send()
+                        .await;
+                    if sent.is_err() {
+                        break; // the process has gone
+                    }
+                }
+            })
+        })
+        .collect();
+    let stuck = Instant::now() + Duration::from_secs(10);
+    while metric(&s.app.text("/metrics").await, "orderly_pending_writes") < 1.0 {
+        assert!(
+            Instant::now() < stuck,
+            "no write ever waited for the standby"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let signalled = Instant::now();
+    let status = s.app.signal("TERM", Duration::from_secs(40));
+    let took = signalled.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    s.standby_back();
+    for task in load {
+        task.await.unwrap();
+    }
+    let status = status.expect("the process ended");
+    assert!(
+        took <= Duration::from_secs(30),
+        "ended {took:?} after SIGTERM"
+    );
+    assert_eq!(status.code(), Some(1), "writes were left in doubt");
+    let logged = s.app.logged().join("\n");
+    assert!(
+        logged.contains("still waiting for the storage"),
+        "the log says why: {logged}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn an_order_waiting_on_a_row_held_past_its_deadline_is_a_503_by_then_and_writes_nothing() {
+    let app = spawn_app_with(&["--request-deadline", "2s"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let held = hold_balance_row(app.database_url().unwrap(), p.account_id.clone());
+
+    let answers = orders_at_once(&app, &p, &keys("held", 1)).await;
+    assert_answered_by(
+        Duration::from_secs(2),
+        &answers,
+        &[StatusCode::SERVICE_UNAVAILABLE],
+    );
+    drop(held);
+    assert_each_intent_charged_once(&app, &p, 10_000, &answers, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn requests_on_backends_stopped_with_sigstop_are_answered_by_the_deadline() {
+    let app = spawn_app_with(&["--request-deadline", "2s"]).await;
+    let p = app.partner_with_balance(100_000).await;
+    let url = app.database_url().unwrap();
+    let backends = backends_of(&url);
+    assert!(!backends.is_empty(), "orderly holds connections");
+    signal_all("STOP", &backends);
+    let stopped = Stopped(backends);
+
+    let reads = (0..2).map(|_| {
+        let request = app
+            .client
+            .get(app.url("/b2b/orders"))
+            .header("X-Api-Key", &p.api_key);
+        async move {
+            let started = Instant::now();
+            let status = request.send().await.unwrap().status();
+            (status, started.elapsed())
+        }
+    });
+    let intents = keys("stopped", 4);
+    let (orders, reads) = futures::join!(
+        orders_at_once(&app, &p, &intents),
+        futures::future::join_all(reads)
+    );
+    drop(stopped);
+    let allowed = [
+        StatusCode::OK,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ];
+    assert_answered_by(Duration::from_secs(2), &orders, &allowed);
+    for (status, took) in reads {
+        assert!(
+            took <= Duration::from_secs(2) + SLACK,
+            "a read answered after {took:?}"
+        );
+        assert!([StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE].contains(&status));
+    }
+    assert_each_intent_charged_once(&app, &p, 100_000, &orders, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn one_write_more_than_max_pending_writes_is_a_503_at_once_and_writes_nothing() {
+    let app = spawn_app_with(&["--max-pending-writes", "3"]).await;
+    let p = app.partner_with_balance(100_000).await;
+    let held = hold_balance_row(app.database_url().unwrap(), p.account_id.clone());
+    let body = basket("prd_uc", 1, "p");
+    let waiting: Vec<_> = keys("waiting", 3)
+        .into_iter()
+        .map(|key| {
+            let request = app
+                .client
+                .post(app.url("/b2b/orders"))
+                .header("X-Api-Key", &p.api_key)
+                .header("X-Idempotency-Key", key)
+                .json(&body);
+            tokio::spawn(async move { request.send().await.unwrap().status() })
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(4);
+    while metric(&app.text("/metrics").await, "orderly_pending_writes") < 3.0 {
+        assert!(Instant::now() < until, "three writes never waited together");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let started = Instant::now();
+    let refused = app
+        .post_order(Some(&p.api_key), Some("one-more"), &body)
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["Retry-After"], "1");
+
+    drop(held);
+    for waiting in waiting {
+        assert_eq!(waiting.await.unwrap(), StatusCode::OK);
+    }
+    let retried = app
+        .post_order(Some(&p.api_key), Some("one-more"), &body)
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert!(!retried.headers().contains_key("Idempotency-Replayed"));
+    assert_eq!(app.balance(&p.api_key).await, 100_000 - 4 * 999);
+}
+
+/// The server processes serving the database at `url` (orderly's connections).
+fn backends_of(url: &str) -> Vec<String> {
+    let name = url::Url::parse(url)
+        .unwrap()
+        .path()
+        .trim_start_matches('/')
+        .to_string();
+    let pids: Arc<std::sync::Mutex<HashMap<i32, ()>>> = Arc::default();
+    let found = Arc::clone(&pids);
+    let (done, is_done) = mpsc::channel();
+    in_own_session(url.to_string(), move |client, ready| async move {
+        let rows = client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        for row in rows {
+            found.lock().unwrap().insert(row.get(0), ());
+        }
+        ready.send(()).unwrap();
+        done.send(()).unwrap();
+    });
+    is_done.recv().unwrap();
+    let pids = pids.lock().unwrap();
+    pids.keys().map(|p| p.to_string()).collect()
+}
+
+fn signal_all(signal: &str, pids: &[String]) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(pids)
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {pids:?}");
+}
+
+/// Backends stopped with SIGSTOP, continued when dropped (even when the test fails).
+struct Stopped(Vec<String>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal_all("CONT", &self.0);
+    }
+}
