@@ -6,7 +6,8 @@
 //! pool checkout, a lock, a statement, a commit, a flush, the batch queue) takes what is left
 //! of it rather than a constant of its own. The other bounds here are either shorter than any
 //! deadline (the wait for a busy key) or belong to work no request waits for (a stop, a
-//! worker's pass).
+//! worker's pass). Periods that belong to one mechanism and no request's wait (the cache
+//! lease's renewal, a webhook attempt's timeout, an outbox claim's lease) stay beside it.
 
 use std::time::{Duration, Instant};
 

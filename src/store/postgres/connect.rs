@@ -20,16 +20,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// How long a statement waits for a row or advisory lock before it gives up (and the write
-/// is retried): a bound on how long a request can queue behind another one.
-pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long the server keeps a transaction whose client has gone quiet. orderly never pauses
-/// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
-/// that died without closing its socket (a lost machine): ending it releases the rows it had
-/// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
-/// within the 30 s of SPEC 17. A kill -9 closes the socket and releases them at once.
-pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::bounds::{CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT};
 
 /// What stops orderly before it has tried to connect: the URL, or this process's machinery.
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +50,10 @@ pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Confi
         .application_name(application_name)
         // A commit is durable before it is acknowledged, whatever the server's default; and
         // a statement run on its own (the limiter's, a claim's) is READ COMMITTED as every
-        // write transaction states itself (`tx::ReadCommitted`), whatever a DBA set for the
-        // database or the role (startup options override both). The space is escaped.
+        // write transaction states itself (`db::Conn::begin`), whatever a DBA set for the
+        // database or the role (startup options override both). The lock timeout here bounds
+        // the statements run outside a transaction; a transaction sets its own from its
+        // request's deadline (`db::Gate::limit_waits`). The space is escaped.
         .options(format!(
             "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={} \
              -c idle_in_transaction_session_timeout={} \

@@ -39,7 +39,15 @@ impl From<StoreError> for Fault {
 
 impl From<deadpool_postgres::PoolError> for Fault {
     fn from(e: deadpool_postgres::PoolError) -> Self {
-        Fault::Pool(e.to_string())
+        match e {
+            // Every connection busy (a stalled database holds them all): nothing was sent.
+            deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
+                Fault::Store(StoreError::TimedOut(
+                    "no database connection was free in time".into(),
+                ))
+            }
+            e => Fault::Pool(e.to_string()),
+        }
     }
 }
 
