@@ -82,27 +82,28 @@ start_server
 products=$(python3 "$PERF/orderly-setup.py" --url "$url" --admin-token stall-token \
   --keys-file "$work/keys.txt" --accounts 100)
 
-# Every half second: seconds since the start, resident KiB, /readyz and /healthz statuses,
-# the oldest commit in flight and the writes waiting (from /metrics).
+# Every fifth of a second: the time, resident KiB, /readyz and /healthz statuses (000: no
+# answer within a second), the oldest commit in flight and the writes waiting (/metrics).
 started=$(date +%s.%N)
 sample() {
   while kill -0 "$server" 2>/dev/null; do
     local now rss ready health m
-    now=$(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')")
+    now=$(date +%s.%N)
     rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$server/status" 2>/dev/null || echo 0)
-    ready=$(curl -s -m 2 -o /dev/null -w '%{http_code}' "$url/readyz" || true)
-    health=$(curl -s -m 2 -o /dev/null -w '%{http_code}' "$url/healthz" || true)
-    m=$(curl -s -m 2 "$url/metrics" | awk '$1 == "orderly_oldest_commit_in_flight_seconds" {o=$2} $1 == "orderly_pending_writes" {p=$2} END {print o+0, p+0}' || true)
-    echo "$now $rss $ready $health $m" >>"$work/samples"
-    sleep 0.5
+    ready=$(curl -s -m 1 -o /dev/null -w '%{http_code}' "$url/readyz" || true)
+    health=$(curl -s -m 1 -o /dev/null -w '%{http_code}' "$url/healthz" || true)
+    m=$(curl -s -m 1 "$url/metrics" | awk '$1 == "orderly_oldest_commit_in_flight_seconds" {o=$2} $1 == "orderly_pending_writes" {p=$2} END {print o+0, p+0}' || true)
+    echo "$(awk -v n="$now" -v s="$started" 'BEGIN {printf "%.2f", n - s}') $rss $ready $health $m" >>"$work/samples"
+    sleep 0.2
   done
 }
 sample & sampler=$!
-since() { python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')"; }
-orders() { # seconds -> wrk's RESULT line
+since() { awk -v n="$(date +%s.%N)" -v s="$started" 'BEGIN {printf "%.2f", n - s}'; }
+orders() { # seconds -> wrk's RESULT line and the count of each status
   env BODY_SHAPE=orderly ORDER_PATH=/b2b/orders API_KEYS_FILE="$work/keys.txt" PRODUCTS="$products" \
-    THREADS=2 wrk -t2 -c"$CONC" -d"$1s" --timeout 30s --latency -s "$PERF/wrk/new_order.lua" "$url" 2>&1 |
-    grep '^RESULT' | sed 's/^RESULT //'
+    PERF_WRK="$PERF/wrk/" THREADS=2 wrk -t2 -c"$CONC" -d"$1s" --timeout 30s --latency \
+    -s scripts/wrk/stall.lua "$url" 2>&1 | grep '^RESULT\|^STATUSES' | sed 's/^RESULT //; s/^STATUSES /statuses=/' |
+    tr '\n' ' '
 }
 # The first sample at or after time $1 whose field $2 equals $3, as its time.
 first_sample() { awk -v t="$1" -v f="$2" -v v="$3" '$1 >= t && $f == v {print $1; exit}' "$work/samples"; }
@@ -115,8 +116,8 @@ stall_result=$(orders "$STALL")
 stall off; t_back=$(since)
 rss_peak=$(max_rss_between "$t_stall" "$t_back")
 unready=$(first_sample "$t_stall" 3 503)
-echo "stall: $stall_result rss_before_kib=$rss_before rss_peak_kib=$rss_peak" \
-  "readyz_503_after_s=$(python3 -c "print(f'{${unready:-nan} - $t_stall:.1f}')")" \
+unready=$(python3 -c "print(f'{${unready:-nan} - $t_stall:.1f}')")
+echo "stall: $stall_result rss_before_kib=$rss_before rss_peak_kib=$rss_peak readyz_503_after_s=$unready" \
   "healthz_non200=$(awk -v a="$t_stall" -v b="$t_back" '$1 >= a && $1 <= b && $4 != 200' "$work/samples" | wc -l)"
 back_result=$(orders "$BACK")
 ready=$(first_sample "$t_back" 3 200)
@@ -142,5 +143,26 @@ echo "ledgers: $ledgers"
 max_ms=$(echo "$stall_result" | sed -n 's/.*max_ms=\([0-9.]*\).*/\1/p')
 limit_ms=$(python3 -c "import re; d='$DEADLINE'; s=float(re.sub('[^0-9.]','',d)) * (0.001 if d.endswith('ms') else 1); print(int(s * 1000 + 1000))")
 echo "stall summary ($ENGINE): slowest answer ${max_ms} ms (limit ${limit_ms})," \
-  "memory +$(( (rss_peak - rss_before) / 1024 )) MiB, readyz 503 after ${unready:-never}s from the start," \
+  "memory +$(( (rss_peak - rss_before) / 1024 )) MiB, readyz 503 ${unready} s into the stall," \
   "SIGTERM to exit ${took} s (status $code), $ledgers"
+# The goals of SPEC 23 (issue 34): each missed one is named, and the exit status is 1.
+failed=()
+python3 -c "import sys; sys.exit(0 if float('${max_ms:-inf}') <= $limit_ms else 1)" \
+  || failed+=("an answer came ${max_ms} ms after its request, past the deadline + 1 s")
+[[ $(echo "$stall_result" | sed -n 's/.*timeouts=\([0-9]*\).*/\1/p') = 0 ]] \
+  || failed+=("requests got no answer at all within 30 s")
+others=$(echo "$stall_result" | grep -o 'statuses=.*' | tr ' ' '\n' | sed 's/^statuses=//' | grep -v '^$' | grep -v '^500:\|^503:' || true)
+[[ -z $others ]] || failed+=("answers other than 500 and 503 in the stall: $(echo $others)")
+(( rss_peak - rss_before < 100 * 1024 )) || failed+=("memory grew by more than 100 MiB in the stall")
+python3 -c "import sys; sys.exit(0 if float('$unready') <= 5 else 1)" \
+  || failed+=("/readyz was not 503 within 5 s of the stall ($unready)")
+python3 -c "import sys; sys.exit(0 if float('$(python3 -c "print(f'{${ready:-nan} - $t_back:.1f}')")') <= 5 else 1)" \
+  || failed+=("/readyz was not 200 within 5 s of the storage's return")
+python3 -c "import sys; sys.exit(0 if float('$took') <= 30 else 1)" \
+  || failed+=("SIGTERM took ${took} s")
+[[ $ledgers = "ledger ok"* ]] || failed+=("a ledger does not sum to its balance")
+if [[ ${#failed[@]} -gt 0 ]]; then
+  printf 'stall: FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "stall ($ENGINE): every goal met"

@@ -20,7 +20,7 @@ use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::store::{KeyClaim, KeyRecord, Prefetched, Store};
+use crate::store::{KeyClaim, KeyRecord, Prefetched, Store, StoreError};
 
 /// First uses tried when the key keeps being taken and freed (by the sweeper) in between.
 const FIRST_USE_TRIES: usize = 3;
@@ -76,23 +76,24 @@ impl KeyedWrite {
     }
 }
 
-/// The key's durable row, waiting for a first use in flight until the write's bound.
+/// The key's durable row by `until`, waiting for a first use in flight: one still not durable
+/// then is in progress (the 409); a storage that did not answer the read is the 503.
 async fn lookup(
     store: &dyn Store,
     metrics: &Metrics,
     write: &KeyedWrite,
+    until: Deadline,
 ) -> Result<Option<KeyRecord>, ApiError> {
-    match tokio::time::timeout_at(
-        write.until.into(),
-        store.replay_lookup(write.deadline, write.account, write.key.clone()),
-    )
-    .await
+    match store
+        .replay_lookup(until, write.account, write.key.clone())
+        .await
     {
-        Ok(found) => Ok(found?),
-        Err(_) => {
+        Ok(found) => Ok(found),
+        Err(StoreError::InDoubt(_)) => {
             metrics.key_conflict("in_progress");
             Err(ApiError::InProgress)
         }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -118,7 +119,7 @@ where
     for _ in 0..FIRST_USE_TRIES {
         let found = match prefetched.take() {
             Some(row) => row,
-            None => lookup(store, metrics, write).await?,
+            None => lookup(store, metrics, write, Deadline::at(write.until)).await?,
         };
         if let Some(record) = found {
             return decide(metrics, write, record);
@@ -129,10 +130,7 @@ where
             FirstUse::KeyTaken(Some(record)) => return decide(metrics, write, *record),
             // Held past the bound: one last lookup may find the holder's commit.
             FirstUse::KeyTaken(None) if Instant::now() >= write.until => {
-                return match store
-                    .replay_lookup(write.deadline, write.account, write.key.clone())
-                    .await?
-                {
+                return match lookup(store, metrics, write, write.deadline).await? {
                     Some(record) => decide(metrics, write, record),
                     None => {
                         metrics.key_conflict("in_progress");

@@ -32,7 +32,7 @@ pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpRespo
         .body(metrics.render())
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit has waited more than 5 s, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit has waited 4 s or more, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
 pub async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
     // Progress, not only an answer: a storage whose commits hang still answers a read.
     if let Some(waited) = store.progress().oldest_commit {

@@ -202,7 +202,7 @@ impl Application {
                 Ok(signal) => log::info!("{signal}: stopping within {STOP_WITHIN:?}"),
                 Err(e) => log::error!("cannot listen for stop signals ({e}); stopping"),
             }
-            exit_if_not_stopped_by(deadline);
+            exit_if_not_stopped_by(Deadline::at(deadline.instant() - EXIT_SHARE));
             let _ = stopping.send(deadline);
             graceful.stop(true).await;
         });
@@ -216,13 +216,13 @@ impl Application {
                 log::info!("stopped accepting; in-flight requests answered");
                 // The workers get what the storage's stop does not need; one still inside a
                 // pass is left to the process's exit.
-                let workers_by = Deadline::at(deadline.instant() - STORAGE_STOP_SHARE);
+                let storage_by = Deadline::at(deadline.instant() - EXIT_SHARE - LAST_RESORT);
+                let workers_by = Deadline::at(storage_by.instant() - STORAGE_STOP_SHARE);
                 for worker in self.workers {
                     if !worker.stop(workers_by).await {
                         log::warn!("a background worker was still in a pass; left to the exit");
                     }
                 }
-                let storage_by = Deadline::at(deadline.instant() - EXIT_SHARE);
                 match self.store.stop(storage_by).await {
                     Stopped::Settled => {
                         log::info!("storage flushed: every write taken is settled; exiting");
@@ -242,9 +242,11 @@ impl Application {
     }
 }
 
-/// Of the stop's time, what the storage's own stop gets after the workers' (its final flush,
-/// handing leases and claims back), and what is left after it to log and exit.
+/// Of the stop's time: what the storage's own stop gets after the workers' (its final flush,
+/// handing leases and claims back, the commits still unconfirmed), the margin between its end
+/// and the last resort, and what the last resort leaves to exit.
 const STORAGE_STOP_SHARE: Duration = Duration::from_secs(8);
+const LAST_RESORT: Duration = Duration::from_secs(3);
 const EXIT_SHARE: Duration = Duration::from_secs(1);
 
 /// The last resort of a stop: if the process is still here at `deadline` (a thread stuck on

@@ -236,7 +236,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Page<Product>, StoreError>;
 
     // --- idempotent writes and the partner's reads
-    /// The row of a key that has been used successfully (expired or not), once durable.
+    /// The row of a key that has been used successfully (expired or not), once durable. A
+    /// first use still not durable at the deadline (its commit in flight) is `InDoubt`; a
+    /// storage that did not answer the read, `TimedOut`.
     async fn replay_lookup(
         &self,
         deadline: Deadline,

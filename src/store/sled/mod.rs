@@ -29,7 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::records::{checked_counts, verify_counts};
-use crate::bounds::Deadline;
+use crate::bounds::{Deadline, PROBE_TIMEOUT};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -140,19 +140,13 @@ struct SledStore {
 }
 
 impl SledStore {
-    /// A read: refused once storage failed, a storage error recorded as the failure.
-    fn read<T>(&self, read: impl FnOnce(&Trees) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        self.visibility.failed()?;
-        let outcome = read(&self.trees);
-        if let Err(StoreError::Failed(why)) = &outcome {
-            self.visibility.fail(why);
-        }
-        outcome
-    }
-
-    /// A read of many records (a page), off the async executor, answered by `deadline`
-    /// (a disk that stopped answering leaves the read to finish on its own).
-    async fn scan<T: Send + 'static>(
+    /// A read, off the async executor and answered by `deadline`: refused once storage
+    /// failed, a storage error recorded as the failure. Never on a request's thread: while a
+    /// flush waits on a disk that stopped answering, sled's own lock (which its flush holds
+    /// shared, and the writer's next transaction waits for) holds every read, and a read
+    /// left waiting there would hold every request of its thread with it. A read the deadline
+    /// cut short finishes on its own, on a thread of tokio's blocking pool.
+    async fn read<T: Send + 'static>(
         &self,
         deadline: Deadline,
         read: impl FnOnce(&Trees) -> Result<T, StoreError> + Send + 'static,
@@ -223,7 +217,10 @@ impl Store for SledStore {
             return Ok(Some(hit));
         }
         let generation = self.auth_cache.generation();
-        let Some(found) = self.read(|t| t.authenticate(&key_hash))? else {
+        let Some(found) = self
+            .read(deadline, move |t| t.authenticate(&key_hash))
+            .await?
+        else {
             return self
                 .settled(deadline, None, Stripe::credential(&key_hash))
                 .await;
@@ -240,12 +237,12 @@ impl Store for SledStore {
         deadline: Deadline,
         id: AccountId,
     ) -> Result<Option<Account>, StoreError> {
-        let account = self.read(|t| t.account(&id))?;
+        let account = self.read(deadline, move |t| t.account(&id)).await?;
         self.settled(deadline, account, Stripe::profile(&id)).await
     }
 
     async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError> {
-        let balance = self.read(|t| t.balance(&id))?;
+        let balance = self.read(deadline, move |t| t.balance(&id)).await?;
         self.settled(deadline, balance, Stripe::account(&id)).await
     }
 
@@ -316,7 +313,7 @@ impl Store for SledStore {
     }
 
     async fn product(&self, deadline: Deadline, id: String) -> Result<Option<Product>, StoreError> {
-        let product = self.read(|t| t.product(&id))?;
+        let product = self.read(deadline, move |t| t.product(&id)).await?;
         self.settled(deadline, product, Stripe::Catalog).await
     }
 
@@ -327,7 +324,7 @@ impl Store for SledStore {
         limit: usize,
     ) -> Result<Page<Product>, StoreError> {
         let page = self
-            .scan(deadline, move |t| {
+            .read(deadline, move |t| {
                 t.active_products_page(after.as_deref(), limit)
             })
             .await?;
@@ -346,14 +343,28 @@ impl Store for SledStore {
             return Ok(Some(KeyRecord::clone(&hit)));
         }
         let generation = self.replay_cache.generation();
-        let Some(row) = self.read(|t| t.replay_lookup(&account, &key))? else {
+        let looked_up = key.clone();
+        let Some(row) = self
+            .read(deadline, move |t| t.replay_lookup(&account, &looked_up))
+            .await?
+        else {
             // No answer rests on this: a key not found goes on to its first use, a write
             // whose answer waits for its own flush (and for a sweep's delete before it).
             return Ok(None);
         };
-        let row = self
+        // Found in memory, perhaps not yet on disk: a first use whose flush has not come by
+        // the deadline is in flight, its outcome unknown.
+        let row = match self
             .settled(deadline, row, Stripe::key(&account, &key))
-            .await?;
+            .await
+        {
+            Err(StoreError::TimedOut(_)) => {
+                return Err(StoreError::InDoubt(
+                    "the key's first use is not yet durable".into(),
+                ))
+            }
+            settled => settled?,
+        };
         self.replay_cache
             .remember(generation, scoped, Arc::new(row.clone()));
         Ok(Some(row))
@@ -397,7 +408,7 @@ impl Store for SledStore {
     }
 
     async fn order(&self, deadline: Deadline, id: OrderId) -> Result<Option<Order>, StoreError> {
-        match self.read(|t| t.order(&id))? {
+        match self.read(deadline, move |t| t.order(&id)).await? {
             Some(order) => {
                 let stripe = Stripe::account(&order.account_id);
                 self.settled(deadline, Some(order), stripe).await
@@ -417,7 +428,7 @@ impl Store for SledStore {
         limit: usize,
     ) -> Result<Page<Order>, StoreError> {
         let page = self
-            .scan(deadline, move |t| {
+            .read(deadline, move |t| {
                 t.orders_page(&account, external_order_id.as_deref(), before, limit)
             })
             .await?;
@@ -433,7 +444,7 @@ impl Store for SledStore {
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError> {
         let page = self
-            .scan(deadline, move |t| t.ledger_page(&account, before, limit))
+            .read(deadline, move |t| t.ledger_page(&account, before, limit))
             .await?;
         self.settled(deadline, page, Stripe::account(&account))
             .await
@@ -447,7 +458,7 @@ impl Store for SledStore {
         limit: usize,
     ) -> Result<Page<Event>, StoreError> {
         let page = self
-            .scan(deadline, move |t| t.events_page(&account, after, limit))
+            .read(deadline, move |t| t.events_page(&account, after, limit))
             .await?;
         self.settled(deadline, page, Stripe::account(&account))
             .await
@@ -460,7 +471,8 @@ impl Store for SledStore {
         max: usize,
     ) -> Result<usize, StoreError> {
         // Looked at first, so that an idle queue costs no write (and no flush).
-        if self.read(|t| t.due_orders(created_by, 1))?.is_empty() {
+        let due = self.read(deadline, move |t| t.due_orders(created_by, 1));
+        if due.await?.is_empty() {
             return Ok(0);
         }
         self.writer
@@ -482,7 +494,7 @@ impl Store for SledStore {
         take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError> {
         let due = self
-            .scan(deadline, move |t| t.due_deliveries(now, max, take))
+            .read(deadline, move |t| t.due_deliveries(now, max, take))
             .await?;
         // Any outbox entry may come from a batch still being flushed.
         let due = self.settled(deadline, due, Stripe::Everything).await?;
@@ -571,7 +583,7 @@ impl Store for SledStore {
     ) -> Result<u64, StoreError> {
         // The scan runs off the writer; the writer then looks at each event again.
         let events = self
-            .scan(deadline, move |t| t.given_up_since(&account, since))
+            .read(deadline, move |t| t.given_up_since(&account, since))
             .await?;
         if events.is_empty() {
             return self.settled(deadline, 0, Stripe::account(&account)).await;
@@ -590,7 +602,9 @@ impl Store for SledStore {
         account: AccountId,
         event_ids: Vec<String>,
     ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
-        let logs = self.read(|t| t.delivery_logs(&event_ids))?;
+        let logs = self
+            .read(deadline, move |t| t.delivery_logs(&event_ids))
+            .await?;
         self.settled(deadline, logs, Stripe::account(&account))
             .await
     }
@@ -602,7 +616,7 @@ impl Store for SledStore {
         limit: usize,
     ) -> Result<Page<(Account, Cents)>, StoreError> {
         let page = self
-            .scan(deadline, move |t| t.accounts_page(after, limit))
+            .read(deadline, move |t| t.accounts_page(after, limit))
             .await?;
         // A page of many accounts: wait for every batch started, not one stripe.
         self.settled(deadline, page, Stripe::Everything).await
@@ -614,7 +628,7 @@ impl Store for SledStore {
         now: Millis,
         max: usize,
     ) -> Result<usize, StoreError> {
-        if !self.read(|t| t.any_key_expired(now))? {
+        if !self.read(deadline, move |t| t.any_key_expired(now)).await? {
             return Ok(0);
         }
         // A deleted row only frees its key: nothing a read could report, so no stripe.
@@ -659,17 +673,17 @@ impl Store for SledStore {
             .await
     }
 
-    // Two point reads in memory, no flush to wait for: nothing the deadline could cut short.
-    async fn is_empty(&self, _deadline: Deadline) -> Result<bool, StoreError> {
-        self.read(|t| Ok(t.is_empty()))
+    async fn is_empty(&self, deadline: Deadline) -> Result<bool, StoreError> {
+        self.read(deadline, |t| Ok(t.is_empty())).await
     }
 
     async fn row_counts(&self, deadline: Deadline) -> Result<Vec<(&'static str, u64)>, StoreError> {
-        self.scan(deadline, |t| Ok(t.row_counts())).await
+        self.read(deadline, |t| Ok(t.row_counts())).await
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
-        self.read(|t| t.probe())
+        self.read(Deadline::after(PROBE_TIMEOUT), |t| t.probe())
+            .await
     }
 
     fn progress(&self) -> Progress {
