@@ -139,7 +139,8 @@ impl Batcher {
             }
             Err(Failure::BeforeCommit(fault)) if batch.len() == 1 && !waited(&fault) => {
                 let pending = batch.into_iter().next().expect("one order");
-                let _ = pending.answer.send(answer_of(Err(fault)));
+                let answer = answer_of(Err(fault), &pending.admitted);
+                let _ = pending.answer.send(answer);
             }
             Err(Failure::BeforeCommit(fault)) => {
                 // Each order alone, at once, each on a connection of its own, as if it had
@@ -222,15 +223,17 @@ impl Batcher {
                 super::orders::place_order(&mut c, &pending.order)
             })
         };
-        answer_of(db::finish(&bound, work).await)
+        answer_of(db::finish(&bound, work).await, &pending.admitted)
     }
 }
 
-/// An order's outcome as its caller gets it: a race lost on every try, or a balance row held
-/// elsewhere past its wait, is the partner's to retry with its key (SPEC 5's 402); anything
-/// else is the storage's.
-fn answer_of(outcome: Result<Result<Vec<u8>, OrderRefusal>, Fault>) -> Answer {
+/// An order's outcome as its caller gets it: a failure before its COMMIT once its deadline
+/// passed wrote nothing (the 503); a race lost on every try, or a balance row held elsewhere
+/// past its wait, is the partner's to retry with its key (SPEC 5's 402); anything else is the
+/// storage's.
+fn answer_of(outcome: Result<Result<Vec<u8>, OrderRefusal>, Fault>, order: &Admitted) -> Answer {
     match outcome {
+        Err(_) if !order.ticket.is_sent() && order.deadline.passed() => Err(not_sent()),
         Err(fault) if fault.retryable() => Ok(Err(OrderRefusal::ConcurrentModification)),
         outcome => outcome.map_err(StoreError::from),
     }

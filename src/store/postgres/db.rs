@@ -124,7 +124,8 @@ impl Bound {
 /// Runs a write's `work` to its end in its task: up to the deadline (and the edge's margin,
 /// so that the server's own timeouts, set to the deadline, fire first) before its COMMIT is
 /// sent, and then up to `COMMIT_PATIENCE` longer for the COMMIT's answer. Work dropped at
-/// either bound gives its connection up (`Conn`).
+/// either bound gives its connection up (`Conn`). Work that ended before its COMMIT with
+/// its deadline passed wrote nothing: `TimedOut`.
 pub async fn finish<T>(
     bound: &Bound,
     work: impl Future<Output = Result<T, Fault>>,
@@ -132,6 +133,9 @@ pub async fn finish<T>(
     let mut work = pin!(work);
     let before_commit = (bound.deadline.instant() + EDGE_MARGIN).into();
     match tokio::time::timeout_at(before_commit, &mut work).await {
+        // Failed before its COMMIT once the deadline passed (the server's statement and lock
+        // timeouts are set to it): nothing was written, whatever the server's reason.
+        Ok(Err(_)) if !bound.sent() && bound.deadline.passed() => Err(Fault::Store(not_sent())),
         Ok(done) => done,
         Err(_) if !bound.sent() => Err(Fault::Store(not_sent())),
         Err(_) => {
