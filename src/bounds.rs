@@ -26,6 +26,13 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// within their deadlines anyway.
 pub const MAX_PENDING_WRITES: u32 = 4096;
 
+/// Reads of the embedded engine in flight at once, each on a thread of the blocking pool (a
+/// read of a disk that stopped answering keeps its thread until the disk answers). Reads take
+/// microseconds, so a healthy instance has a handful in flight; 256 keeps a stalled disk from
+/// taking more threads than a small machine runs well (tokio's own ceiling is 512), and one
+/// more read is refused at once (503) rather than queued behind them.
+pub const MAX_READS_IN_FLIGHT: usize = 256;
+
 /// How long a request waits for a key (or a row) that another request holds before it is the
 /// in-progress 409 (SPEC 5 and 17: "about 5 s"): long enough for a commit at the p99.99 of a
 /// loaded database, short enough that a partner's retry loop sees the answer well within its

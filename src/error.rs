@@ -242,7 +242,7 @@ impl ApiError {
                 "storage_unavailable: the storage did not answer in time; nothing was changed, retry later".into()
             }
             ApiError::Storage(StoreError::Overloaded) => {
-                "storage_unavailable: too many writes are waiting for the storage; nothing was changed, retry later".into()
+                "storage_unavailable: too many requests are waiting for the storage; nothing was changed, retry later".into()
             }
             ApiError::Storage(_) | ApiError::Internal(_) => "Internal server error".into(),
         };
@@ -462,7 +462,7 @@ mod tests {
             (ApiError::Storage(StoreError::Corrupt("a secret detail".into())), 500, "Internal server error"),
             (ApiError::Storage(StoreError::InDoubt("a secret detail".into())), 500, "Internal server error"),
             (ApiError::Storage(StoreError::TimedOut("a secret detail".into())), 503, "storage_unavailable: the storage did not answer in time; nothing was changed, retry later"),
-            (ApiError::Storage(StoreError::Overloaded), 503, "storage_unavailable: too many writes are waiting for the storage; nothing was changed, retry later"),
+            (ApiError::Storage(StoreError::Overloaded), 503, "storage_unavailable: too many requests are waiting for the storage; nothing was changed, retry later"),
             (ApiError::Internal("a secret detail".into()), 500, "Internal server error"),
         ];
         for (error, status, text) in cases {

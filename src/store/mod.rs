@@ -75,9 +75,9 @@ pub enum StoreError {
     /// a 503 with `Retry-After` (SPEC 23).
     #[error("not done by the deadline: {0}")]
     TimedOut(String),
-    /// Too many writes wait for the storage already (`--max-pending-writes`): refused at
-    /// once, nothing written, a 503 with `Retry-After` (SPEC 23).
-    #[error("too many writes waiting for the storage")]
+    /// Too many writes (`--max-pending-writes`), or reads, wait for the storage already:
+    /// refused at once, nothing written, a 503 with `Retry-After` (SPEC 23).
+    #[error("too many requests waiting for the storage")]
     Overloaded,
     /// A write sent to the storage (its commit sent, its flush begun) and not confirmed by
     /// the request's deadline: its outcome is unknown, so the opaque 500, and the key of the

@@ -29,6 +29,7 @@ mod reads;
 mod replay;
 mod stalled_database;
 mod stalled_flush;
+mod timing;
 mod tls;
 mod webhook_ops;
 mod webhooks;

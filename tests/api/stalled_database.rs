@@ -15,52 +15,21 @@ use reqwest::StatusCode;
 
 use crate::helpers::{basket, metric, spawn_app_with, sql_on, start, Partner, TestApp};
 use crate::postgres::{cluster, hold_balance_row, in_own_session, OwnCluster};
-
-/// What a request may take past its deadline (SPEC 23's "deadline + 1 s").
-const SLACK: Duration = Duration::from_secs(1);
-
-/// One answer: the key, the status, `Retry-After`, and the time it took.
-type Answer = (String, StatusCode, Option<String>, Duration);
+use crate::timing::{self, assert_answered_by, at_once, keys, Answer, SLACK};
 
 /// Orders `keys` at once as `partner`; each one's answer.
 async fn orders_at_once(app: &TestApp, partner: &Partner, keys: &[String]) -> Vec<Answer> {
     let body = basket("prd_uc", 1, "p");
-    let sent = keys.iter().map(|key| {
+    let requests = keys.iter().map(|key| {
         let request = app
             .client
             .post(app.url("/b2b/orders"))
             .header("X-Api-Key", &partner.api_key)
             .header("X-Idempotency-Key", key)
             .json(&body);
-        async move {
-            let started = Instant::now();
-            let resp = request.send().await.expect("orderly answers");
-            let retry_after = resp
-                .headers()
-                .get("Retry-After")
-                .map(|v| v.to_str().unwrap().to_string());
-            (key.clone(), resp.status(), retry_after, started.elapsed())
-        }
+        (key.clone(), request)
     });
-    futures::future::join_all(sent).await
-}
-
-fn keys(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
-
-/// Each answer came by the deadline, and was one of `allowed`; a 503 says when to retry.
-fn assert_answered_by(deadline: Duration, answers: &[Answer], allowed: &[StatusCode]) {
-    for (key, status, retry_after, took) in answers {
-        assert!(*took <= deadline + SLACK, "{key} answered after {took:?}");
-        assert!(
-            allowed.contains(status),
-            "{key}: {status}, not one of {allowed:?}"
-        );
-        if *status == StatusCode::SERVICE_UNAVAILABLE {
-            assert_eq!(retry_after.as_deref(), Some("1"), "{key}");
-        }
-    }
+    at_once(requests.collect()).await
 }
 
 /// Retries every intent with its key once the storage is back: each is a 200, one answered
@@ -92,20 +61,8 @@ async fn assert_each_intent_charged_once(
     assert_eq!(app.orders(&partner.api_key).await.len() as i64, intents);
 }
 
-/// Polls `path` until it answers `status`, for at most `within`; how long it took.
 async fn until_status(app: &TestApp, path: &str, status: StatusCode, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let answered = app.client.get(app.url(path)).send().await.unwrap().status();
-        if answered == status {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{path} did not answer {status} within {within:?} (it answers {answered})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    timing::until_status(&app.client, app.url(path), status, within).await
 }
 
 /// orderly (`--request-deadline 3s`) on a database of a cluster of this test's own, whose

@@ -10,12 +10,10 @@ use serde_json::Value;
 
 use crate::helpers::basket;
 use crate::in_process::InProcess;
+use crate::timing::{self, at_once, keys, Answer, SLACK};
 
 /// The deadline these servers run with: short, so that the tests are.
 const DEADLINE: Duration = Duration::from_secs(2);
-/// What a request may take past its deadline (SPEC 23's "deadline + 1 s").
-const SLACK: Duration = Duration::from_secs(1);
-
 /// orderly with a deadline of `DEADLINE`, unless `extra` names its own.
 fn start(extra: &[&str]) -> InProcess {
     let mut args = extra.to_vec();
@@ -25,51 +23,22 @@ fn start(extra: &[&str]) -> InProcess {
     InProcess::start(&args)
 }
 
-/// Orders `keys` at once; each key's status, `Retry-After` and time to its answer.
-async fn orders_at_once(
-    app: &InProcess,
-    api_key: &str,
-    keys: &[String],
-) -> Vec<(String, StatusCode, Option<String>, Duration)> {
+/// Orders `keys` at once; each one's answer.
+async fn orders_at_once(app: &InProcess, api_key: &str, keys: &[String]) -> Vec<Answer> {
     let body = basket("prd_uc", 1, "p");
-    let sent = keys.iter().map(|key| {
-        let request = app.order(&app.client, api_key, key, &body);
-        async move {
-            let started = Instant::now();
-            let resp = request.send().await.expect("orderly answers");
-            let retry_after = resp
-                .headers()
-                .get("Retry-After")
-                .map(|v| v.to_str().unwrap().to_string());
-            (key.clone(), resp.status(), retry_after, started.elapsed())
-        }
-    });
-    futures::future::join_all(sent).await
+    let requests = keys
+        .iter()
+        .map(|key| (key.clone(), app.order(&app.client, api_key, key, &body)));
+    at_once(requests.collect()).await
 }
 
-fn keys(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
-
-/// Polls `path` until it answers `status`, for at most `within`; how long it took.
 async fn until_status(
     app: &InProcess,
     path: &str,
     status: StatusCode,
     within: Duration,
 ) -> Duration {
-    let started = Instant::now();
-    loop {
-        let answered = app.client.get(app.url(path)).send().await.unwrap().status();
-        if answered == status {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{path} did not answer {status} within {within:?} (it answers {answered})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    timing::until_status(&app.client, app.url(path), status, within).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::records::{checked_counts, verify_counts};
-use crate::bounds::{Deadline, PROBE_TIMEOUT};
+use crate::bounds::{Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -117,6 +117,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         writer,
         visibility,
         commits,
+        reads: Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)),
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
     }))
@@ -130,6 +131,8 @@ struct SledStore {
     visibility: Arc<Visibility>,
     /// The batch the writer applies and the flush in progress (`/readyz`).
     commits: Arc<InFlight>,
+    /// Places for reads in flight on the blocking pool (`MAX_READS_IN_FLIGHT`).
+    reads: Arc<tokio::sync::Semaphore>,
     /// API keys already authenticated: a hit saves two point reads, their decoding and the
     /// wait on the profile stripe. A write of accounts or keys runs inside its `around`, so
     /// a revoked key is refused from the moment its write is applied.
@@ -145,15 +148,23 @@ impl SledStore {
     /// flush waits on a disk that stopped answering, sled's own lock (which its flush holds
     /// shared, and the writer's next transaction waits for) holds every read, and a read
     /// left waiting there would hold every request of its thread with it. A read the deadline
-    /// cut short finishes on its own, on a thread of tokio's blocking pool.
+    /// cut short finishes on its own, on a thread of tokio's blocking pool; at most
+    /// `MAX_READS_IN_FLIGHT` do at once, so a stalled disk holds a bounded number of threads,
+    /// and one more read is refused at once (`Overloaded`).
     async fn read<T: Send + 'static>(
         &self,
         deadline: Deadline,
         read: impl FnOnce(&Trees) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.visibility.failed()?;
+        let place = Arc::clone(&self.reads)
+            .try_acquire_owned()
+            .map_err(|_| StoreError::Overloaded)?;
         let trees = Arc::clone(&self.trees);
-        let reading = tokio::task::spawn_blocking(move || read(&trees));
+        let reading = tokio::task::spawn_blocking(move || {
+            let _place = place;
+            read(&trees)
+        });
         let outcome = tokio::time::timeout_at(deadline.instant().into(), reading)
             .await
             .map_err(|_| StoreError::TimedOut("the disk did not answer a read in time".into()))?
