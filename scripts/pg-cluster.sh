@@ -5,11 +5,18 @@
 #   scripts/pg-cluster.sh stop DIR    stop it (fast) and remove DIR
 #   scripts/pg-cluster.sh restart DIR stop and start on the same port and data
 #   scripts/pg-cluster.sh down DIR    stop, keeping the data;  up DIR: start it again
+#   scripts/pg-cluster.sh standby DIR PRIMARY_URL   a streaming standby of that primary
+#                                     (pg_basebackup -R: its primary_conninfo in
+#                                     postgresql.auto.conf), started on a free port; prints
+#                                     its URL
+#   scripts/pg-cluster.sh promote DIR  the standby becomes a primary, with no synchronous
+#                                     standby of its own (what an HA manager does)
+#   scripts/pg-cluster.sh kill DIR    SIGKILL of the postmaster: a machine lost
 # Installs Debian's postgresql when no server binaries are found. fsync and
 # synchronous_commit stay on: a 200 from orderly means committed on disk.
 set -euo pipefail
 
-cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
+cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill DIR}
 dir=${2:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
 
 bin_dir() {
@@ -64,6 +71,35 @@ CONF
   restart)
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -m fast -w -t 60 restart >&2
     ;;
+  standby)
+    primary=${3:?usage: pg-cluster.sh standby DIR PRIMARY_URL}
+    read -r phost pport < <(python3 -c "
+import sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+print(u.hostname or '127.0.0.1', u.port or 5432)" "$primary")
+    mkdir -p "$dir"
+    chown postgres "$dir"
+    chmod 700 "$dir"
+    as_postgres "$bindir/pg_basebackup" -h "$phost" -p "$pport" -U postgres -D "$dir/data" -R -X stream \
+      >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; exit 1; }
+    port=$(free_port)
+    cat >>"$dir/data/postgresql.conf" <<CONF
+port = $port
+unix_socket_directories = '$dir'
+CONF
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
+    echo "$port" >"$dir/port"
+    echo "postgres://postgres@127.0.0.1:$port/postgres"
+    ;;
+  promote)
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -w -t 60 promote >&2
+    port=$(cat "$dir/port")
+    as_postgres "$bindir/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+      -c "ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
+    ;;
+  kill)
+    kill -KILL "$(head -1 "$dir/data/postmaster.pid")"
+    ;;
   down) # stop, keeping the data and the port
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >&2
     ;;
@@ -71,7 +107,7 @@ CONF
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     ;;
   *)
-    echo "usage: pg-cluster.sh start|stop|restart|down|up DIR" >&2
+    echo "usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill DIR" >&2
     exit 2
     ;;
 esac

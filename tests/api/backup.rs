@@ -34,7 +34,7 @@ fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>
     let mut command = Command::new(env!("CARGO_BIN_EXE_orderly"));
     command.args(["restore", "--from"]).arg(file);
     match database {
-        Some(db) => command.args(["--database-url", &db.url]),
+        Some(db) => command.args(["--database-url", &db.server_url]),
         None => command.arg("--data-dir").arg(data_dir),
     };
     command

@@ -22,7 +22,7 @@ fn skewed(dir: &Path, database: &TestDatabase, skew: &str, extra: &[&str]) -> Te
         Path::new(LIBFAKETIME).exists(),
         "libfaketime is missing: apt-get install faketime"
     );
-    let mut args = vec!["--database-url", database.url.as_str()];
+    let mut args = vec!["--database-url", database.server_url.as_str()];
     args.extend_from_slice(extra);
     let env = [
         ("LD_PRELOAD", LIBFAKETIME),
@@ -34,7 +34,7 @@ fn skewed(dir: &Path, database: &TestDatabase, skew: &str, extra: &[&str]) -> Te
 }
 
 fn on_time(dir: &Path, database: &TestDatabase, extra: &[&str]) -> TestApp {
-    let mut args = vec!["--database-url", database.url.as_str()];
+    let mut args = vec!["--database-url", database.server_url.as_str()];
     args.extend_from_slice(extra);
     start(dir, &args)
 }

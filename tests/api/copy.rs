@@ -210,7 +210,7 @@ async fn a_sled_deployment_copied_into_postgresql_replays_every_key_byte_for_byt
     assert_eq!(counts["apiKey"], 2);
 
     let receiver = Receiver::start_on(port, vec![]);
-    let mut args = vec!["--database-url", database.url.as_str()];
+    let mut args = vec!["--database-url", database.server_url.as_str()];
     args.extend_from_slice(&flags);
     let a = start(&dir.path().join("a"), &args);
     let b = start(&dir.path().join("b"), &args);

@@ -4,6 +4,9 @@
 //! With `ORDERLY_TEST_DATABASE_URL` set (a maintenance URL of a PostgreSQL server), every
 //! server runs on PostgreSQL instead: a fresh database per server, cloned from a template
 //! that `orderly migrate` prepared once per test run; a restart reuses the same database.
+//! With `ORDERLY_TEST_POOLER_URL` set as well (a connection pooler in front of that server,
+//! PgBouncer, routing every database name to it), the servers connect through the pooler,
+//! while the tests' own SQL (creating and dropping databases, holding locks) stays direct.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -45,9 +48,24 @@ pub fn on_postgres() -> bool {
     test_database_url().is_some()
 }
 
-/// The URL of database `name` on the test server.
+/// The URL of database `name` on the test server, for the tests' own SQL.
 pub fn database_url(name: &str) -> String {
-    let mut url = url::Url::parse(&test_database_url().expect("on PostgreSQL")).expect("a URL");
+    named(&test_database_url().expect("on PostgreSQL"), name)
+}
+
+/// The URL the servers use for database `name`: through the pooler, when there is one.
+pub fn server_database_url(name: &str) -> String {
+    let pooler = std::env::var("ORDERLY_TEST_POOLER_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    match pooler {
+        Some(pooler) => named(&pooler, name),
+        None => database_url(name),
+    }
+}
+
+fn named(server: &str, name: &str) -> String {
+    let mut url = url::Url::parse(server).expect("a URL");
     url.set_path(&format!("/{name}"));
     url.to_string()
 }
@@ -130,7 +148,10 @@ fn template() -> &'static str {
 /// A database of its own for one server (and its restarts), dropped when its last app goes.
 pub struct TestDatabase {
     pub name: String,
+    /// For the tests' own SQL: direct.
     pub url: String,
+    /// For the servers: through the pooler, when the tests run behind one.
+    pub server_url: String,
     data_dir: PathBuf,
 }
 
@@ -158,6 +179,7 @@ impl TestDatabase {
             .insert(data_dir.to_path_buf(), name.clone());
         TestDatabase {
             url: database_url(&name),
+            server_url: server_database_url(&name),
             name,
             data_dir: data_dir.to_path_buf(),
         }
@@ -244,10 +266,10 @@ fn launch(
     } else if on_postgres() {
         let known = databases().lock().unwrap().get(data_dir).cloned();
         let url = match known {
-            Some(name) => database_url(&name),
+            Some(name) => server_database_url(&name),
             None => {
                 let created = TestDatabase::create(data_dir);
-                let url = created.url.clone();
+                let url = created.server_url.clone();
                 database = Some(created);
                 url
             }

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use crate::helpers::{
-    basket, database_url, maintenance_sql, sql_i64, start, start_logging, TestApp, TestDatabase,
+    basket, maintenance_sql, server_database_url, sql_i64, start, start_logging, TestApp,
+    TestDatabase,
 };
 use crate::postgres::{cluster, OwnCluster};
 use crate::receiver::Receiver;
@@ -32,7 +33,7 @@ pub struct Pair {
 pub fn two_instances(extra: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let database = TestDatabase::create(&dir.path().join("db"));
-    let url = database.url.clone();
+    let url = database.server_url.clone();
     let mut args = vec!["--database-url", url.as_str()];
     args.extend_from_slice(extra);
     let a = start(&dir.path().join("a"), &args);
@@ -192,7 +193,7 @@ async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
         StatusCode::OK
     );
 
-    revoke_through_a(&pair, &key_id).await;
+    revoke_through_a(&pair.a, &key_id).await;
 
     let after = pair.b.get(&key, "/b2b/balance").await;
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
@@ -220,21 +221,17 @@ async fn key_with_id(app: &TestApp, account: &str) -> (String, String) {
 
 /// A key made through `a` for a new account and used once through `b`, so that `b` holds a
 /// copy of it: (the key, its id).
-async fn key_b_has_seen(pair: &Pair) -> (String, String) {
-    let account = pair.a.create_account(true, 0, "EU").await;
-    let (key, key_id) = key_with_id(&pair.a, &account).await;
-    assert_eq!(
-        pair.b.get(&key, "/b2b/balance").await.status(),
-        StatusCode::OK
-    );
+pub async fn key_b_has_seen(a: &TestApp, b: &TestApp) -> (String, String) {
+    let account = a.create_account(true, 0, "EU").await;
+    let (key, key_id) = key_with_id(a, &account).await;
+    assert_eq!(b.get(&key, "/b2b/balance").await.status(), StatusCode::OK);
     (key, key_id)
 }
 
 /// Revokes the key through `a`; how long the 200 took.
-async fn revoke_through_a(pair: &Pair, key_id: &str) -> Duration {
+pub async fn revoke_through_a(a: &TestApp, key_id: &str) -> Duration {
     let started = Instant::now();
-    let revoked = pair
-        .a
+    let revoked = a
         .admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
         .await;
     assert_eq!(revoked.status(), StatusCode::OK);
@@ -258,7 +255,7 @@ async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other
         assert_eq!(bytes, first);
     }
 
-    revoke_through_a(&pair, &key_id).await;
+    revoke_through_a(&pair.a, &key_id).await;
 
     let (status, _, _) = order(&pair.b, &key, "k", &body).await.unwrap();
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -268,10 +265,10 @@ async fn a_key_revoked_through_one_instance_is_401_at_once_for_replays_the_other
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_revocation_waits_for_an_instance_killed_with_its_copies_no_longer_than_its_lease() {
     let mut pair = two_instances(&[]);
-    let (key, key_id) = key_b_has_seen(&pair).await;
+    let (key, key_id) = key_b_has_seen(&pair.a, &pair.b).await;
     assert!(pair.b.signal("KILL", Duration::from_secs(5)).is_some());
 
-    let took = revoke_through_a(&pair, &key_id).await;
+    let took = revoke_through_a(&pair.a, &key_id).await;
     // The dead instance's lease (2 s on the database's clock) lapses; nothing waits longer.
     assert!(
         took < Duration::from_secs(4),
@@ -287,7 +284,7 @@ async fn a_revocation_waits_for_an_instance_killed_with_its_copies_no_longer_tha
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not_wait_for_it() {
     let mut pair = two_instances(&[]);
-    let (key, key_id) = key_b_has_seen(&pair).await;
+    let (key, key_id) = key_b_has_seen(&pair.a, &pair.b).await;
     let stopped = pair
         .b
         .signal("TERM", Duration::from_secs(20))
@@ -300,7 +297,7 @@ async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not
     .unwrap();
     assert_eq!(leases, 1, "only a's lease is live");
 
-    revoke_through_a(&pair, &key_id).await;
+    revoke_through_a(&pair.a, &key_id).await;
     assert_eq!(
         pair.a.get(&key, "/b2b/balance").await.status(),
         StatusCode::UNAUTHORIZED
@@ -313,7 +310,7 @@ async fn two_instances_started_together_on_an_empty_database_apply_each_migratio
     let name = format!("orderly_empty_{}", std::process::id());
     maintenance_sql(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
     maintenance_sql(format!("CREATE DATABASE {name}")).unwrap();
-    let url = database_url(&name);
+    let url = server_database_url(&name);
     let dir = tempfile::tempdir().unwrap();
 
     let starts: Vec<_> = ["a", "b"]
@@ -439,7 +436,7 @@ async fn in_flight_delivery_is_taken_over_after(signal: &str) {
     ];
     let dir = tempfile::tempdir().unwrap();
     let database = TestDatabase::create(&dir.path().join("db"));
-    let mut args = vec!["--database-url", database.url.as_str()];
+    let mut args = vec!["--database-url", database.server_url.as_str()];
     args.extend_from_slice(&flags);
     let mut a = start(&dir.path().join("a"), &args);
     let p = a.partner_with_balance(10_000).await;

@@ -17,6 +17,7 @@ mod demo;
 mod durability;
 mod edge;
 mod expiry;
+mod failover;
 mod hardening;
 mod instances;
 mod lifecycle;

@@ -181,6 +181,11 @@ async fn orders_queued_behind_batches_waiting_on_a_held_balance_row_are_answered
 }
 
 pub fn cluster(command: &str, dir: &std::path::Path) -> String {
+    cluster_of(command, dir, "")
+}
+
+/// `scripts/pg-cluster.sh COMMAND DIR [ARG]` (a standby's primary, say); what it printed.
+pub fn cluster_of(command: &str, dir: &std::path::Path, arg: &str) -> String {
     let out = Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -188,6 +193,7 @@ pub fn cluster(command: &str, dir: &std::path::Path) -> String {
         ))
         .arg(command)
         .arg(dir)
+        .args((!arg.is_empty()).then_some(arg))
         .output()
         .expect("pg-cluster.sh runs");
     assert!(

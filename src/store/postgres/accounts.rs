@@ -29,24 +29,23 @@ pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), 
     gate.commit(tx).await
 }
 
-/// A new API key: one statement, its own transaction.
+/// A new API key.
 pub async fn create_api_key(
-    client: &Conn,
+    client: &mut Conn,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
 ) -> Result<(), Fault> {
-    let in_flight = client.sending_alone()?;
-    insert_api_key(&**client, hash, record).await?;
-    in_flight.done();
-    Ok(())
+    let (tx, gate) = client.begin().await?;
+    futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record))
+        .await?;
+    gate.commit(tx).await
 }
 
-/// A product created or replaced: one statement, its own transaction.
-pub async fn put_product(client: &Conn, product: &Product) -> Result<(), Fault> {
-    let in_flight = client.sending_alone()?;
-    upsert_product(&**client, product).await?;
-    in_flight.done();
-    Ok(())
+/// A product created or replaced.
+pub async fn put_product(client: &mut Conn, product: &Product) -> Result<(), Fault> {
+    let (tx, gate) = client.begin().await?;
+    futures_util::future::try_join(gate.limit_waits(&tx), upsert_product(&tx, product)).await?;
+    gate.commit(tx).await
 }
 
 pub async fn credit(

@@ -18,7 +18,6 @@
 //! of its batch or the batches queued behind it. A COMMIT whose outcome is unknown fails every order of the batch with that fault: the
 //! partner's retry with the same key replays what did commit or places it then.
 
-use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -28,15 +27,13 @@ use tokio_postgres::error::SqlState;
 
 use super::codec;
 use super::db::{self, Bound, Conn, Db};
-use super::rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
+use super::orders::{catalog, write_decisions, PRODUCTS_SQL};
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
 use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
 use crate::domain::ids::AccountId;
-use crate::domain::order::Order;
-use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::admission::{self, not_sent, Admitted};
-use crate::store::batch::{decide, Decisions, OrderView, Pending, Queue, Wants};
+use crate::store::batch::{decide, OrderView, Pending, Queue, Wants};
 use crate::store::{NewOrder, OrderRefusal, StoreError};
 /// Batches in flight at once, per instance: enough to keep the database busy while one
 /// batch waits for its flush, few enough that batches stay large under load.
@@ -314,10 +311,6 @@ static KEY_ROWS_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The products a batch's lines name.
-pub static PRODUCTS_SQL: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
-
 /// The batch's view in one round trip, its locks taken in one order, behind the
 /// transaction's bounds.
 async fn read_view(
@@ -382,37 +375,4 @@ fn account_of(row: &tokio_postgres::Row, what: &str) -> Result<AccountId, StoreE
     let account: String = row.get("account_id");
     AccountId::parse(&account)
         .ok_or_else(|| StoreError::Corrupt(format!("{what} of a bad account id")))
-}
-
-/// The products of `rows`, by id.
-pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>, StoreError> {
-    rows.iter()
-        .map(|row| codec::product(row).map(|p| (p.id.clone(), p)))
-        .collect()
-}
-
-/// The accepted orders' rows and each account's final balance: four statements, whatever
-/// the batch's size, sent as one pipeline.
-pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Result<(), Fault> {
-    let accepted = &decisions.accepted;
-    if accepted.is_empty() {
-        return Ok(());
-    }
-    let orders: Vec<&Order> = accepted.iter().map(|a| &a.order).collect();
-    let entries: Vec<_> = accepted
-        .iter()
-        .map(|a| (&a.order.account_id, &a.entry))
-        .collect();
-    let keys: Vec<_> = accepted
-        .iter()
-        .map(|a| (&a.order.account_id, a.key_name.as_str(), &a.key))
-        .collect();
-    futures_util::future::try_join4(
-        set_balances(tx, &decisions.balances),
-        insert_orders(tx, &orders),
-        insert_ledger(tx, &entries),
-        insert_key_rows(tx, &keys),
-    )
-    .await?;
-    Ok(())
 }

@@ -18,9 +18,10 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::bounds::{CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT};
+use crate::bounds::CONNECT_TIMEOUT;
 
 /// What stops orderly before it has tried to connect: the URL, or this process's machinery.
 #[derive(Debug, thiserror::Error)]
@@ -36,8 +37,8 @@ pub enum ConnectError {
 }
 
 /// The configuration of orderly's connections, from the database URL's settings checked;
-/// every connection of one process carries `application_name`, which names the process to
-/// the other instances (`pg_stat_activity`).
+/// every connection of one process carries `application_name`, which names the process to an
+/// operator looking at `pg_stat_activity` (no instance judges another by it: see `outbox.rs`).
 pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, ConnectError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(ConnectError::Scheme);
@@ -47,21 +48,105 @@ pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Confi
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30))
-        .application_name(application_name)
-        // A commit is durable before it is acknowledged, whatever the server's default; and
-        // a statement run on its own (the limiter's, a claim's) is READ COMMITTED as every
-        // write transaction states itself (`db::Conn::begin`), whatever a DBA set for the
-        // database or the role (startup options override both). The lock timeout here bounds
-        // the statements run outside a transaction; a transaction sets its own from its
-        // request's deadline (`db::Gate::limit_waits`). The space is escaped.
-        .options(format!(
-            "-c synchronous_commit=on -c client_min_messages=warning -c lock_timeout={} \
-             -c idle_in_transaction_session_timeout={} \
-             -c default_transaction_isolation=read\\ committed",
-            LOCK_TIMEOUT.as_millis(),
-            IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
-        ));
+        // Nothing else is set for the session: behind a pooler a setting would stay with the
+        // server session, not with orderly (and PgBouncer refuses `options` at the door).
+        // What orderly relies on, each transaction sets for itself (`db::Gate::limit_waits`,
+        // `tx::alone`).
+        .application_name(application_name);
     Ok(config)
+}
+
+/// The database `url` names, as an operator would look for it (hosts, ports and database;
+/// never the password).
+pub fn target(url: &str) -> String {
+    let Ok(config) = tokio_postgres::Config::from_str(url) else {
+        return "the database".into();
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            tokio_postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect();
+    let database = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or("postgres");
+    format!("the database {database} at {}", hosts.join(","))
+}
+
+/// Why no connection could be opened, in one line an operator can act on (never tokio's
+/// bare "db error"): unreachable, a refused login, a missing database, a startup parameter
+/// a pooler refuses, too many connections, a server starting or stopping.
+pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
+    let target = target(url);
+    let e = match e {
+        deadpool_postgres::PoolError::Backend(e) => e,
+        deadpool_postgres::PoolError::Timeout(_) => {
+            return format!(
+                "{target} did not accept a connection within {} s: check that it runs and that this machine reaches it",
+                CONNECT_TIMEOUT.as_secs()
+            )
+        }
+        other => return format!("cannot connect to {target}: {other}"),
+    };
+    let Some(db) = e.as_db_error() else {
+        let cause = std::error::Error::source(e).map_or(String::new(), |c| format!(": {c}"));
+        return format!(
+            "cannot reach {target} ({e}{cause}): check the host and port, and that it runs and accepts connections from this machine"
+        );
+    };
+    let said = db.message();
+    match db.code() {
+        c if *c == SqlState::INVALID_PASSWORD
+            || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            format!("{target} refused the login ({said}): check the user and password in --database-url, and the server's pg_hba.conf")
+        }
+        c if *c == SqlState::INVALID_CATALOG_NAME => {
+            format!(
+                "{target} does not exist ({said}): create it, or name another in --database-url"
+            )
+        }
+        c if *c == SqlState::PROTOCOL_VIOLATION && said.contains("startup parameter") => {
+            format!("a connection pooler in front of {target} refused a startup parameter ({said}): add it to the pooler's ignore_startup_parameters")
+        }
+        c if *c == SqlState::TOO_MANY_CONNECTIONS => {
+            format!("{target} has no connection left ({said}): raise its max_connections (or the pooler's pool size), or lower --database-pool-size")
+        }
+        c if *c == SqlState::CANNOT_CONNECT_NOW => {
+            format!("{target} does not take connections now ({said}): it is starting, stopping or recovering")
+        }
+        c => format!(
+            "{target} refused the connection: database error {}: {said}",
+            c.code()
+        ),
+    }
+}
+
+/// Refuses a database that cannot take writes (a standby given alone, or a read-only
+/// default), with what to give orderly instead.
+pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
+    let read_only = client
+        .simple_query("SHOW transaction_read_only")
+        .await
+        .map_err(|e| format!("{}: {}", target(url), super::tx::describe(&e)))?
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "on"),
+            _ => None,
+        })
+        .unwrap_or(false);
+    if read_only {
+        return Err(format!(
+            "{} is read-only (a standby, or default_transaction_read_only): give orderly the primary, or every host with target_session_attrs=read-write",
+            target(url)
+        ));
+    }
+    Ok(())
 }
 
 /// The runtime that drives every connection's I/O, stopped when the pool goes.

@@ -16,11 +16,13 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
+use deadpool_postgres::{Object, Pool, Transaction};
 use tokio_postgres::IsolationLevel;
 
-use super::tx::{query_opt, Fault};
-use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN, LOCK_TIMEOUT};
+use super::tx::{query_opt, Fault, Session};
+use crate::bounds::{
+    Deadline, COMMIT_PATIENCE, EDGE_MARGIN, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT,
+};
 use crate::metrics::Metrics;
 use crate::store::admission::{not_sent, Admission, Admitted, InFlight, Ticket};
 use crate::store::{KeyClaim, StoreError};
@@ -224,12 +226,16 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Bounds the transaction's waits on the server (`SET LOCAL`: they end with it): each
-    /// statement by what is left of the deadline, each lock by what is left of the lock bound
-    /// (at least 1 ms: 0 would mean no bound at all, and a lock that is free is still taken).
-    /// Sent together with the transaction's first statements (no round trip of its own), and
-    /// again before a later lock, which then gets only what is left.
-    pub async fn limit_waits<C: GenericClient>(&self, c: &C) -> Result<(), Fault> {
+    /// Sets what the transaction relies on, for itself alone (`SET LOCAL`: it all ends with
+    /// the transaction, so a pooler that hands the server session to another client hands
+    /// none of it on, and a server or role default changes none of it): its COMMIT waits for
+    /// durability (`synchronous_commit`), each statement ends by the deadline, each lock wait
+    /// by the lock bound (at least 1 ms: 0 would mean no bound at all, and a lock that is free
+    /// is still taken), and the server ends the transaction if its client goes quiet inside
+    /// it (`IDLE_IN_TRANSACTION_TIMEOUT`). Sent together with the transaction's first
+    /// statements (no round trip of its own), and again before a later lock, which then gets
+    /// only what is left.
+    pub async fn limit_waits<C: Session>(&self, c: &C) -> Result<(), Fault> {
         let now = Instant::now();
         let millis = |until: Instant| {
             until
@@ -240,10 +246,14 @@ impl Gate {
         };
         let statement = millis(self.bound.deadline.instant());
         let lock = millis(self.bound.locks_until);
+        let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
         query_opt(
             c,
-            "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)",
-            &[&statement, &lock],
+            "SELECT set_config('synchronous_commit', 'on', true),
+                    set_config('statement_timeout', $1, true),
+                    set_config('lock_timeout', $2, true),
+                    set_config('idle_in_transaction_session_timeout', $3, true)",
+            &[&statement, &lock, &idle],
         )
         .await?;
         Ok(())

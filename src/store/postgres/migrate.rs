@@ -1,12 +1,14 @@
 //! orderly's schema, owned by the binary: numbered migrations embedded at build time, each
-//! applied once in its own transaction and recorded in `orderly_schema_migrations`, all under
-//! one session advisory lock so that instances starting together migrate once. A database
+//! applied once in its own transaction and recorded in `orderly_schema_migrations`, each
+//! under the migration lock so that instances starting together migrate once. A database
 //! whose recorded version is above the highest this binary knows is refused: it was
 //! migrated by a newer orderly, whose rows this one could misread.
 
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
+use tokio_postgres::types::Type;
+use tokio_postgres::IsolationLevel;
 
 /// `(version, SQL)`, in order.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -17,7 +19,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("migrations/0005_cache_leases.sql")),
 ];
 
-/// The session advisory lock under which migrations run (an arbitrary constant: "orderly").
+/// The advisory lock under which migrations run (an arbitrary constant: "orderly").
 const MIGRATION_LOCK: i64 = 0x006f_7264_6572_6c79;
 
 /// Why the schema could not be brought up to date.
@@ -40,82 +42,75 @@ pub fn known_version() -> i32 {
     MIGRATIONS.last().map(|(v, _)| *v).unwrap_or(0)
 }
 
-/// Applies every pending migration; returns the versions applied.
+/// Applies every pending migration; returns the versions applied. Each runs in a transaction
+/// of its own that first takes the migration lock, transaction-scoped (a connection pooler
+/// hands the server session on after each transaction, and a session lock would go with it),
+/// and then reads which version the database is at: instances starting together take turns,
+/// and each migration is applied once.
 pub async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
-    take_the_lock(client).await?;
-    let outcome = apply_pending(client).await;
-    // The lock is the session's: released here, or by the server if this connection dies.
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await;
-    let applied = outcome?;
-    unlocked?;
-    Ok(applied)
-}
-
-/// How long an instance waits for another one's migrations before it gives up.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
-
-/// Takes the migration lock, waiting up to `LOCK_WAIT` for an instance that holds it. Polled
-/// with `pg_try_advisory_lock` rather than waited on: a blocking `pg_advisory_lock` would be
-/// cut off by the session's `lock_timeout` (3 s), and an instance starting beside a long
-/// migration would exit instead of waiting for it.
-async fn take_the_lock(client: &Object) -> Result<(), MigrateError> {
-    let deadline = Instant::now() + LOCK_WAIT;
+    let known = known_version();
+    let waiting_until = Instant::now() + LOCK_WAIT;
+    let mut applied = Vec::new();
     loop {
-        let taken: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&MIGRATION_LOCK])
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await?;
+        if !tx
+            .query_typed_one(
+                "SELECT pg_try_advisory_xact_lock($1)",
+                &[(&MIGRATION_LOCK, Type::INT8)],
+            )
             .await?
-            .get(0);
-        if taken {
-            return Ok(());
+            .get::<_, bool>(0)
+        {
+            // Another instance migrates: its transaction ends, and the lock with it.
+            drop(tx);
+            if Instant::now() >= waiting_until {
+                return Err(MigrateError::Database(format!(
+                    "another instance has held the migration lock for {} s",
+                    LOCK_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
         }
-        if Instant::now() >= deadline {
-            return Err(MigrateError::Database(format!(
-                "another instance has held the migration lock for {} s",
-                LOCK_WAIT.as_secs()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn apply_pending(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS orderly_schema_migrations (
+        // The notices of `IF NOT EXISTS` ("already exists, skipping") are no news to an
+        // operator, and a one-line refusal must stay one line.
+        tx.batch_execute(
+            "SET LOCAL client_min_messages = warning;
+             CREATE TABLE IF NOT EXISTS orderly_schema_migrations (
                  version integer PRIMARY KEY,
                  applied_at timestamptz NOT NULL DEFAULT now()
              )",
         )
         .await?;
-    let found: i32 = client
-        .query_one(
-            "SELECT COALESCE(max(version), 0) FROM orderly_schema_migrations",
-            &[],
-        )
-        .await?
-        .get(0);
-    let known = known_version();
-    if found > known {
-        return Err(MigrateError::TooNew { found, known });
-    }
-    let mut applied = Vec::new();
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .await?;
+        let found: i32 = tx
+            .query_typed_one(
+                "SELECT COALESCE(max(version), 0) FROM orderly_schema_migrations",
+                &[],
+            )
+            .await?
+            .get(0);
+        if found > known {
+            return Err(MigrateError::TooNew { found, known });
+        }
+        let Some((version, sql)) = MIGRATIONS.iter().find(|(v, _)| *v > found) else {
+            tx.commit().await?;
+            return Ok(applied);
+        };
         tx.batch_execute(sql).await?;
-        tx.execute(
+        tx.execute_typed(
             "INSERT INTO orderly_schema_migrations (version, applied_at) VALUES ($1, now())",
-            &[version],
+            &[(version, Type::INT4)],
         )
         .await?;
         tx.commit().await?;
         log::info!("database schema migrated to version {version}");
         applied.push(*version);
     }
-    Ok(applied)
 }
+
+/// How long an instance waits for another one's migrations before it gives up.
+const LOCK_WAIT: Duration = Duration::from_secs(60);

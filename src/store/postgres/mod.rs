@@ -17,8 +17,8 @@
 //! (`rate_limit.rs`); their background work is claimed: fulfillment and the sweeper take rows
 //! with `FOR UPDATE SKIP LOCKED` inside one short transaction (whose locks die with the
 //! session), webhook deliveries with a claim on the outbox row that holds while its instance
-//! has a connection open and at most a lease (`outbox.rs`), because an attempt lasts as long
-//! as the receiver takes to answer.
+//! renews its heartbeat (the cache lease) and at most a lease of its own (`outbox.rs`),
+//! because an attempt lasts as long as the receiver takes to answer.
 
 mod accounts;
 mod backup;
@@ -118,11 +118,14 @@ fn connect_with_own(
     Ok((pool, limiter, lease))
 }
 
-async fn migrated(pool: &Pool) -> Result<Vec<i32>, OpenError> {
+async fn migrated(pool: &Pool, url: &str) -> Result<Vec<i32>, OpenError> {
     let mut client = pool
         .get()
         .await
-        .map_err(|e| OpenError::Database(format!("cannot connect to the database: {e}")))?;
+        .map_err(|e| OpenError::Database(connect::cannot_connect(&e, url)))?;
+    connect::writable(&client, url)
+        .await
+        .map_err(OpenError::Database)?;
     Ok(migrate::run(&mut client).await?)
 }
 
@@ -137,7 +140,7 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
         },
         "orderly migrate",
     )?;
-    let applied = migrated(&pool).await;
+    let applied = migrated(&pool, url).await;
     pool.close();
     applied
 }
@@ -150,7 +153,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         crate::domain::ids::random_hex()
     );
     let (pool, limiter, lease) = connect_with_own(&options, &outbox::application_name(&instance))?;
-    migrated(&pool).await?;
+    migrated(&pool, &options.url).await?;
     // Every time that decides between instances is the database's (`clock.rs`).
     let skew = clock::sync(&pool).await.map_err(|e| {
         OpenError::Database(format!(
@@ -194,8 +197,8 @@ struct PgStore {
     limiter: Arc<rate_limit::PgRateLimit>,
     /// New orders, placed in batches (one COMMIT each).
     orders: Arc<batch::Batcher>,
-    /// Names this process in the outbox claims it holds (unique per start), and in the
-    /// `application_name` of its connections, by which the others know it is alive.
+    /// Names this process in the outbox claims it holds (unique per start) and in the cache
+    /// lease it renews, by which the others know it is alive.
     instance: String,
 }
 
@@ -366,7 +369,7 @@ impl Store for PgStore {
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
         write!(self, deadline, None, |c| accounts::create_api_key(
-            &c, &key_hash, &record
+            &mut c, &key_hash, &record
         ))
     }
 
@@ -383,7 +386,7 @@ impl Store for PgStore {
 
     async fn put_product(&self, deadline: Deadline, product: Product) -> Result<(), StoreError> {
         write!(self, deadline, None, |c| accounts::put_product(
-            &c, &product
+            &mut c, &product
         ))
     }
 

@@ -1,16 +1,25 @@
-//! Placing one order alone (a batch that was split): one READ COMMITTED transaction that
-//! takes the key's lock, reads the catalog and locks the balance row (one round trip), then
-//! is decided and written as a batch of one (`store::batch::decide`,
-//! `batch::write_decisions`) before it commits. The balance row's lock is what keeps two
-//! orders of one account from deciding on the same balance.
+//! What an order's transaction reads and writes, alone or in a batch (`batch.rs` places
+//! batches with these): the catalog its lines name, the rows of the accepted orders, and one
+//! order placed alone (a batch that was split): one READ COMMITTED transaction that takes the
+//! key's lock, reads the catalog and locks the balance row (one round trip), then is decided
+//! and written as a batch of one (`store::batch::decide`, `write_decisions`) before it
+//! commits. The balance row's lock is what keeps two orders of one account from deciding on
+//! the same balance.
 
-use super::batch::{catalog, write_decisions, PRODUCTS_SQL};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use deadpool_postgres::Transaction;
+
+use super::codec;
 use super::db::Conn;
-use super::rows::lock_balance;
+use super::rows::{insert_key_rows, insert_ledger, insert_orders, lock_balance, set_balances};
 use super::tx::{first_cause, key_taken, query, Fault};
+use crate::domain::order::Order;
+use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::store::batch::{decide, OrderView, Wants};
-use crate::store::{NewOrder, OrderRefusal};
+use crate::store::batch::{decide, Decisions, OrderView, Wants};
+use crate::store::{NewOrder, OrderRefusal, StoreError};
 
 pub async fn place_order(
     client: &mut Conn,
@@ -50,4 +59,41 @@ pub async fn place_order(
     write_decisions(&tx, &decisions).await?;
     gate.commit(tx).await?;
     Ok(decisions.answers().pop().expect("one order, one answer"))
+}
+
+/// The products an order's (or a batch's) lines name.
+pub static PRODUCTS_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
+
+/// The products of `rows`, by id.
+pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>, StoreError> {
+    rows.iter()
+        .map(|row| codec::product(row).map(|p| (p.id.clone(), p)))
+        .collect()
+}
+
+/// The accepted orders' rows and each account's final balance: four statements, whatever
+/// the batch's size, sent as one pipeline.
+pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Result<(), Fault> {
+    let accepted = &decisions.accepted;
+    if accepted.is_empty() {
+        return Ok(());
+    }
+    let orders: Vec<&Order> = accepted.iter().map(|a| &a.order).collect();
+    let entries: Vec<_> = accepted
+        .iter()
+        .map(|a| (&a.order.account_id, &a.entry))
+        .collect();
+    let keys: Vec<_> = accepted
+        .iter()
+        .map(|a| (&a.order.account_id, a.key_name.as_str(), &a.key))
+        .collect();
+    futures_util::future::try_join4(
+        set_balances(tx, &decisions.balances),
+        insert_orders(tx, &orders),
+        insert_ledger(tx, &entries),
+        insert_key_rows(tx, &keys),
+    )
+    .await?;
+    Ok(())
 }

@@ -4,24 +4,25 @@
 //!
 //! Every instance runs the webhook worker, so a delivery is claimed before it is attempted:
 //! `claimed_by`/`claimed_until` on its outbox row, set by one conditional UPDATE that only one
-//! instance can win. A claim holds while its instance is alive, and at most `CLAIM_LEASE_MS`:
-//! an instance's connections carry its name (`application_name`), so a claim whose instance has
-//! no session left in `pg_stat_activity` (killed: the server ends its sessions as their sockets
-//! close) is taken over at once, and one whose instance still seems alive lapses after the
-//! lease (a machine gone without closing its sockets). The lease outlasts any attempt (an
-//! attempt times out after 10 s). The next instance to look attempts the delivery again, same
-//! event, same `webhook-id`. A transaction cannot be the claim here: it would hold a
-//! connection and row locks for as long as a receiver keeps the request open.
+//! instance can win. A claim holds while its instance is alive, and at most `CLAIM_LEASE_MS`.
+//! An instance is alive while the lease it renews every 50 ms for 2 s on the database's clock
+//! is live (`auth_cache_leases`, the heartbeat row `shared_cache.rs` keeps): a claim whose
+//! instance's lease ran out (killed, stopped, or gone without closing its sockets) is taken
+//! over at once. Not `pg_stat_activity`: behind a connection pooler the server's sessions are
+//! the pooler's, shared by every instance, so a dead instance would look alive and a live one
+//! dead. The claim's own lease outlasts any attempt (an attempt times out after 10 s). The next
+//! instance to look attempts the delivery again, same event, same `webhook-id`. A transaction
+//! cannot be the claim here: it would hold a connection and row locks for as long as a
+//! receiver keeps the request open.
 
-use deadpool_postgres::{GenericClient, Object};
+use deadpool_postgres::Object;
 
 use super::db::Conn;
 use futures_util::TryStreamExt;
-use tokio_postgres::types::ToSql;
 
 use super::codec;
 use super::rows::{insert_delivery, upsert_delivery_log};
-use super::tx::{execute, query, query_opt, Fault};
+use super::tx::{alone, execute, query_opt, query_stream, Fault};
 use super::webhook_ops::lock_callback;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog};
 use crate::domain::time::Millis;
@@ -32,23 +33,39 @@ use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 /// take over the work of one that died without closing its connections.
 pub const CLAIM_LEASE_MS: u64 = 20_000;
 
-/// The `application_name` of an instance's connections (`unclaimed!` matches it).
+/// The `application_name` of an instance's connections: what an operator sees of it in
+/// `pg_stat_activity` (on a direct connection; behind a pooler, the pooler's).
 pub fn application_name(instance: &str) -> String {
     format!("orderly {instance}")
 }
 
-/// A row nobody holds at `$now`: never claimed, its lease run out, or its claimant gone (no
-/// session of it left).
+/// A row nobody holds at `$now`: never claimed, its claim run out, or its claimant gone (its
+/// heartbeat, the cache lease, no longer live on the database's clock).
 macro_rules! unclaimed {
     ($now:literal) => {
         concat!(
             "(o.claimed_until IS NULL OR o.claimed_until <= ",
             $now,
-            " OR NOT EXISTS (SELECT 1 FROM pg_stat_activity s
-                 WHERE s.application_name = 'orderly ' || o.claimed_by))"
+            " OR NOT EXISTS (SELECT 1 FROM auth_cache_leases l
+                 WHERE l.instance = o.claimed_by AND l.valid_until > clock_timestamp()))"
         )
     };
 }
+
+/// The deliveries due at `$1` that nobody holds, oldest first, with their events and the
+/// accounts' secrets.
+const DUE_SQL: &str = concat!(
+    "SELECT o.event_id, o.due_at, o.account_id, o.url, o.attempt, e.snapshot,
+                    a.webhook_secret, p.secret AS previous_secret,
+                    p.valid_until AS previous_valid_until
+             FROM outbox o
+             LEFT JOIN events e ON e.id = o.event_id
+             LEFT JOIN accounts a ON a.id = o.account_id
+             LEFT JOIN previous_webhook_secrets p ON p.account_id = o.account_id
+             WHERE o.due_at <= $1 AND ",
+    unclaimed!("$1"),
+    " ORDER BY o.due_at, o.event_id"
+);
 
 /// Up to `max` deliveries due at `now` that `take` accepts and nobody holds, oldest first,
 /// with their events and the accounts' secrets, each claimed by `instance` for
@@ -60,27 +77,12 @@ pub async fn due_deliveries(
     max: usize,
     mut take: DeliveryFilter,
 ) -> Result<Vec<DueDelivery>, Fault> {
-    let statement = c
-        .prepare_cached(concat!(
-            "SELECT o.event_id, o.due_at, o.account_id, o.url, o.attempt, e.snapshot,
-                    a.webhook_secret, p.secret AS previous_secret,
-                    p.valid_until AS previous_valid_until
-             FROM outbox o
-             LEFT JOIN events e ON e.id = o.event_id
-             LEFT JOIN accounts a ON a.id = o.account_id
-             LEFT JOIN previous_webhook_secrets p ON p.account_id = o.account_id
-             WHERE o.due_at <= $1 AND ",
-            unclaimed!("$1"),
-            " ORDER BY o.due_at, o.event_id"
-        ))
-        .await?;
     let now_at = codec::time(now);
-    let params: [&(dyn ToSql + Sync); 1] = [&now_at];
     let mut due = Vec::new();
     let mut orphans = Vec::new();
     // The stream ends (and its unread rows are discarded) before the next statement.
     {
-        let mut rows = Box::pin(c.query_raw(&statement, params).await?);
+        let mut rows = Box::pin(query_stream(c, DUE_SQL, &[&now_at]).await?);
         while due.len() < max {
             let Some(row) = rows.try_next().await? else {
                 break;
@@ -140,7 +142,7 @@ async fn claim(
     let due_at: Vec<i64> = due.iter().map(|d| codec::time(d.due_at)).collect();
     let now = codec::time(now);
     let until = now.saturating_add(CLAIM_LEASE_MS as i64);
-    let won = query(
+    let won = alone(
         c,
         concat!(
             "UPDATE outbox o SET claimed_by = $1, claimed_until = $2
@@ -227,14 +229,18 @@ pub async fn settle_delivery(
 /// skipped rather than waited for, and its locks end with it, even if its instance dies.
 pub async fn sweep_expired_keys(c: &Conn, now: Millis, max: usize) -> Result<usize, Fault> {
     let in_flight = c.sending_alone()?;
-    let deleted = execute(
-        &**c,
-        "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
-             SELECT account_id, key FROM idempotency_keys WHERE expires_at < $1
-             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    let deleted = alone(
+        c,
+        "WITH gone AS (
+             DELETE FROM idempotency_keys WHERE (account_id, key) IN (
+                 SELECT account_id, key FROM idempotency_keys WHERE expires_at < $1
+                 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING 1)
+         SELECT count(*) FROM gone",
         &[&codec::time(now), &(max.min(i64::MAX as usize) as i64)],
     )
     .await?;
     in_flight.done();
+    let deleted: i64 = deleted.first().map_or(0, |row| row.get(0));
     Ok(deleted as usize)
 }

@@ -28,7 +28,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{oneshot, Notify};
 
 use super::limiter_loans::{self, Loan, Terms};
-use super::tx::{execute, query, Fault};
+use super::tx::{alone, execute, Fault};
 use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent, StoreError};
 
@@ -206,7 +206,7 @@ async fn spend_tick(pool: &Pool, asks: &[Ask]) -> Result<HashMap<String, (i64, i
     let counts: Vec<i64> = asks.iter().map(|a| a.waiters.len() as i64).collect();
     let loans: Vec<i64> = asks.iter().map(|a| a.loan).collect();
     let given_back: Vec<i64> = asks.iter().map(|a| a.give_back).collect();
-    let rows = query(
+    let rows = alone(
         &client,
         SPEND,
         &[

@@ -168,7 +168,7 @@ pub async fn orders_page(
                  AND ($3::text IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
                 codec::ORDER
             );
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            let params: [&(dyn super::tx::Param + Sync); 4] =
                 [&account.to_string(), external, &before, &fetch_limit(limit)];
             query(c, &sql, &params).await?
         }
@@ -303,9 +303,7 @@ pub const TABLES: [(&str, &str); 12] = [
     ("previous_webhook_secrets", "previousWebhookSecret"),
 ];
 
-pub async fn row_counts<C: deadpool_postgres::GenericClient>(
-    c: &C,
-) -> Result<Vec<(&'static str, u64)>, Fault> {
+pub async fn row_counts<C: super::tx::Session>(c: &C) -> Result<Vec<(&'static str, u64)>, Fault> {
     let sql = TABLES
         .iter()
         .map(|(table, _)| format!("(SELECT count(*) FROM {table})"))

@@ -1,11 +1,10 @@
 //! One INSERT per kind of record, shared by the operations and by a restore, so that a row
 //! restored from a backup is the row the operation would have written.
 
-use deadpool_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
 use super::codec::{tag, time};
-use super::tx::{execute, Fault};
+use super::tx::{execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::ids::AccountId;
@@ -17,7 +16,7 @@ use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError};
 
-pub async fn insert_account<C: GenericClient>(
+pub async fn insert_account<C: Session>(
     c: &C,
     account: &Account,
     balance: Cents,
@@ -47,7 +46,7 @@ pub async fn insert_account<C: GenericClient>(
     Ok(())
 }
 
-pub async fn insert_api_key<C: GenericClient>(
+pub async fn insert_api_key<C: Session>(
     c: &C,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
@@ -69,7 +68,7 @@ pub async fn insert_api_key<C: GenericClient>(
     Ok(())
 }
 
-pub async fn upsert_product<C: GenericClient>(c: &C, product: &Product) -> Result<(), Fault> {
+pub async fn upsert_product<C: Session>(c: &C, product: &Product) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO products (id, name, price, regions, delivery_fields, active, updated_at)
@@ -92,7 +91,7 @@ pub async fn upsert_product<C: GenericClient>(c: &C, product: &Product) -> Resul
 }
 
 /// New orders, as one statement whatever their number (a batch's, or one alone).
-pub async fn insert_orders<C: GenericClient>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
+pub async fn insert_orders<C: Session>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
     let column = |f: fn(&Order) -> String| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
     let number = |f: fn(&Order) -> i64| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
     let optional = |f: fn(&Order) -> Option<&str>| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
@@ -123,7 +122,7 @@ pub async fn insert_orders<C: GenericClient>(c: &C, orders: &[&Order]) -> Result
 }
 
 /// The order's changing parts: its status, what was refunded, when it last changed.
-pub async fn update_order<C: GenericClient>(c: &C, order: &Order) -> Result<(), Fault> {
+pub async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(), Fault> {
     execute(
         c,
         "UPDATE orders SET status = $2, refunded = $3, updated_at = $4 WHERE id = $1",
@@ -140,7 +139,7 @@ pub async fn update_order<C: GenericClient>(c: &C, order: &Order) -> Result<(), 
 
 /// The account's balance, its row locked until the commit: what a decision that moves money
 /// reads, so that no other transaction moves it in between.
-pub async fn lock_balance<C: GenericClient>(c: &C, account: &AccountId) -> Result<Cents, Fault> {
+pub async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Cents, Fault> {
     let row = super::tx::query_opt(
         c,
         "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
@@ -153,7 +152,7 @@ pub async fn lock_balance<C: GenericClient>(c: &C, account: &AccountId) -> Resul
 
 /// Writes money a decision moved: the new balance and its ledger entry, whose
 /// `balance_after` it is. The caller holds the balance row's lock (`lock_balance`).
-pub async fn move_money<C: GenericClient>(
+pub async fn move_money<C: Session>(
     c: &C,
     account: &AccountId,
     entry: &LedgerEntry,
@@ -168,10 +167,7 @@ pub async fn move_money<C: GenericClient>(
 
 /// Balances as decisions left them, as one statement; the caller holds their rows' locks
 /// (`lock_balance`, or a batch's view).
-pub async fn set_balances<C: GenericClient>(
-    c: &C,
-    balances: &[(AccountId, Cents)],
-) -> Result<(), Fault> {
+pub async fn set_balances<C: Session>(c: &C, balances: &[(AccountId, Cents)]) -> Result<(), Fault> {
     let accounts: Vec<String> = balances.iter().map(|(a, _)| a.to_string()).collect();
     let available: Vec<i64> = balances.iter().map(|(_, b)| b.0).collect();
     execute(
@@ -186,7 +182,7 @@ pub async fn set_balances<C: GenericClient>(
 }
 
 /// Ledger entries of any accounts, as one statement.
-pub async fn insert_ledger<C: GenericClient>(
+pub async fn insert_ledger<C: Session>(
     c: &C,
     entries: &[(&AccountId, &LedgerEntry)],
 ) -> Result<(), Fault> {
@@ -213,7 +209,7 @@ pub async fn insert_ledger<C: GenericClient>(
     Ok(())
 }
 
-pub async fn insert_refund<C: GenericClient>(c: &C, refund: &Refund) -> Result<(), Fault> {
+pub async fn insert_refund<C: Session>(c: &C, refund: &Refund) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO refunds (id, order_id, amount, reason, created_at) VALUES ($1, $2, $3, $4, $5)",
@@ -229,7 +225,7 @@ pub async fn insert_refund<C: GenericClient>(c: &C, refund: &Refund) -> Result<(
     Ok(())
 }
 
-pub async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> Result<(), Fault> {
+pub async fn insert_event<C: Session>(c: &C, event: &Event) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO events (id, account_id, created_at, snapshot) VALUES ($1, $2, $3, $4)",
@@ -244,7 +240,7 @@ pub async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> Result<(), 
     Ok(())
 }
 
-pub async fn insert_delivery<C: GenericClient>(
+pub async fn insert_delivery<C: Session>(
     c: &C,
     due_at: Millis,
     delivery: &Delivery,
@@ -264,7 +260,7 @@ pub async fn insert_delivery<C: GenericClient>(
     Ok(())
 }
 
-pub async fn upsert_delivery_log<C: GenericClient>(
+pub async fn upsert_delivery_log<C: Session>(
     c: &C,
     event_id: &str,
     log: &DeliveryLog,
@@ -279,7 +275,7 @@ pub async fn upsert_delivery_log<C: GenericClient>(
     Ok(())
 }
 
-pub async fn upsert_previous_secret<C: GenericClient>(
+pub async fn upsert_previous_secret<C: Session>(
     c: &C,
     account: &AccountId,
     previous: &PreviousSecret,
@@ -299,7 +295,7 @@ pub async fn upsert_previous_secret<C: GenericClient>(
     Ok(())
 }
 
-pub async fn insert_provider_payment<C: GenericClient>(
+pub async fn insert_provider_payment<C: Session>(
     c: &C,
     p: &ProviderPaymentRecord,
 ) -> Result<(), Fault> {
@@ -321,7 +317,7 @@ pub async fn insert_provider_payment<C: GenericClient>(
 }
 
 /// Key rows (account, key, row) of first uses, as one statement.
-pub async fn insert_key_rows<C: GenericClient>(
+pub async fn insert_key_rows<C: Session>(
     c: &C,
     rows: &[(&AccountId, &str, &KeyRecord)],
 ) -> Result<(), Fault> {

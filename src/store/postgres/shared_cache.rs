@@ -30,9 +30,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::Pool;
 
-use super::tx::{query_opt, Fault};
+use super::tx::{alone, query_opt, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
@@ -79,7 +79,7 @@ static RENEWAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 /// In a change's transaction: the version every live lease must acknowledge.
-pub async fn bump(tx: &impl GenericClient) -> Result<i64, Fault> {
+pub async fn bump(tx: &impl Session) -> Result<i64, Fault> {
     let row = query_opt(
         tx,
         "UPDATE auth_cache_version SET version = version + 1 RETURNING version",
@@ -91,7 +91,7 @@ pub async fn bump(tx: &impl GenericClient) -> Result<i64, Fault> {
 }
 
 /// After a change committed: waits until no instance can serve a copy from before it.
-pub async fn acknowledged(client: &impl GenericClient, version: i64) -> Result<(), Fault> {
+pub async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fault> {
     let deadline = Instant::now() + ACK_WAIT;
     loop {
         let row = query_opt(
@@ -117,7 +117,7 @@ pub async fn acknowledged(client: &impl GenericClient, version: i64) -> Result<(
 }
 
 /// Drops this instance's lease, once it serves no copy (`SharedCache::give_up`).
-pub async fn release(client: &impl GenericClient, instance: &str) -> Result<(), Fault> {
+pub async fn release(client: &impl Session, instance: &str) -> Result<(), Fault> {
     super::tx::execute(
         client,
         "DELETE FROM auth_cache_leases WHERE instance = $1",
@@ -232,8 +232,9 @@ pub async fn renew_leases(cache: Arc<SharedCache>, pool: Pool, instance: String)
         let acknowledging = cache.purged.load(Ordering::Acquire);
         let renewal = async {
             let client = pool.get().await?;
-            let row = query_opt(&client, &RENEWAL, &[&instance, &acknowledging])
+            let row = alone(&client, &RENEWAL, &[&instance, &acknowledging])
                 .await?
+                .pop()
                 .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
             if renewals % PRUNE_EVERY == 0 {
                 query_opt(

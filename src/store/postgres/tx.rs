@@ -1,20 +1,135 @@
-//! What every operation shares: the one error type inside the engine, the statements run
-//! through the connection's statement cache, the lock that serializes the uses of one key,
+//! What every operation shares: the one error type inside the engine, the statements (each
+//! sent unnamed with its parameters' types), the lock that serializes the uses of one key,
 //! and the bounded retry of transactions that lost a serialization race or a deadlock.
+//!
+//! No statement is prepared under a name: each goes out as Parse, Bind and Execute of the
+//! unnamed statement in one exchange (`query_typed`), so nothing of it outlives the exchange.
+//! Behind a connection pooler in transaction mode (PgBouncer's `pool_mode = transaction`) the
+//! server session may serve another client between two transactions; a statement prepared
+//! under a name in one would be missing in the next, or collide with a stranger's of the same
+//! name.
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Object, Transaction};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
+use tokio_postgres::types::{Json, ToSql, Type};
+use tokio_postgres::{GenericClient, Row, RowStream};
 
-use super::db::Gate;
+use super::db::{Conn, Gate};
 use crate::domain::ids::AccountId;
+use crate::domain::money::Cents;
 use crate::store::{KeyClaim, StoreError, Taken};
 
 /// Transactions tried before a serialization failure or deadlock is the caller's.
 pub const MAX_TRIES: u32 = 3;
 
-pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+/// A statement's parameters, each knowing the type it is sent as.
+pub type Params<'a> = &'a [&'a (dyn Param + Sync)];
+
+/// A value sent as a statement's parameter, with its PostgreSQL type (the unnamed statement
+/// is not described first, so the types go with it).
+pub trait Param: ToSql + Sync {
+    fn pg_type(&self) -> Type;
+}
+
+impl<T: PgType + ToSql + Sync> Param for T {
+    fn pg_type(&self) -> Type {
+        T::TYPE
+    }
+}
+
+/// The PostgreSQL type a Rust type is sent as.
+pub trait PgType {
+    const TYPE: Type;
+}
+
+/// The PostgreSQL array type a `Vec` of it is sent as.
+pub trait PgElement {
+    const ARRAY: Type;
+}
+
+macro_rules! pg_types {
+    ($($rust:ty => $one:ident, $array:ident;)*) => {$(
+        impl PgType for $rust {
+            const TYPE: Type = Type::$one;
+        }
+        impl PgElement for $rust {
+            const ARRAY: Type = Type::$array;
+        }
+    )*};
+}
+
+pg_types! {
+    String => TEXT, TEXT_ARRAY;
+    str => TEXT, TEXT_ARRAY;
+    i64 => INT8, INT8_ARRAY;
+    i32 => INT4, INT4_ARRAY;
+    bool => BOOL, BOOL_ARRAY;
+    [u8] => BYTEA, BYTEA_ARRAY;
+    Cents => INT8, INT8_ARRAY;
+}
+
+impl<T> PgType for Json<T> {
+    const TYPE: Type = Type::JSONB;
+}
+
+impl<T> PgElement for Json<T> {
+    const ARRAY: Type = Type::JSONB_ARRAY;
+}
+
+impl<T: PgType + ?Sized> PgType for &T {
+    const TYPE: Type = T::TYPE;
+}
+
+impl<T: PgElement + ?Sized> PgElement for &T {
+    const ARRAY: Type = T::ARRAY;
+}
+
+impl<T: PgType> PgType for Option<T> {
+    const TYPE: Type = T::TYPE;
+}
+
+impl<T: PgElement> PgElement for Option<T> {
+    const ARRAY: Type = T::ARRAY;
+}
+
+impl<T: PgElement> PgType for Vec<T> {
+    const TYPE: Type = T::ARRAY;
+}
+
+impl<T: PgElement> PgType for [T] {
+    const TYPE: Type = T::ARRAY;
+}
+
+/// `params` as tokio-postgres takes them for an unnamed statement.
+fn typed<'a>(params: Params<'a>) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params
+        .iter()
+        .map(|p| (*p as &(dyn ToSql + Sync), p.pg_type()))
+        .collect()
+}
+
+/// Where statements run: a pooled connection, or a transaction on one.
+pub trait Session: Sync {
+    fn session(&self) -> &(impl GenericClient + Sync);
+}
+
+impl Session for Object {
+    fn session(&self) -> &(impl GenericClient + Sync) {
+        &***self
+    }
+}
+
+impl Session for Conn {
+    fn session(&self) -> &(impl GenericClient + Sync) {
+        &****self
+    }
+}
+
+impl Session for Transaction<'_> {
+    fn session(&self) -> &(impl GenericClient + Sync) {
+        &**self
+    }
+}
 
 /// Why an operation did not complete.
 #[derive(Debug)]
@@ -108,27 +223,50 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-pub async fn query<C: GenericClient>(
-    c: &C,
-    sql: &str,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Fault> {
-    let statement = c.prepare_cached(sql).await?;
-    Ok(c.query(&statement, params).await?)
+pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+    Ok(c.session().query_typed(sql, &typed(params)).await?)
 }
 
-pub async fn query_opt<C: GenericClient>(
+pub async fn query_opt<C: Session>(
     c: &C,
     sql: &str,
     params: Params<'_>,
 ) -> Result<Option<Row>, Fault> {
-    let statement = c.prepare_cached(sql).await?;
-    Ok(c.query_opt(&statement, params).await?)
+    Ok(c.session().query_typed_opt(sql, &typed(params)).await?)
 }
 
-pub async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
-    let statement = c.prepare_cached(sql).await?;
-    Ok(c.execute(&statement, params).await?)
+pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
+    Ok(c.session().execute_typed(sql, &typed(params)).await?)
+}
+
+/// One writing statement as a transaction of its own that states what it relies on: READ
+/// COMMITTED (whatever the server's or the role's default) and a COMMIT that waits for
+/// durability. BEGIN, the statement and COMMIT go out together: one round trip, like the
+/// statement alone. A failed statement makes the COMMIT a rollback, and its error is returned.
+pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+    let session = c.session();
+    let params = typed(params);
+    let (begun, rows, committed) = futures_util::future::join3(
+        session.batch_execute(
+            "START TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
+        ),
+        session.query_typed(sql, &params),
+        session.batch_execute("COMMIT"),
+    )
+    .await;
+    begun?;
+    let rows = rows?;
+    committed?;
+    Ok(rows)
+}
+
+/// The rows of `sql` as they arrive, for a reader that may stop early.
+pub async fn query_stream<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<RowStream, Fault> {
+    Ok(c.session().query_typed_raw(sql, typed(params)).await?)
 }
 
 /// `None` when the key is free, after waiting for any transaction that is using it now: the
@@ -138,7 +276,7 @@ pub async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> 
 /// caller looks the key up again, or answers that it is in progress). The transaction's
 /// bounds (its first statement), the lock and the row's read are sent together: one round
 /// trip.
-pub async fn key_taken<C: GenericClient>(
+pub async fn key_taken<C: Session>(
     c: &C,
     gate: &Gate,
     account: &AccountId,
@@ -178,7 +316,7 @@ pub async fn key_taken<C: GenericClient>(
 /// follows (`Id::after`). Each instance's clock follows the database's, but two clocks agree
 /// only to about a round trip; the newest id makes the order exact, so that
 /// `GET /b2b/events?after=` never skips an event that commits later with a smaller id.
-pub async fn lock_events<C: GenericClient>(
+pub async fn lock_events<C: Session>(
     c: &C,
     account: &AccountId,
 ) -> Result<Option<crate::domain::ids::Id>, Fault> {

@@ -9,13 +9,11 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
-
 use super::codec;
 use super::db::Conn;
 use super::rows::{insert_delivery, upsert_delivery_log, upsert_previous_secret};
 use super::shared_cache::bump;
-use super::tx::{execute, query, query_opt, Fault};
+use super::tx::{execute, query, query_opt, Fault, Session};
 use crate::domain::event::{redelivery, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id};
 use crate::domain::time::Millis;
@@ -23,7 +21,7 @@ use crate::domain::webhook_secret::{retire, PreviousSecret};
 use crate::store::Redelivered;
 
 /// Serializes everything that moves one event's callback: redeliveries and settlings.
-pub async fn lock_callback<C: GenericClient>(c: &C, event_id: &str) -> Result<(), Fault> {
+pub async fn lock_callback<C: Session>(c: &C, event_id: &str) -> Result<(), Fault> {
     let name = format!("callback:{event_id}");
     execute(
         c,
@@ -139,7 +137,7 @@ pub async fn recover(
 
 /// Redelivers `event`'s callback inside `tx`; with `given_up_since`, only if its callback
 /// (read under the lock) was still given up at or after then.
-async fn requeue<C: GenericClient>(
+async fn requeue<C: Session>(
     tx: &C,
     event: &Event,
     given_up_since: Option<Millis>,

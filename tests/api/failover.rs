@@ -1,0 +1,196 @@
+//! SPEC 23's last rule: a failover is a reconnect. A primary and its synchronous streaming
+//! standby (clusters of the test's own: `pg_basebackup -R`, the standby's `primary_conninfo`
+//! in `postgresql.auto.conf`), two instances on libpq's multi-host URL with
+//! `target_session_attrs=read-write`. The primary is killed under load and the standby
+//! promoted, as an HA manager does (`pg_ctl promote`, and no synchronous standby of its own):
+//! no instance restarts, every acknowledged order is there and none twice, the requests
+//! meanwhile are answered (500 or 503) by their deadline, and a key revoked right after the
+//! failover is refused by the other instance at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{basket, sql_i64, sql_on, start, Partner, TestApp};
+use crate::instances::{key_b_has_seen, revoke_through_a};
+use crate::postgres::{cluster, cluster_of, OwnCluster};
+use crate::timing::SLACK;
+
+const DEADLINE: Duration = Duration::from_secs(3);
+const FUNDS: i64 = 10_000_000;
+
+/// What the load saw: each key's answers, and each answer's status and time.
+#[derive(Default)]
+struct Seen {
+    acknowledged: HashMap<String, String>,
+    answers: Vec<(String, StatusCode, Duration)>,
+}
+
+/// Orders from `workers` tasks, each through one of the instances in turn, until `stop`.
+fn load(
+    apps: [&TestApp; 2],
+    partner: &Partner,
+    stop: &Arc<AtomicBool>,
+    seen: &Arc<Mutex<Seen>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|worker| {
+            let app = apps[worker % 2];
+            let (client, url, api_key) = (
+                app.client.clone(),
+                app.url("/b2b/orders"),
+                partner.api_key.clone(),
+            );
+            let (stop, seen) = (Arc::clone(stop), Arc::clone(seen));
+            tokio::spawn(async move {
+                let body = basket("prd_uc", 1, "p");
+                let mut i = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let key = format!("w{worker}-{i}");
+                    i += 1;
+                    let started = Instant::now();
+                    let resp = client
+                        .post(&url)
+                        .header("X-Api-Key", &api_key)
+                        .header("X-Idempotency-Key", &key)
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap_or_else(|e| panic!("{key}: orderly itself must answer: {e}"));
+                    let (status, took) = (resp.status(), started.elapsed());
+                    let id = if status == StatusCode::OK {
+                        let v: Value = resp.json().await.unwrap();
+                        Some(v["order"]["id"].as_str().unwrap().to_string())
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        None
+                    };
+                    let mut seen = seen.lock().unwrap();
+                    seen.answers.push((key.clone(), status, took));
+                    if let Some(id) = id {
+                        seen.acknowledged.insert(key, id);
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `more` orders beyond `from` were acknowledged.
+async fn until_acknowledged(seen: &Arc<Mutex<Seen>>, from: usize, more: usize, what: &str) {
+    let until = Instant::now() + Duration::from_secs(45);
+    while seen.lock().unwrap().acknowledged.len() < from + more {
+        assert!(Instant::now() < until, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_and_no_order_lost()
+{
+    let base = std::env::temp_dir().join(format!("orderly-failover-{}", std::process::id()));
+    let (primary_dir, standby_dir) = (base.join("primary"), base.join("standby"));
+    let primary = cluster("start", &primary_dir);
+    let _primary = OwnCluster(primary_dir.clone());
+    sql_on(primary.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    let standby = cluster_of("standby", &standby_dir, &primary);
+    let _standby = OwnCluster(standby_dir.clone());
+    sql_on(
+        primary.clone(),
+        "ALTER SYSTEM SET synchronous_standby_names = '*'".into(),
+    )
+    .unwrap();
+    sql_on(primary.clone(), "SELECT pg_reload_conf()".into()).unwrap();
+    let synced = Instant::now() + Duration::from_secs(30);
+    let sync_standbys = "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'";
+    while sql_i64(primary.clone(), sync_standbys.into()).unwrap() < 1 {
+        assert!(
+            Instant::now() < synced,
+            "the standby never became synchronous"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let port = |url: &str| url::Url::parse(url).unwrap().port().unwrap();
+    let url = format!(
+        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/orderly?target_session_attrs=read-write",
+        port(&primary),
+        port(&standby)
+    );
+    let args = ["--database-url", url.as_str(), "--request-deadline", "3s"];
+    let a = start(&base.join("a"), &args);
+    let b = start(&base.join("b"), &args);
+    let partner = a.partner_with_balance(FUNDS).await;
+    let (a_pid, b_pid) = (a.pid(), b.pid());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let workers = load([&a, &b], &partner, &stop, &seen);
+    until_acknowledged(
+        &seen,
+        0,
+        30,
+        "no order was acknowledged before the failover",
+    )
+    .await;
+
+    cluster("kill", &primary_dir);
+    let before_promotion = seen.lock().unwrap().acknowledged.len();
+    cluster("promote", &standby_dir);
+    until_acknowledged(
+        &seen,
+        before_promotion,
+        30,
+        "orders did not resume on the promoted standby",
+    )
+    .await;
+    // A key revoked right after the failover: the other instance refuses it at once.
+    let (key, key_id) = key_b_has_seen(&a, &b).await;
+    revoke_through_a(&a, &key_id).await;
+    assert_eq!(
+        b.get(&key, "/b2b/balance").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    assert_eq!((a.pid(), b.pid()), (a_pid, b_pid), "no instance restarted");
+
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let allowed = [
+        StatusCode::OK,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ];
+    for (key, status, took) in &seen.answers {
+        assert!(allowed.contains(status), "{key}: {status}");
+        assert!(*took <= DEADLINE + SLACK, "{key} answered after {took:?}");
+    }
+    assert!(
+        seen.answers.iter().any(|(_, s, _)| *s != StatusCode::OK),
+        "some orders met the failover"
+    );
+    // Every acknowledged order is there, and every intent, retried now, is charged once.
+    let orders = b.orders(&partner.api_key).await;
+    for (key, id) in &seen.acknowledged {
+        assert!(
+            orders.iter().any(|o| o["id"] == id.as_str()),
+            "acknowledged order {id} ({key}) is there"
+        );
+    }
+    let body = basket("prd_uc", 1, "p");
+    for (key, _, _) in &seen.answers {
+        let retried = a.post_order(Some(&partner.api_key), Some(key), &body).await;
+        assert_eq!(retried.status(), StatusCode::OK, "{key} on retry");
+    }
+    let intents = seen.answers.len() as i64;
+    let balance = b.assert_ledger_matches_balance(&partner.api_key).await;
+    assert_eq!(balance, FUNDS - intents * 999, "each intent charged once");
+    assert_eq!(b.orders(&partner.api_key).await.len() as i64, intents);
+}
