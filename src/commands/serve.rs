@@ -19,6 +19,17 @@ pub enum ServeFailure {
 }
 
 impl ServeFailure {
+    /// A database that cannot be used as given (unreachable, the login refused, read-only,
+    /// behind a pooler that allows no transactions): the operator's to fix, said in one line.
+    fn database_refused(&self) -> Option<&shared::OpenError> {
+        match self {
+            ServeFailure::Startup(StartupError::Store(OpenError::Shared(
+                why @ (shared::OpenError::Database(_) | shared::OpenError::Config(_)),
+            ))) => Some(why),
+            _ => None,
+        }
+    }
+
     fn schema_too_new(&self) -> Option<&shared::OpenError> {
         match self {
             ServeFailure::Startup(StartupError::Store(OpenError::Shared(
@@ -46,6 +57,11 @@ pub fn run(settings: Settings) -> ExitCode {
     if let Some(why) = failure.schema_too_new() {
         eprintln!("orderly: {why}");
         return ExitCode::from(2);
+    }
+    if let Some(why) = failure.database_refused() {
+        crate::logging::flush();
+        eprintln!("orderly: PostgreSQL: {why}");
+        return ExitCode::FAILURE;
     }
     log::error!("{failure}");
     eprintln!("orderly: {failure}");

@@ -141,7 +141,22 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
 
     cluster("kill", &primary_dir);
     let before_promotion = seen.lock().unwrap().acknowledged.len();
+    let killed = Instant::now();
     cluster("promote", &standby_dir);
+    let promoted = Instant::now();
+    until_acknowledged(
+        &seen,
+        before_promotion,
+        1,
+        "orders did not resume on the promoted standby",
+    )
+    .await;
+    // Figures for the README and BENCHMARKS (see them with --nocapture).
+    println!(
+        "failover: first order acknowledged {:?} after the kill, {:?} after the promotion",
+        killed.elapsed(),
+        promoted.elapsed()
+    );
     until_acknowledged(
         &seen,
         before_promotion,
@@ -172,6 +187,14 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
         assert!(allowed.contains(status), "{key}: {status}");
         assert!(*took <= DEADLINE + SLACK, "{key} answered after {took:?}");
     }
+    let met = |status| seen.answers.iter().filter(|(_, s, _)| *s == status).count();
+    println!(
+        "failover: {} answers: {} acknowledged, {} 500, {} 503",
+        seen.answers.len(),
+        seen.acknowledged.len(),
+        met(StatusCode::INTERNAL_SERVER_ERROR),
+        met(StatusCode::SERVICE_UNAVAILABLE)
+    );
     assert!(
         seen.answers.iter().any(|(_, s, _)| *s != StatusCode::OK),
         "some orders met the failover"

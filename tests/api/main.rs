@@ -27,6 +27,7 @@ mod payment;
 mod postgres;
 mod providers;
 mod reads;
+mod refusals;
 mod replay;
 mod stalled_database;
 mod stalled_flush;

@@ -112,7 +112,7 @@ pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
             )
         }
         c if *c == SqlState::PROTOCOL_VIOLATION && said.contains("startup parameter") => {
-            format!("a connection pooler in front of {target} refused a startup parameter ({said}): add it to the pooler's ignore_startup_parameters")
+            format!("a connection pooler in front of {target} refused a startup parameter ({said}): orderly needs none, so take it out of --database-url, or add it to the pooler's ignore_startup_parameters")
         }
         c if *c == SqlState::TOO_MANY_CONNECTIONS => {
             format!("{target} has no connection left ({said}): raise its max_connections (or the pooler's pool size), or lower --database-pool-size")
@@ -128,12 +128,27 @@ pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
 }
 
 /// Refuses a database that cannot take writes (a standby given alone, or a read-only
-/// default), with what to give orderly instead.
+/// default), with what to give orderly instead, and a pooler that allows no transactions
+/// (PgBouncer's `statement` mode): it asks inside a transaction of its own, opened by a
+/// message of its own, as every write of orderly's is.
 pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
-    let read_only = client
+    let refused = |e: tokio_postgres::Error| {
+        match e.as_db_error() {
+        Some(db) if db.message().contains("statement pooling mode") => format!(
+            "a connection pooler in front of {} runs in statement pooling mode, where a transaction cannot run ({}): set its pool_mode to transaction or session",
+            target(url),
+            db.message()
+        ),
+        _ => format!("{}: {}", target(url), super::tx::describe(&e)),
+    }
+    };
+    client.simple_query("BEGIN").await.map_err(refused)?;
+    let shown = client
         .simple_query("SHOW transaction_read_only")
         .await
-        .map_err(|e| format!("{}: {}", target(url), super::tx::describe(&e)))?
+        .map_err(refused)?;
+    client.simple_query("COMMIT").await.map_err(refused)?;
+    let read_only = shown
         .iter()
         .find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "on"),
