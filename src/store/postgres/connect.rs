@@ -12,7 +12,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Connect, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Connect, Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime,
+};
 use futures_util::future::BoxFuture;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -84,7 +86,8 @@ pub fn target(url: &str) -> String {
 pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
     let target = target(url);
     let e = match e {
-        deadpool_postgres::PoolError::Backend(e) => e,
+        deadpool_postgres::PoolError::Backend(e)
+        | deadpool_postgres::PoolError::PostCreateHook(HookError::Backend(e)) => e,
         deadpool_postgres::PoolError::Timeout(_) => {
             return format!(
                 "{target} did not accept a connection within {} s: check that it runs and that this machine reaches it",
@@ -231,6 +234,7 @@ pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool
         .build()
         .map_err(ConnectError::Runtime)?;
     let handle = runtime.handle().clone();
+    let hosts = Arc::new(endpoints(&config));
     let connect = OnOwnRuntime {
         tls: tls(),
         handle,
@@ -248,7 +252,18 @@ pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool
                     recycling_method: RecyclingMethod::Fast,
                 },
             );
+            let hosts = Arc::clone(&hosts);
             Pool::builder(manager)
+                .post_create(Hook::async_fn(move |client, _| {
+                    let hosts = Arc::clone(&hosts);
+                    Box::pin(async move {
+                        let direct = reached_directly(client, &hosts)
+                            .await
+                            .map_err(HookError::Backend)?;
+                        super::tx::statements_on(direct);
+                        Ok(())
+                    })
+                }))
                 .max_size(size.max(1))
                 .runtime(Runtime::Tokio1)
                 .wait_timeout(Some(CONNECT_TIMEOUT))
@@ -258,6 +273,66 @@ pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool
                 .map_err(ConnectError::Pool)
         })
         .collect()
+}
+
+/// The hosts and ports the URL names, as written (`hostaddr` too): what a connection that
+/// reaches the server directly finds the server listening on.
+fn endpoints(config: &tokio_postgres::Config) -> Vec<(String, u16)> {
+    let ports = config.get_ports();
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let mut endpoints: Vec<(String, u16)> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, host)| match host {
+            tokio_postgres::config::Host::Tcp(name) => Some((name.clone(), port(i))),
+            // A Unix socket: the server cannot say whose it is (see `reached_directly`).
+            tokio_postgres::config::Host::Unix(_) => None,
+        })
+        .collect();
+    endpoints.extend(
+        config
+            .get_hostaddrs()
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| (addr.to_string(), port(i))),
+    );
+    endpoints
+}
+
+/// Whether this connection reaches PostgreSQL itself, with nothing in between that could
+/// hand its server session to someone else: the address and port the server says it serves
+/// it on are one of the URL's. Behind a pooler (or any proxy, or a port mapped elsewhere) the
+/// server serves the pooler's connection on an address and port of its own, and behind a Unix
+/// socket it cannot say: both count as not direct, which only costs the statements' reuse.
+/// Asked with the simple protocol, which every pooler forwards.
+async fn reached_directly(
+    client: &tokio_postgres::Client,
+    hosts: &[(String, u16)],
+) -> Result<bool, tokio_postgres::Error> {
+    let messages = client
+        .simple_query("SELECT host(inet_server_addr()), inet_server_port()")
+        .await?;
+    let Some((Some(addr), Some(port))) = messages.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some((row.get(0), row.get(1))),
+        _ => None,
+    }) else {
+        return Ok(false);
+    };
+    let (Ok(addr), Ok(port)) = (addr.parse::<std::net::IpAddr>(), port.parse::<u16>()) else {
+        return Ok(false);
+    };
+    for (host, host_port) in hosts {
+        if *host_port != port {
+            continue;
+        }
+        if let Ok(mut resolved) = tokio::net::lookup_host((host.as_str(), port)).await {
+            if resolved.any(|a| a.ip() == addr) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// TLS for `sslmode=prefer` and `require`. As with libpq without a root certificate, the
@@ -336,6 +411,23 @@ mod tests {
         ] {
             assert!(config(url, "orderly").is_ok(), "{url}");
         }
+    }
+
+    #[test]
+    fn the_endpoints_are_each_host_with_its_port_or_the_one_port_given() {
+        let hosts = |url: &str| endpoints(&config(url, "orderly").unwrap());
+        assert_eq!(
+            hosts("postgresql://u@db1:5432,db2:5433/db?target_session_attrs=read-write"),
+            [("db1".to_string(), 5432), ("db2".to_string(), 5433)]
+        );
+        assert_eq!(
+            hosts("postgresql://u@db1,db2/db"),
+            [("db1".to_string(), 5432), ("db2".to_string(), 5432)]
+        );
+        assert_eq!(
+            hosts("postgresql://u@127.0.0.1:6432/db"),
+            [("127.0.0.1".to_string(), 6432)]
+        );
     }
 
     #[test]

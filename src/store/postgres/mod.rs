@@ -154,6 +154,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     );
     let (pool, limiter, lease) = connect_with_own(&options, &outbox::application_name(&instance))?;
     migrated(&pool, &options.url).await?;
+    log::info!("{}", tx::how_statements_go());
     // Every time that decides between instances is the database's (`clock.rs`).
     let skew = clock::sync(&pool).await.map_err(|e| {
         OpenError::Database(format!(

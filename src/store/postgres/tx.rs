@@ -1,18 +1,21 @@
-//! What every operation shares: the one error type inside the engine, the statements (each
-//! sent unnamed with its parameters' types), the lock that serializes the uses of one key,
-//! and the bounded retry of transactions that lost a serialization race or a deadlock.
+//! What every operation shares: the one error type inside the engine, the statements, the
+//! lock that serializes the uses of one key, and the bounded retry of transactions that lost
+//! a serialization race or a deadlock.
 //!
-//! No statement is prepared under a name: each goes out as Parse, Bind and Execute of the
-//! unnamed statement in one exchange (`query_typed`), so nothing of it outlives the exchange.
-//! Behind a connection pooler in transaction mode (PgBouncer's `pool_mode = transaction`) the
-//! server session may serve another client between two transactions; a statement prepared
-//! under a name in one would be missing in the next, or collide with a stranger's of the same
-//! name.
+//! A statement is kept (prepared under a name once per connection, then only bound and
+//! executed) only while every connection reached PostgreSQL directly. Behind a connection
+//! pooler in transaction mode (PgBouncer's `pool_mode = transaction`) the server session may
+//! serve another client between two transactions; a statement prepared under a name in one
+//! would be missing in the next, or collide with a stranger's of the same name. There each
+//! goes out as Parse, Bind and Execute of the unnamed statement in one exchange
+//! (`query_typed`), so nothing of it outlives the exchange; the server plans it each time.
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::{GenericClient as _, Object, Transaction};
+use std::sync::atomic::{AtomicU8, Ordering};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Json, ToSql, Type};
-use tokio_postgres::{GenericClient, Row, RowStream};
+
+use tokio_postgres::{GenericClient, Row, RowStream, Statement};
 
 use super::db::{Conn, Gate};
 use crate::domain::ids::AccountId;
@@ -108,14 +111,65 @@ fn typed<'a>(params: Params<'a>) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
         .collect()
 }
 
+/// How this process's connections reach the database, as the first of them found (see
+/// `statements_on`).
+static REACH: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const DIRECT: u8 = 1;
+const POOLED: u8 = 2;
+
+/// Records how a new connection reaches the database (`connect::reached_directly`), before it
+/// runs anything. Statements are prepared once per connection and kept only while every
+/// connection so far reached PostgreSQL directly: a kept statement outlives its transaction,
+/// and behind a transaction pooler the next transaction may run on a server session that
+/// never prepared it (or one where another client used that name for another statement).
+/// One connection found behind a pooler makes every statement unnamed from then on, for good.
+pub fn statements_on(direct: bool) {
+    if direct {
+        let _ = REACH.compare_exchange(UNKNOWN, DIRECT, Ordering::SeqCst, Ordering::SeqCst);
+    } else if REACH.swap(POOLED, Ordering::SeqCst) != POOLED && opened() {
+        log::info!("{}", how_statements_go());
+    }
+}
+
+/// Whether statements are prepared and kept (direct) or sent unnamed each time (pooled).
+fn kept() -> bool {
+    REACH.load(Ordering::SeqCst) == DIRECT
+}
+
+/// Set once the engine is open: a change of how statements go is news from then on (before,
+/// `open` says it once, and a refusal at start stays one line).
+static OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn opened() -> bool {
+    OPENED.load(Ordering::SeqCst)
+}
+
+/// How statements go, for the log: said by `open` once the engine is open.
+pub fn how_statements_go() -> &'static str {
+    OPENED.store(true, Ordering::SeqCst);
+    if kept() {
+        "PostgreSQL is reached directly: statements are prepared once per connection"
+    } else {
+        "PostgreSQL is reached through a pooler or a proxy: every statement is sent unnamed"
+    }
+}
+
 /// Where statements run: a pooled connection, or a transaction on one.
 pub trait Session: Sync {
     fn session(&self) -> &(impl GenericClient + Sync);
+    /// The connection's prepared statement for `sql`, prepared on first use and kept.
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a>;
 }
+
+type Preparing<'a> = futures_util::future::BoxFuture<'a, Result<Statement, tokio_postgres::Error>>;
 
 impl Session for Object {
     fn session(&self) -> &(impl GenericClient + Sync) {
         &***self
+    }
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
+        Box::pin(self.prepare_typed_cached(sql, types))
     }
 }
 
@@ -123,12 +177,35 @@ impl Session for Conn {
     fn session(&self) -> &(impl GenericClient + Sync) {
         &****self
     }
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
+        Box::pin((**self).prepare_typed_cached(sql, types))
+    }
 }
 
 impl Session for Transaction<'_> {
     fn session(&self) -> &(impl GenericClient + Sync) {
         &**self
     }
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
+        Box::pin(self.prepare_typed_cached(sql, types))
+    }
+}
+
+/// The kept statement for `sql` when statements are kept; `None` when they go unnamed.
+async fn kept_statement<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Statement>, Fault> {
+    if !kept() {
+        return Ok(None);
+    }
+    let types: Vec<Type> = params.iter().map(|p| p.pg_type()).collect();
+    Ok(Some(c.prepared(sql, &types).await?))
+}
+
+fn untyped<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|p| *p as &(dyn ToSql + Sync)).collect()
 }
 
 /// Why an operation did not complete.
@@ -224,7 +301,10 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
-    Ok(c.session().query_typed(sql, &typed(params)).await?)
+    Ok(match kept_statement(c, sql, params).await? {
+        Some(statement) => c.session().query(&statement, &untyped(params)).await?,
+        None => c.session().query_typed(sql, &typed(params)).await?,
+    })
 }
 
 pub async fn query_opt<C: Session>(
@@ -232,11 +312,17 @@ pub async fn query_opt<C: Session>(
     sql: &str,
     params: Params<'_>,
 ) -> Result<Option<Row>, Fault> {
-    Ok(c.session().query_typed_opt(sql, &typed(params)).await?)
+    Ok(match kept_statement(c, sql, params).await? {
+        Some(statement) => c.session().query_opt(&statement, &untyped(params)).await?,
+        None => c.session().query_typed_opt(sql, &typed(params)).await?,
+    })
 }
 
 pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
-    Ok(c.session().execute_typed(sql, &typed(params)).await?)
+    Ok(match kept_statement(c, sql, params).await? {
+        Some(statement) => c.session().execute(&statement, &untyped(params)).await?,
+        None => c.session().execute_typed(sql, &typed(params)).await?,
+    })
 }
 
 /// One writing statement as a transaction of its own that states what it relies on: READ
@@ -245,12 +331,20 @@ pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result
 /// statement alone. A failed statement makes the COMMIT a rollback, and its error is returned.
 pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
     let session = c.session();
-    let params = typed(params);
+    // Prepared (once per connection) before the transaction, so that its three parts still
+    // go out together.
+    let statement = kept_statement(c, sql, params).await?;
+    let rows = async {
+        match &statement {
+            Some(statement) => session.query(statement, &untyped(params)).await,
+            None => session.query_typed(sql, &typed(params)).await,
+        }
+    };
     let (begun, rows, committed) = futures_util::future::join3(
         session.batch_execute(
             "START TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
         ),
-        session.query_typed(sql, &params),
+        rows,
         session.batch_execute("COMMIT"),
     )
     .await;
@@ -266,7 +360,10 @@ pub async fn query_stream<C: Session>(
     sql: &str,
     params: Params<'_>,
 ) -> Result<RowStream, Fault> {
-    Ok(c.session().query_typed_raw(sql, typed(params)).await?)
+    Ok(match kept_statement(c, sql, params).await? {
+        Some(statement) => c.session().query_raw(&statement, untyped(params)).await?,
+        None => c.session().query_typed_raw(sql, typed(params)).await?,
+    })
 }
 
 /// `None` when the key is free, after waiting for any transaction that is using it now: the
