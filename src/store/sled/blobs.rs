@@ -7,7 +7,8 @@
 //! outlive the bytes, and that page (every key on it) is unreadable.
 //!
 //! So each group commit, before sled's flush, lists `blobs/` and fsyncs every file it has not
-//! synced at its present length, then the directory. The writer may be writing the next
+//! synced at its present length, then the directory. sled's own flusher is off (`trees.rs`),
+//! so a flush happens only there, after this listing. The writer may be writing the next
 //! batch's blob while the list is taken; its length then differs at the next commit, which
 //! syncs it again before that batch is answered. A commit with no new blob pays for one
 //! directory listing (three system calls, a few microseconds against the milliseconds of

@@ -88,7 +88,7 @@ pub struct Options {
 /// Opens (or creates) the database at `options.path` and starts its writer.
 pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
-    upgrade::merge_split_key_rows(&trees)?;
+    upgrade::merge_split_key_rows(&trees, &options.path)?;
     let trees = Arc::new(trees);
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;

@@ -44,6 +44,10 @@ impl Trees {
             .path(path)
             .cache_capacity(cache_bytes)
             .mode(sled::Mode::HighThroughput)
+            // sled's own flusher (every 500 ms by default) is off: it could make a page that
+            // points at a blob file durable before the writer's group commit syncs that file
+            // (`blobs.rs`). Every write here is followed by that commit's flush.
+            .flush_every_ms(None)
             .open()?;
         let tree = |name: &str| db.open_tree(name);
         let trees = Trees {

@@ -1,7 +1,11 @@
 //! Upgrades of a sled database written by an earlier layout, applied once when it is opened.
 
+use std::fs::File;
+use std::path::Path;
+
 use serde::Deserialize;
 
+use super::blobs::BlobFiles;
 use super::codec;
 use super::trees::Trees;
 use crate::domain::fingerprint::{Fingerprint, Operation};
@@ -10,7 +14,7 @@ use crate::store::{KeyRecord, StoreError, StoredResponse};
 
 /// The earlier layout kept a key's binding and its answer in two trees; a database written
 /// by it has them merged into the one row at open, once.
-pub fn merge_split_key_rows(trees: &Trees) -> Result<(), StoreError> {
+pub fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
     #[derive(Deserialize)]
     struct OldResponse {
         status: u16,
@@ -54,12 +58,26 @@ pub fn merge_split_key_rows(trees: &Trees) -> Result<(), StoreError> {
         trees.idem_keys.insert(scoped, codec::encode(&row)?)?;
         merged += 1;
     }
-    trees.db.flush()?;
+    durable(trees, data_dir)?;
     trees.db.drop_tree("idem_bindings")?;
     trees.db.drop_tree("idem_responses")?;
-    trees.db.flush()?;
+    durable(trees, data_dir)?;
     log::info!("merged {merged} idempotency key(s) into one row each");
     Ok(())
+}
+
+/// Makes what the upgrade wrote durable as a group commit does (`writer.rs`): sled's blob
+/// files first, then sled's flush, then the data file's fdatasync (sled's flush alone does not
+/// reach the disk's cache).
+fn durable(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
+    let failed = |what: &str, e: std::io::Error| StoreError::Failed(format!("{what}: {e}"));
+    BlobFiles::of(data_dir.to_path_buf())
+        .sync_new()
+        .map_err(|e| failed("syncing sled's blob files", e))?;
+    trees.db.flush()?;
+    File::open(data_dir.join("db"))
+        .and_then(|file| file.sync_data())
+        .map_err(|e| failed("syncing the data file", e))
 }
 
 #[cfg(test)]
@@ -116,7 +134,7 @@ mod tests {
             db.flush().unwrap();
         }
         let trees = Trees::open(&path, 1 << 20).unwrap();
-        merge_split_key_rows(&trees).unwrap();
+        merge_split_key_rows(&trees, &path).unwrap();
 
         let row: KeyRecord =
             codec::decode(&trees.idem_keys.get(b"scoped-a").unwrap().unwrap()).unwrap();
@@ -130,7 +148,7 @@ mod tests {
         assert!(!names.iter().any(|n| n.as_ref() == b"idem_bindings"));
         assert!(!names.iter().any(|n| n.as_ref() == b"idem_responses"));
         // Once merged, opening again changes nothing.
-        merge_split_key_rows(&trees).unwrap();
+        merge_split_key_rows(&trees, &path).unwrap();
         assert_eq!(trees.idem_keys.len(), 1);
     }
 }
