@@ -125,6 +125,26 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
     .map_err(|_| "the SQL thread panicked".to_string())?
 }
 
+/// `scripts/NAME ARGS...` run by bash: what it printed, or why it failed (its stderr).
+pub fn script(name: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+    let out = Command::new("bash")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("scripts")
+                .join(name),
+        )
+        .args(args)
+        .output()
+        .map_err(|e| format!("{name} does not run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{name} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// The template every test database is cloned from, migrated once per run.
 fn template() -> &'static str {
     static TEMPLATE: OnceLock<String> = OnceLock::new();

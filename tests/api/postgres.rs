@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    basket, maintenance_sql, metric, spawn_app, spawn_app_with, sql_i64, sql_on, start,
+    basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64, sql_on, start,
     TestDatabase,
 };
 
@@ -186,22 +186,12 @@ pub fn cluster(command: &str, dir: &std::path::Path) -> String {
 
 /// `scripts/pg-cluster.sh COMMAND DIR [ARG]` (a standby's primary, say); what it printed.
 pub fn cluster_of(command: &str, dir: &std::path::Path, arg: &str) -> String {
-    let out = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/pg-cluster.sh"
-        ))
-        .arg(command)
-        .arg(dir)
-        .args((!arg.is_empty()).then_some(arg))
-        .output()
-        .expect("pg-cluster.sh runs");
-    assert!(
-        out.status.success(),
-        "pg-cluster.sh {command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let dir = dir.as_os_str();
+    let args: Vec<&std::ffi::OsStr> = [command.as_ref(), dir]
+        .into_iter()
+        .chain((!arg.is_empty()).then_some(arg.as_ref()))
+        .collect();
+    script("pg-cluster.sh", &args).unwrap_or_else(|why| panic!("{why}"))
 }
 
 /// Stops this test's own cluster (even when the test fails).
@@ -209,14 +199,7 @@ pub struct OwnCluster(pub std::path::PathBuf);
 
 impl Drop for OwnCluster {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/scripts/pg-cluster.sh"
-            ))
-            .arg("stop")
-            .arg(&self.0)
-            .output();
+        let _ = script("pg-cluster.sh", &["stop".as_ref(), self.0.as_os_str()]);
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{sql_on, TestDatabase};
+use crate::helpers::{script, sql_on, TestDatabase};
 
 /// `orderly serve` on `url`: its status and stderr, once it ended (bounded: a refusal is at
 /// once, and a server that keeps running fails the test).
@@ -68,31 +68,27 @@ struct Pooler {
 impl Pooler {
     fn start(mode: &str) -> Pooler {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pgbouncer.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .arg(crate::helpers::database_url("postgres"))
-            .arg(mode)
-            .output()
-            .expect("pgbouncer.sh runs");
-        assert!(
-            out.status.success(),
-            "pgbouncer.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let server = crate::helpers::database_url("postgres");
+        let url = script(
+            "pgbouncer.sh",
+            &[
+                "start".as_ref(),
+                dir.path().as_os_str(),
+                server.as_ref(),
+                mode.as_ref(),
+            ],
+        )
+        .unwrap_or_else(|why| panic!("{why}"));
         Pooler { dir, url }
     }
 }
 
 impl Drop for Pooler {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pgbouncer.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
+        let _ = script(
+            "pgbouncer.sh",
+            &["stop".as_ref(), self.dir.path().as_os_str()],
+        );
     }
 }
 

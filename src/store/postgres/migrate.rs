@@ -77,14 +77,17 @@ pub async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
             continue;
         }
         // The notices of `IF NOT EXISTS` ("already exists, skipping") are no news to an
-        // operator, and a one-line refusal must stay one line.
-        tx.batch_execute(
+        // operator, and a one-line refusal must stay one line. A table lock the migration's
+        // DDL needs is waited for as long as the migration lock is, no longer.
+        tx.batch_execute(&format!(
             "SET LOCAL client_min_messages = warning;
+             SET LOCAL lock_timeout = '{}ms';
              CREATE TABLE IF NOT EXISTS orderly_schema_migrations (
                  version integer PRIMARY KEY,
                  applied_at timestamptz NOT NULL DEFAULT now()
              )",
-        )
+            LOCK_WAIT.as_millis()
+        ))
         .await?;
         let found: i32 = tx
             .query_typed_one(

@@ -325,9 +325,19 @@ pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result
     })
 }
 
+/// How `alone` opens its transaction: no lock it meets is waited for past `LOCK_TIMEOUT` (a
+/// row held by a stalled transaction is this statement's error, not its connection's hang).
+static ALONE_BEGIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "START TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on; \
+         SET LOCAL lock_timeout = '{}ms'",
+        crate::bounds::LOCK_TIMEOUT.as_millis()
+    )
+});
+
 /// One writing statement as a transaction of its own that states what it relies on: READ
-/// COMMITTED (whatever the server's or the role's default) and a COMMIT that waits for
-/// durability. BEGIN, the statement and COMMIT go out together: one round trip, like the
+/// COMMITTED (whatever the server's or the role's default), a bound on its lock waits and a
+/// COMMIT that waits for durability. BEGIN, the statement and COMMIT go out together: one round trip, like the
 /// statement alone. A failed statement makes the COMMIT a rollback, and its error is returned.
 pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
     let session = c.session();
@@ -341,9 +351,7 @@ pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<V
         }
     };
     let (begun, rows, committed) = futures_util::future::join3(
-        session.batch_execute(
-            "START TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
-        ),
+        session.batch_execute(&ALONE_BEGIN),
         rows,
         session.batch_execute("COMMIT"),
     )
