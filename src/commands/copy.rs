@@ -8,9 +8,10 @@
 use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use std::path::Path;
 
+use super::progress::{self, Progress};
 use super::{block_on, print_counts, Failure};
 use crate::config::CopyArgs;
-use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts, StoreError};
+use crate::store::{self, open_embedded, Engine, OpenError, RestoreCounts, Store, StoreError};
 
 /// Why nothing was copied; the target is as it was.
 #[derive(Debug, thiserror::Error)]
@@ -52,9 +53,29 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
             StoreError::Refused("no sled database there".into()),
         ));
     }
-    let records = read_all(from)
+    let source_store = open_embedded(from, 64 << 20)
         .await
         .map_err(|e| CopyError::Snapshot(source.clone(), e))?;
+    let copied = into(&*source_store, &source, to_url, deadline).await;
+    source_store.stop(deadline).await;
+    copied
+}
+
+/// The source's snapshot (one instant), streamed into the database as it is read.
+async fn into(
+    source_store: &dyn Store,
+    source: &str,
+    to_url: &str,
+    deadline: Deadline,
+) -> Result<RestoreCounts, CopyError> {
+    let snapshot_error = |e| CopyError::Snapshot(source.to_string(), e);
+    let total = records_in(source_store, deadline)
+        .await
+        .map_err(snapshot_error)?;
+    let records = source_store
+        .snapshot(deadline)
+        .await
+        .map_err(snapshot_error)?;
     let engine = Engine::Shared {
         url: to_url.to_string(),
         pool_size: 2,
@@ -65,19 +86,21 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
             OpenError::Shared(e) => CopyError::Target(e.to_string()),
             other => CopyError::Target(other.to_string()),
         })?;
+    let records = progress::counted(records, Progress::new("copying", Some(total)));
     let restored = target.restore(deadline, records).await;
     target.stop(deadline).await;
     restored.map_err(CopyError::Restore)
 }
 
-/// Every record of the sled deployment at `dir`, as of one instant.
-async fn read_all(dir: &Path) -> Result<Vec<Record>, StoreError> {
-    let deadline = Deadline::after(COMMAND_DEADLINE);
-    let store = open_embedded(dir, 64 << 20).await?;
-    let records = match store.snapshot(deadline).await {
-        Ok(snapshot) => snapshot.collect().await,
-        Err(e) => Err(e),
-    };
-    store.stop(deadline).await;
-    records
+/// Indexes the embedded engine keeps beside its records: rebuilt, never copied.
+const INDEXES: [&str; 3] = ["orders_by_external", "processing", "idem_expiry"];
+
+/// How many records the source holds (its rows, less its indexes): the progress's total.
+async fn records_in(store: &dyn Store, deadline: Deadline) -> Result<u64, StoreError> {
+    let rows = store.row_counts(deadline).await?;
+    Ok(rows
+        .iter()
+        .filter(|(name, _)| !INDEXES.contains(name))
+        .map(|(_, rows)| rows)
+        .sum())
 }

@@ -4,6 +4,7 @@
 
 pub mod copy;
 pub mod migrate;
+mod progress;
 pub mod restore;
 pub mod serve;
 pub mod stats;

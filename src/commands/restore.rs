@@ -1,15 +1,22 @@
 //! `orderly restore --from FILE --data-dir DIR` (or `--database-url URL`): a backup into an
 //! empty data directory or an empty PostgreSQL database, all or nothing, even across a crash.
-//! The file is read and checked whole (format, version, digest, counts, every ledger against
-//! its balance) before anything of the target is touched; sled builds beside the target and
-//! moves the result into place last, PostgreSQL writes in one transaction.
+//! The file is read through and checked (format, version, digest, counts, every ledger
+//! against its balance) before anything of the target is touched, then read again as the
+//! records are written, never held whole; sled builds beside the target and moves the result
+//! into place last, PostgreSQL writes in one transaction. Progress goes to stderr.
 
 use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
+use std::fs::File;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use super::progress::{self, Progress};
 use super::{block_on, print_counts, Failure};
 use crate::config::RestoreArgs;
-use crate::store::{self, open_embedded, Engine, OpenError, Record, RestoreCounts};
+use crate::store::backup_file::{self, BackupError, Reader};
+use crate::store::{
+    self, open_embedded, Engine, OpenError, RestoreCounts, Snapshot, StoreError, Tally,
+};
 
 /// Why a restore did not happen; nothing was left behind.
 #[derive(Debug, thiserror::Error)]
@@ -60,14 +67,61 @@ pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
     }
 }
 
-/// The backup file, read and checked whole (format, version, digest, counts, every ledger
-/// against its balance) before anything of the target is touched.
-fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
-    let bytes =
-        std::fs::read(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
-    let records = crate::store::backup_file::read(&bytes)?;
-    store::checked_counts(&records).map_err(RestoreError::Inconsistent)?;
-    Ok(records)
+/// The backup file read through and checked (format, version, digest, counts, every ledger
+/// against its balance), keeping none of it: the number of records it holds.
+fn check_file(from: &Path) -> Result<u64, RestoreError> {
+    let file = open(from)?;
+    let mut tally = Tally::default();
+    let mut progress = Progress::new("checking", None);
+    backup_file::check(BufReader::with_capacity(1 << 20, file), |record| {
+        tally.add(record);
+        progress.add(1);
+    })?;
+    progress.finish();
+    let counts = tally.finish().map_err(RestoreError::Inconsistent)?;
+    Ok(counts.values().sum())
+}
+
+fn open(from: &Path) -> Result<File, RestoreError> {
+    File::open(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))
+}
+
+/// The checked file's records, read again as the target takes them. A file that differs
+/// from the one checked (the digest is checked again at its end) ends the stream with an
+/// error, and the target's restore with it.
+fn records_of(from: &Path, total: u64) -> Result<Snapshot, RestoreError> {
+    let file = open(from)?;
+    let (producer, records) = Snapshot::channel();
+    tokio::task::spawn_blocking(move || {
+        let changed = |e: BackupError| {
+            StoreError::Refused(format!("the backup changed while it was restored: {e}"))
+        };
+        let mut reader = match Reader::open(BufReader::with_capacity(1 << 20, file)) {
+            Ok(reader) => reader,
+            Err(e) => {
+                producer.blocking_send(Err(changed(e)));
+                return;
+            }
+        };
+        loop {
+            match reader.next_record() {
+                Ok(Some(record)) => {
+                    if !producer.blocking_send(Ok(record)) {
+                        return;
+                    }
+                }
+                Ok(None) => return producer.blocking_finish(),
+                Err(e) => {
+                    producer.blocking_send(Err(changed(e)));
+                    return;
+                }
+            }
+        }
+    });
+    Ok(progress::counted(
+        records,
+        Progress::new("restoring", Some(total)),
+    ))
 }
 
 /// Into PostgreSQL: the backup is checked whole before the schema is migrated, so the one
@@ -77,7 +131,7 @@ fn read_checked(from: &Path) -> Result<Vec<Record>, RestoreError> {
 /// the database as it was.
 async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreError> {
     let deadline = Deadline::after(COMMAND_DEADLINE);
-    let records = read_checked(from)?;
+    let total = check_file(from)?;
     let target = "the database".to_string();
     let engine = Engine::Shared {
         url: url.to_string(),
@@ -92,9 +146,15 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
             };
             RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
         })?;
-    let restored = store.restore(deadline, records).await;
+    let restored = match records_of(from, total) {
+        Ok(records) => store
+            .restore(deadline, records)
+            .await
+            .map_err(|e| RestoreError::Store(target, e)),
+        Err(e) => Err(e),
+    };
     store.stop(deadline).await;
-    restored.map_err(|e| RestoreError::Store(target, e))
+    restored
 }
 
 /// Into a sled directory: built beside the target (`.NAME.restoring`), made durable, then
@@ -106,26 +166,32 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     if !is_empty_dir(data_dir) {
         return Err(RestoreError::NotEmpty(target));
     }
-    let records = read_checked(from)?;
+    let total = check_file(from)?;
     let (parent, staging) = staging_dir(data_dir);
     let _ = std::fs::remove_dir_all(&staging);
     let deadline = Deadline::after(COMMAND_DEADLINE);
     let outcome = async {
-        let store = open_embedded(&staging, 64 << 20).await?;
-        let restored = store.restore(deadline, records).await;
+        let store = open_embedded(&staging, 64 << 20)
+            .await
+            .map_err(|e| RestoreError::Store(target.clone(), e))?;
+        let restored = match records_of(from, total) {
+            Ok(records) => store
+                .restore(deadline, records)
+                .await
+                .map_err(|e| RestoreError::Store(target.clone(), e)),
+            Err(e) => Err(e),
+        };
         store.stop(deadline).await;
         restored
     }
     .await;
-    let placed = outcome
-        .map_err(|e| RestoreError::Store(target.clone(), e))
-        .and_then(|counts| {
-            // Over an empty directory or where there is none: one rename either way.
-            std::fs::rename(&staging, data_dir)
-                .and_then(|()| std::fs::File::open(&parent)?.sync_all())
-                .map_err(|e| RestoreError::Place(target.clone(), e))?;
-            Ok(counts)
-        });
+    let placed = outcome.and_then(|counts| {
+        // Over an empty directory or where there is none: one rename either way.
+        std::fs::rename(&staging, data_dir)
+            .and_then(|()| std::fs::File::open(&parent)?.sync_all())
+            .map_err(|e| RestoreError::Place(target.clone(), e))?;
+        Ok(counts)
+    });
     if placed.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }

@@ -112,6 +112,8 @@ pub enum BackupError {
     Digest,
     #[error("the backup is damaged: {0}")]
     Damaged(String),
+    #[error("cannot read the backup: {0}")]
+    Io(std::io::Error),
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -260,48 +262,146 @@ impl Writer {
     }
 }
 
-/// Reads a whole backup: header, version, digest and counts checked before any record is
-/// given back.
-pub fn read(bytes: &[u8]) -> Result<Vec<Record>, BackupError> {
-    let body_end = bytes
-        .strip_suffix(b"\n")
-        .and_then(|b| b.iter().rposition(|&c| c == b'\n'))
-        .map(|i| i + 1)
-        .ok_or(BackupError::Truncated)?;
-    let (body, last) = bytes.split_at(body_end);
-    let Ok(Line::End { counts, sha256 }) = serde_json::from_slice::<Line>(last) else {
-        return Err(BackupError::Truncated);
-    };
-    if hex(&Sha256::digest(body)) != sha256 {
-        return Err(BackupError::Digest);
-    }
-    let mut lines = body.split(|&c| c == b'\n').filter(|l| !l.is_empty());
-    match lines.next().map(serde_json::from_slice::<Line>) {
-        Some(Ok(Line::Header {
-            format, version, ..
-        })) => {
-            if format != FORMAT {
-                return Err(BackupError::Format(format!("format {format:?}")));
-            }
-            if version != VERSION {
-                return Err(BackupError::Version(version));
-            }
+/// Reads a backup line by line, never holding more than one record: the header first, then
+/// each record as it comes, and at the end record the digest of every byte before it and the
+/// counts of each kind. A record is given back before the end is checked, so whoever must not
+/// act on a damaged backup reads it through once first (`check`), then again to act.
+pub struct Reader<R> {
+    input: R,
+    digest: Sha256,
+    seen: BTreeMap<String, u64>,
+    line: Vec<u8>,
+    ended: bool,
+}
+
+impl<R: std::io::BufRead> Reader<R> {
+    /// Reads and checks the header.
+    pub fn open(input: R) -> Result<Self, BackupError> {
+        let mut reader = Reader {
+            input,
+            digest: Sha256::new(),
+            seen: BTreeMap::new(),
+            line: Vec::new(),
+            ended: false,
+        };
+        if !reader.next_line()? {
+            return Err(BackupError::Format("no header".into()));
         }
-        _ => return Err(BackupError::Format("no header".into())),
+        reader.digest.update(&reader.line);
+        match serde_json::from_slice::<Line>(&reader.line) {
+            Ok(Line::Header {
+                format, version, ..
+            }) => {
+                if format != FORMAT {
+                    return Err(BackupError::Format(format!("format {format:?}")));
+                }
+                if version != VERSION {
+                    return Err(BackupError::Version(version));
+                }
+            }
+            _ => return Err(BackupError::Format("no header".into())),
+        }
+        Ok(reader)
     }
+
+    /// The next whole line into `self.line`; false at the end of the input. A last line
+    /// without its newline is a file cut short.
+    fn next_line(&mut self) -> Result<bool, BackupError> {
+        self.line.clear();
+        let read = self
+            .input
+            .read_until(b'\n', &mut self.line)
+            .map_err(BackupError::Io)?;
+        match (read, self.line.last()) {
+            (0, _) => Ok(false),
+            (_, Some(b'\n')) => Ok(true),
+            _ => Err(BackupError::Truncated),
+        }
+    }
+
+    /// The next record; `None` once the end record is read and found right.
+    pub fn next_record(&mut self) -> Result<Option<Record>, BackupError> {
+        while !self.ended {
+            if !self.next_line()? {
+                return Err(BackupError::Truncated);
+            }
+            if self.line == b"\n" {
+                self.digest.update(&self.line);
+                continue;
+            }
+            let line: Line = serde_json::from_slice(&self.line)
+                .map_err(|e| BackupError::Damaged(format!("a record does not parse: {e}")))?;
+            if let Line::End { counts, sha256 } = line {
+                return self.end(counts, &sha256).map(|()| None);
+            }
+            self.digest.update(&self.line);
+            let record = record_of(line)?;
+            *self.seen.entry(record.kind().to_string()).or_insert(0) += 1;
+            return Ok(Some(record));
+        }
+        Ok(None)
+    }
+
+    fn end(&mut self, counts: BTreeMap<String, u64>, sha256: &str) -> Result<(), BackupError> {
+        if hex(&self.digest.clone().finalize()) != sha256 {
+            return Err(BackupError::Digest);
+        }
+        if self.next_line()? {
+            return Err(BackupError::Damaged("bytes after the end record".into()));
+        }
+        if self.seen != counts {
+            return Err(BackupError::Damaged(
+                "the records do not match the end record's counts".into(),
+            ));
+        }
+        self.ended = true;
+        Ok(())
+    }
+
+    /// After `complaint` about a record, what the rest of the file says first: a backup cut
+    /// short or altered is refused as such, not for the record the damage happened to hit.
+    fn settle(mut self, complaint: BackupError) -> BackupError {
+        loop {
+            match self.next_line() {
+                Ok(true) => {}
+                Ok(false) => return BackupError::Truncated,
+                Err(e) => return e,
+            }
+            if let Ok(Line::End { sha256, .. }) = serde_json::from_slice::<Line>(&self.line) {
+                if hex(&self.digest.clone().finalize()) != sha256 {
+                    return BackupError::Digest;
+                }
+                return complaint;
+            }
+            self.digest.update(&self.line);
+        }
+    }
+}
+
+/// Reads a backup through, giving each record to `each` and keeping none: `Ok` once the
+/// whole file is found right (header, every record, digest, counts).
+pub fn check<R: std::io::BufRead>(
+    input: R,
+    mut each: impl FnMut(&Record),
+) -> Result<(), BackupError> {
+    let mut reader = Reader::open(input)?;
+    loop {
+        match reader.next_record() {
+            Ok(Some(record)) => each(&record),
+            Ok(None) => return Ok(()),
+            Err(BackupError::Io(e)) => return Err(BackupError::Io(e)),
+            Err(complaint) => return Err(reader.settle(complaint)),
+        }
+    }
+}
+
+/// Reads a whole backup into memory, checked first (tests and small files).
+pub fn read(bytes: &[u8]) -> Result<Vec<Record>, BackupError> {
+    check(bytes, |_| {})?;
+    let mut reader = Reader::open(bytes)?;
     let mut records = Vec::new();
-    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
-    for line in lines {
-        let line: Line = serde_json::from_slice(line)
-            .map_err(|e| BackupError::Damaged(format!("a record does not parse: {e}")))?;
-        let record = record_of(line)?;
-        *seen.entry(record.kind().to_string()).or_insert(0) += 1;
+    while let Some(record) = reader.next_record()? {
         records.push(record);
-    }
-    if seen != counts {
-        return Err(BackupError::Damaged(
-            "the records do not match the end record's counts".into(),
-        ));
     }
     Ok(records)
 }

@@ -47,7 +47,7 @@ pub use records::{
     checked_counts, Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome,
     DueDelivery, KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, Prefetched,
     ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Record, Recorded, Redelivered,
-    RefundRefusal, RefundRequest, RestoreCounts, StoredResponse, Taken,
+    RefundRefusal, RefundRequest, RestoreCounts, StoredResponse, Taken, Tally,
 };
 pub use snapshot::{Producer, Snapshot};
 
@@ -407,12 +407,14 @@ pub trait Store: Send + Sync + 'static {
     /// Everything stored, as of one instant: no write is half in it. Writes wait for the
     /// cut to be taken, not for the snapshot to be read.
     async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError>;
-    /// Writes a whole snapshot into this store, which must be empty, then verifies what it
-    /// wrote (counts per kind, every ledger against its balance).
+    /// Writes a whole snapshot into this store, which must be empty, as it streams (never
+    /// held whole), then verifies what it wrote (counts per kind, every ledger against its
+    /// balance) before any of it counts: a refusal, an error in the stream or a crash leaves
+    /// the store as it was.
     async fn restore(
         &self,
         deadline: Deadline,
-        records: Vec<Record>,
+        records: Snapshot,
     ) -> Result<RestoreCounts, StoreError>;
 
     // --- many instances

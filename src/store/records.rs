@@ -356,36 +356,50 @@ impl Record {
 /// account of the backup. Each engine then checks only that it wrote as many rows as this
 /// counts (a record that overwrote another shows there).
 pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
-    let mut counts = RestoreCounts::new();
-    // Per account: its balance (once its record is seen) and what its ledger sums to.
-    let mut books: std::collections::HashMap<AccountId, (Option<Cents>, Cents)> =
-        Default::default();
-    for record in records {
-        *counts.entry(record.kind()).or_insert(0) += 1;
+    let mut tally = Tally::default();
+    records.iter().for_each(|record| tally.add(record));
+    tally.finish()
+}
+
+/// `checked_counts` kept as the records pass, for a stream that is never held whole: the
+/// counts, and per account its balance (once its record is seen) and what its ledger sums to.
+#[derive(Default)]
+pub struct Tally {
+    counts: RestoreCounts,
+    books: std::collections::HashMap<AccountId, (Option<Cents>, Cents)>,
+}
+
+impl Tally {
+    pub fn add(&mut self, record: &Record) {
+        *self.counts.entry(record.kind()).or_insert(0) += 1;
         match record {
             Record::Account { account, balance } => {
-                books.entry(account.id).or_default().0 = Some(*balance);
+                self.books.entry(account.id).or_default().0 = Some(*balance);
             }
             Record::Ledger { account, entry } => {
-                let sum = &mut books.entry(*account).or_default().1;
+                let sum = &mut self.books.entry(*account).or_default().1;
                 *sum = sum.saturating_add(entry.amount);
             }
             _ => {}
         }
     }
-    for (account, (balance, sum)) in books {
-        let Some(balance) = balance else {
-            return Err(StoreError::Refused(format!(
-                "account {account}: ledger entries of an account the backup does not hold"
-            )));
-        };
-        if sum != balance {
-            return Err(StoreError::Refused(format!(
-                "account {account}: the ledger sums to {sum}, the balance is {balance}"
-            )));
+
+    /// The counts, once every ledger is found to sum to its account's balance.
+    pub fn finish(self) -> Result<RestoreCounts, StoreError> {
+        for (account, (balance, sum)) in self.books {
+            let Some(balance) = balance else {
+                return Err(StoreError::Refused(format!(
+                    "account {account}: ledger entries of an account the backup does not hold"
+                )));
+            };
+            if sum != balance {
+                return Err(StoreError::Refused(format!(
+                    "account {account}: the ledger sums to {sum}, the balance is {balance}"
+                )));
+            }
         }
+        Ok(self.counts)
     }
-    Ok(counts)
 }
 
 /// The rows an engine found after writing `expected`'s records, kind by kind: the restore is

@@ -12,6 +12,7 @@ mod fixtures;
 mod lifecycle;
 mod orders;
 mod outbox;
+mod snapshot;
 mod visibility;
 mod webhook_ops;
 

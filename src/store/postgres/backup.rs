@@ -1,9 +1,9 @@
 //! Snapshots and restores on PostgreSQL. A snapshot streams every table from one REPEATABLE
 //! READ, READ ONLY transaction through cursors: one instant, no write half in it, no write
 //! waiting for it, and a page of rows in memory at a time. A
-//! restore checks the backup whole (`records::checked_counts`), writes every record into an
-//! empty database in one transaction and checks each kind's rows before it commits: all or
-//! nothing.
+//! restore writes every record into an empty database in one transaction as the records
+//! stream in, tallying them (`records::Tally`), and checks every ledger and each kind's rows
+//! before it commits: all or nothing.
 
 use deadpool_postgres::{Object, Transaction};
 use futures_util::future::try_join_all;
@@ -14,8 +14,8 @@ use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
 use super::tx::Fault;
-use crate::store::records::{checked_counts, verify_counts};
-use crate::store::{Producer, Record, RestoreCounts, StoreError};
+use crate::store::records::{verify_counts, Tally};
+use crate::store::{Producer, Record, RestoreCounts, Snapshot, StoreError};
 
 /// Records written per round trip of a restore.
 const RESTORE_BATCH: usize = 256;
@@ -197,17 +197,36 @@ async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
     }
 }
 
-pub async fn restore(client: &mut Conn, records: &[Record]) -> Result<RestoreCounts, Fault> {
-    let counts = checked_counts(records)?;
+/// `records` is taken by the first attempt: a stream is read once, so a restore is never
+/// retried on what is left of it.
+pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<RestoreCounts, Fault> {
+    let Some(mut records) = records else {
+        return Err(StoreError::Failed("a restore cannot be retried".into()).into());
+    };
     let (tx, gate) = client.begin().await?;
     let ((), counted) =
         futures_util::future::try_join(gate.limit_waits(&tx), row_counts(&tx)).await?;
     if counted.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
     }
-    for batch in records.chunks(RESTORE_BATCH) {
-        try_join_all(batch.iter().map(|record| write(&tx, record))).await?;
+    let mut tally = Tally::default();
+    let mut batch = Vec::with_capacity(RESTORE_BATCH);
+    loop {
+        let next = records.next().await.transpose()?;
+        let ended = next.is_none();
+        if let Some(record) = next {
+            tally.add(&record);
+            batch.push(record);
+        }
+        if batch.len() == RESTORE_BATCH || (ended && !batch.is_empty()) {
+            try_join_all(batch.iter().map(|record| write(&tx, record))).await?;
+            batch.clear();
+        }
+        if ended {
+            break;
+        }
     }
+    let counts = tally.finish()?;
     verify(&tx, &counts).await?;
     gate.commit(tx).await?;
     Ok(counts)

@@ -61,7 +61,7 @@ use crate::store::admission::{self, Admission};
 use crate::store::{
     Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
     DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress,
-    ProviderCredit, ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest,
+    ProviderCredit, ProviderRefusal, Recorded, Redelivered, RefundRefusal, RefundRequest,
     RestoreCounts, SharedRateLimit, Snapshot, Stopped, Store, StoreError,
 };
 use db::{Bound, Db};
@@ -646,9 +646,13 @@ impl Store for PgStore {
     async fn restore(
         &self,
         deadline: Deadline,
-        records: Vec<Record>,
+        records: Snapshot,
     ) -> Result<RestoreCounts, StoreError> {
-        write!(self, deadline, None, |c| backup::restore(&mut c, &records))
+        let mut records = Some(records);
+        write!(self, deadline, None, |c| backup::restore(
+            &mut c,
+            records.take()
+        ))
     }
 
     fn shared_rate_limit(&self) -> Option<Arc<dyn SharedRateLimit>> {

@@ -1,11 +1,11 @@
 //! Snapshots and restores on sled.
 //!
-//! sled has no snapshots, so a cut is taken as one job on the writer thread (no write can be
-//! half in it): every tree that holds records (indexes are left out and rebuilt) is copied,
-//! key and value as stored, into a spool file beside the data directory, unlinked as soon as
-//! it is created so that nothing is left behind by a crash. Writes wait for that copy, a
-//! sequential write into the page cache; the decoding and streaming that follow read the
-//! spool at the reader's pace, holding a few records in memory, whatever the database's size.
+//! sled has no snapshots. Every tree that holds records (indexes are left out and rebuilt) is
+//! walked while writes go on and copied, key and value as stored, into a spool file beside
+//! the data directory, unlinked as soon as it is created so that nothing is left behind by a
+//! crash; what changed during the walk is read again and the cut taken by a short writer job
+//! (see `cut`). The decoding and streaming that follow read the spool, overridden by what
+//! changed, at the reader's pace, holding a few records in memory whatever the store's size.
 //!
 //! A restore writes every record and the indexes they imply (the backup checked whole first,
 //! `records::checked_counts`), then checks that each kind's rows are as many as its records.
@@ -16,6 +16,7 @@ use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::path::Path;
 
 use super::codec;
+use super::cut::{Overridden, Verdict};
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
@@ -33,9 +34,9 @@ use crate::store::{KeyRecord, Producer, ProviderPaymentRecord, Record, StoreErro
 
 /// The trees a cut copies, in the order of the spool (balances first: each account's record
 /// carries its balance) and so of the backup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
-enum Spooled {
+pub enum Spooled {
     Balance,
     Account,
     ApiKey,
@@ -51,7 +52,7 @@ enum Spooled {
     PreviousSecret,
 }
 
-const SPOOLED: [Spooled; 13] = [
+pub const SPOOLED: [Spooled; 13] = [
     Spooled::Balance,
     Spooled::Account,
     Spooled::ApiKey,
@@ -68,15 +69,17 @@ const SPOOLED: [Spooled; 13] = [
 ];
 
 /// One row as spooled: its tree, key and value.
-type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);
+pub type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);
 
 /// A cut on disk: `tree ‖ len(key) ‖ key ‖ len(value) ‖ value` per row, lengths as u32 LE.
 pub struct Spool {
     file: BufReader<File>,
+    /// The walk's next row, read to know which tree comes next.
+    peeked: Option<SpooledRow>,
 }
 
 /// Spool trouble is the backup's, not the database's: refused, and the store goes on.
-fn spool_error(e: io::Error) -> StoreError {
+pub fn spool_error(e: io::Error) -> StoreError {
     StoreError::Unavailable(format!("spooling the backup: {e}"))
 }
 
@@ -90,8 +93,22 @@ fn account_of(key: &[u8]) -> Result<AccountId, StoreError> {
         .ok_or_else(|| corrupt("a per-account row"))
 }
 
+/// A file for spooling, created in `beside` and unlinked at once: a crash leaves nothing.
+pub fn unlinked_spool(beside: &Path) -> Result<File, StoreError> {
+    let name = format!(".orderly-backup-{}.spool", crate::domain::ids::random_hex());
+    let path = beside.join(name);
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(spool_error)?;
+    std::fs::remove_file(&path).map_err(spool_error)?;
+    Ok(file)
+}
+
 impl Trees {
-    fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
+    pub fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
         match tree {
             Spooled::Balance => &self.balances,
             Spooled::Account => &self.accounts,
@@ -109,19 +126,10 @@ impl Trees {
         }
     }
 
-    /// Copies every record-holding tree into a spool file created (and at once unlinked) in
-    /// `beside`. Run as one writer job: the copy is one instant.
-    pub fn spool_cut(&self, beside: &Path) -> Result<Spool, StoreError> {
-        let name = format!(".orderly-backup-{}.spool", crate::domain::ids::random_hex());
-        let path = beside.join(name);
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(spool_error)?;
-        std::fs::remove_file(&path).map_err(spool_error)?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+    /// Copies every record-holding tree into a spool file in `beside`, while writes go on:
+    /// a key may be read before or after a write to it, which the cut then settles.
+    pub fn spool_walk(&self, beside: &Path) -> Result<Spool, StoreError> {
+        let mut out = BufWriter::with_capacity(1 << 20, unlinked_spool(beside)?);
         for tree in SPOOLED {
             for row in self.spooled_tree(tree).iter() {
                 let (key, value) = row?;
@@ -132,6 +140,7 @@ impl Trees {
         file.rewind().map_err(spool_error)?;
         Ok(Spool {
             file: BufReader::with_capacity(1 << 20, file),
+            peeked: None,
         })
     }
 
@@ -307,12 +316,34 @@ impl Spool {
         Ok(Some((tree, key, value)))
     }
 
-    /// Decodes the spool record by record into `producer`, at the reader's pace. Stops when
-    /// the reader goes away; an error ends the snapshot with it.
-    pub fn stream_into(mut self, producer: Producer) {
+    /// The next row as of the cut: the walk's, unless the key changed after the walk read
+    /// it; the keys the walk did not see come after the rest of their tree's.
+    fn row_at_cut(&mut self, cut: &mut Overridden) -> Result<Option<SpooledRow>, StoreError> {
+        loop {
+            if self.peeked.is_none() {
+                self.peeked = self.row()?;
+            }
+            let next_tree = self.peeked.as_ref().map(|(tree, _, _)| *tree);
+            if let Some(row) = cut.next_unwalked(next_tree)? {
+                return Ok(Some(row));
+            }
+            let Some((tree, key, value)) = self.peeked.take() else {
+                return Ok(None);
+            };
+            match cut.verdict(tree, &key)? {
+                Verdict::Walked => return Ok(Some((tree, key, value))),
+                Verdict::Now(value) => return Ok(Some((tree, key, value))),
+                Verdict::Gone => continue,
+            }
+        }
+    }
+
+    /// Decodes the spool, as of the cut, record by record into `producer`, at the reader's
+    /// pace. Stops when the reader goes away; an error ends the snapshot with it.
+    pub fn stream_into(mut self, mut cut: Overridden, producer: Producer) {
         let mut balances: HashMap<Vec<u8>, Cents> = HashMap::new();
         loop {
-            let record = match self.row() {
+            let record = match self.row_at_cut(&mut cut) {
                 Ok(None) => return producer.blocking_finish(),
                 Ok(Some((Spooled::Balance, key, value))) => match codec::decode(&value) {
                     Ok(balance) => {

@@ -8,6 +8,7 @@ mod backup;
 mod blobs;
 mod catalog;
 mod codec;
+mod cut;
 mod events;
 mod idempotency;
 mod keys;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::records::{checked_counts, verify_counts};
+use super::records::{verify_counts, Tally};
 use crate::bounds::{Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
@@ -47,8 +48,8 @@ use crate::store::writes::OrderChange;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Progress, ProviderCredit, ProviderRefusal,
-    Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped,
-    Store, StoreError,
+    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped, Store,
+    StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
@@ -114,7 +115,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     Ok(Arc::new(SledStore {
         spool_dir,
         trees,
-        writer,
+        writer: Arc::new(writer),
         visibility,
         commits,
         reads: Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)),
@@ -127,7 +128,8 @@ struct SledStore {
     trees: Arc<Trees>,
     /// Where a backup spools its cut.
     spool_dir: PathBuf,
-    writer: Writer,
+    /// Shared with a backup in progress, whose cut is a writer job.
+    writer: Arc<Writer>,
     visibility: Arc<Visibility>,
     /// The batch the writer applies and the flush in progress (`/readyz`).
     commits: Arc<InFlight>,
@@ -652,32 +654,57 @@ impl Store for SledStore {
     }
 
     async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError> {
-        // The cut is one writer job: writes queue behind the copy, not behind the reading.
-        let beside = self.spool_dir.clone();
-        let spool = self
+        // Writes wait for two short jobs (subscribing, and the cut), never for the walk; the
+        // snapshot is answered at once and its records follow once the cut is taken.
+        let watch = self
             .writer
-            .write(deadline, move |b| b.trees.spool_cut(&beside))
+            .write(deadline, |b| Ok(cut::Watch::start(b.trees)))
             .await?;
         let (producer, snapshot) = Snapshot::channel();
-        tokio::task::spawn_blocking(move || spool.stream_into(producer));
+        let taking = cut::take(
+            Arc::clone(&self.trees),
+            Arc::clone(&self.writer),
+            self.spool_dir.clone(),
+            watch,
+        );
+        tokio::spawn(async move {
+            match taking.await {
+                Ok((spool, cut)) => {
+                    tokio::task::spawn_blocking(move || spool.stream_into(cut, producer));
+                }
+                Err(e) => {
+                    producer.send(Err(e)).await;
+                }
+            }
+        });
         Ok(snapshot)
     }
 
     async fn restore(
         &self,
         deadline: Deadline,
-        records: Vec<Record>,
+        mut records: Snapshot,
     ) -> Result<RestoreCounts, StoreError> {
-        let counts = checked_counts(&records)?;
         let cache = Arc::clone(&self.auth_cache);
         let replays = Arc::clone(&self.replay_cache);
+        // One writer job that takes the records as they come (the writer thread may wait on
+        // the stream; nothing else writes into a store being restored).
         self.writer
             .write(deadline, move |b| {
                 if !b.trees.holds_nothing() {
                     return Err(StoreError::Refused("the target already holds data".into()));
                 }
-                let write = || b.trees.write_records(&records);
+                let mut tally = Tally::default();
+                let write = || -> Result<(), StoreError> {
+                    while let Some(record) = records.blocking_next() {
+                        let record = record?;
+                        tally.add(&record);
+                        b.trees.write_records(std::slice::from_ref(&record))?;
+                    }
+                    Ok(())
+                };
                 replays.around(|| cache.around(write))?;
+                let counts = tally.finish()?;
                 verify_counts(&counts, b.trees.restored_counts())?;
                 Ok(counts)
             })
