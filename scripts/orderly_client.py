@@ -9,12 +9,14 @@
                 keys it sent and the keys that got a 200 with their order id
   crash-verify  after the restart: acknowledged keys replay to their order, no orphan or duplicate
                 orders, ledger == balance; writes the number of lost acknowledged orders
+  large-fill    COUNT orders with 300 KB of delivery data each
   backup-pause  N orders, then a backup taken while one client keeps ordering: how long the
                 backup took and how long the orders placed meanwhile waited
   fill-disk     new orders until the first answer that is not a 200 (the disk is full), then the
                 same request again under that key; writes the files crash-verify reads
 """
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -51,6 +53,7 @@ class Client:
                 self.conn.request(method, path, body=body, headers=hdrs)
                 resp = self.conn.getresponse()
                 raw = resp.read()
+                self.raw = raw
                 data = json.loads(raw) if raw else None
                 return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
             except (OSError, http.client.HTTPException):
@@ -84,13 +87,34 @@ def expect(status, data, what):
     return data
 
 
-def order(base, api_key, idem_key, retry=False):
-    """POST one bench order. Returns (status, replayed?, order id or None)."""
-    status, hdrs, data = client(base).call(
-        "POST", "/b2b/orders", ORDER_BODY,
+LARGE = "-L"  # a key ending so orders prd_large with 300 KB of delivery data
+
+
+def body_for(idem_key):
+    """The order a key stands for, the same every time it is sent: a bench order, or for a key
+    ending in LARGE one with 300 KB of delivery data drawn from the key (sled keeps such values
+    in files of their own)."""
+    if not idem_key.endswith(LARGE):
+        return ORDER_BODY
+    filler = hashlib.sha256(idem_key.encode()).hexdigest() * (300 * 1024 // 64)
+    return json.dumps({"items": [{"productId": "prd_large", "quantity": 1,
+                                  "deliveryData": {"username": filler}}]}).encode()
+
+
+def order_answer(base, api_key, idem_key, retry=False):
+    """POST the order of `idem_key`. Returns (status, replayed?, order id or None, SHA-256 of
+    the answer's bytes)."""
+    c = client(base)
+    status, hdrs, data = c.call(
+        "POST", "/b2b/orders", body_for(idem_key),
         {"X-Api-Key": api_key, "X-Idempotency-Key": idem_key}, retry=retry)
     oid = data["order"]["id"] if status == 200 else None
-    return status, hdrs.get("idempotency-replayed") == "true", oid
+    return status, hdrs.get("idempotency-replayed") == "true", oid, hashlib.sha256(c.raw).hexdigest()
+
+
+def order(base, api_key, idem_key, retry=False):
+    """POST the order of `idem_key`. Returns (status, replayed?, order id or None)."""
+    return order_answer(base, api_key, idem_key, retry)[:3]
 
 
 def read_accounts(path):
@@ -133,6 +157,9 @@ def cmd_setup(a):
     product = {"name": "bench", "price": 1, "regions": [], "deliveryFields": [], "active": True}
     s, _, d = client(a.base).call("PUT", "/admin/products/prd_bench", product, admin)
     expect(s, d, "PUT /admin/products/prd_bench")
+    large = {**product, "name": "large", "deliveryFields": ["username"]}
+    s, _, d = client(a.base).call("PUT", "/admin/products/prd_large", large, admin)
+    expect(s, d, "PUT /admin/products/prd_large")
 
     def one(i):
         c = client(a.base)
@@ -203,14 +230,14 @@ def cmd_crash_load(a):
                             print(f"live replay of {key}: HTTP {s} replayed={replayed} {got} != {oid}",
                                   file=sys.stderr)
                     continue
-                key = f"{a.prefix}-{t}-{i}"
+                key = f"{a.prefix}-{t}-{i}" + (LARGE if random.random() < a.large_ratio else "")
                 with lock:
                     sent.append(key)
-                s, _, oid = order(a.base, a.api_key, key)
+                s, _, oid, digest = order_answer(a.base, a.api_key, key)
                 with lock:
                     if s == 200:
                         stats["new_200"] += 1
-                        acked.append((key, oid))
+                        acked.append((key, oid, digest))
                         mine.append((key, oid))
                     else:
                         stats["other_status"][s] = stats["other_status"].get(s, 0) + 1
@@ -225,7 +252,7 @@ def cmd_crash_load(a):
     with open(os.path.join(a.dir, "sent.txt"), "w") as f:
         f.writelines(k + "\n" for k in sent)
     with open(os.path.join(a.dir, "acked.tsv"), "w") as f:
-        f.writelines(f"{k}\t{o}\n" for k, o in acked)
+        f.writelines(f"{k}\t{o}\t{d}\n" for k, o, d in acked)
     with open(os.path.join(a.dir, "load.json"), "w") as f:
         json.dump({**stats, "sent": len(sent), "acked": len(acked)}, f)
 
@@ -234,8 +261,13 @@ def cmd_crash_verify(a):
     base, key = a.base, a.api_key
     with open(os.path.join(a.dir, "sent.txt")) as f:
         sent = [line.strip() for line in f if line.strip()]
+    acked, answers = {}, {}  # key -> order id, key -> SHA-256 of the 200's bytes (if kept)
     with open(os.path.join(a.dir, "acked.tsv")) as f:
-        acked = dict(line.rstrip("\n").split("\t") for line in f if line.strip())
+        for line in f:
+            if line.strip():
+                k, oid, *digest = line.rstrip("\n").split("\t")
+                acked[k] = oid
+                answers.update({k: digest[0]} if digest else {})
     with open(os.path.join(a.dir, "load.json")) as f:
         load = json.load(f)
     problems = []
@@ -247,12 +279,15 @@ def cmd_crash_verify(a):
     lost = {k for k, oid in acked.items() if oid not in before}
 
     # 2. replay every key the client sent, acknowledged or not
-    pass1 = dict(zip(sent, pmap(lambda k: order(base, key, k, retry=True), sent, threads=16)))
+    answered = dict(zip(sent, pmap(lambda k: order_answer(base, key, k, retry=True), sent, threads=16)))
+    pass1 = {k: v[:3] for k, v in answered.items()}
     committed_unacked = new_now = 0
     for k, (s, replayed, oid) in pass1.items():
         if k in acked:
             if not (s == 200 and replayed and oid == acked[k]):
                 lost.add(k)
+            elif k in answers and answered[k][3] != answers[k]:
+                problems.append(f"key {k} replays other bytes than its acknowledged answer")
         elif s != 200:
             problems.append(f"key {k} (unacknowledged) answered HTTP {s} on replay")
         elif replayed:
@@ -354,6 +389,14 @@ def cmd_fill_disk(a):
     sys.exit(1 if again == 200 else 0)
 
 
+def cmd_large_fill(a):
+    """COUNT orders each with 300 KB of delivery data (see body_for), 16 at a time."""
+    keys = [f"{a.prefix}-{i}{LARGE}" for i in range(a.count)]
+    statuses = pmap(lambda k: order(a.base, a.api_key, k, retry=True)[0], keys, threads=16)
+    if any(s != 200 for s in statuses):
+        raise SystemExit(f"large orders refused: {sorted(set(statuses))}")
+
+
 def cmd_backup_pause(a):
     keys = [f"{a.prefix}-{i}" for i in range(a.orders)]
     statuses = pmap(lambda k: order(a.base, a.api_key, k, retry=True)[0], keys, threads=16)
@@ -418,6 +461,8 @@ def cmd_backup_pause(a):
         "ordersDuringBackup": len(overlapping),
         "p99DuringBackupMs": float(ms(p99(overlapping))),
         "longestWaitDuringBackupMs": float(ms(max(overlapping, default=0))),
+        "waitsOver50MsAtSecond": [round(t - started, 1) for t, lat, _ in during
+                                  if lat > 0.05 and t + lat >= started and t <= ended],
         "non200During": sum(1 for _, _, s in during if s != 200),
         "serverRssBeforeMiB": round(rss_before, 1), "serverRssPeakDuringBackupMiB": round(peak[0], 1)}))
 
@@ -441,9 +486,12 @@ def main():
     add("crash-load", cmd_crash_load, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 16}),
         ("--seconds", {"type": float, "default": 8}), ("--max-per-thread", {"type": int, "default": 2000}),
-        ("--replay-ratio", {"type": float, "default": 0.2}))
+        ("--replay-ratio", {"type": float, "default": 0.2}),
+        ("--large-ratio", {"type": float, "default": 0.0}))
     add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--credit", {"type": int, "default": 10**12}))
+    add("large-fill", cmd_large_fill, ("--api-key", {"required": True}), ("--count", {"type": int, "required": True}),
+        ("--prefix", {"required": True}))
     add("backup-pause", cmd_backup_pause, ("--api-key", {"required": True}), ("--token", {"required": True}),
         ("--server-pid", {"type": int, "default": 0}),
         ("--orders", {"type": int, "default": 100000}), ("--prefix", {"required": True}))

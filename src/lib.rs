@@ -1,6 +1,7 @@
 //! orderly: a single-binary B2B order server where a retry is always safe.
 
 pub mod api;
+pub mod background;
 pub mod bounds;
 pub mod commands;
 pub mod config;

@@ -16,6 +16,8 @@ use crate::store::backup_file::Writer;
 
 /// Bytes sent per chunk of the stream.
 const CHUNK: usize = 64 * 1024;
+/// The share of one core a backup's encoding (and so its reading, which waits for it) takes.
+const BACKUP_SHARE: f64 = 0.5;
 
 #[utoipa::path(
     get, path = "/admin/backup", tag = "admin", summary = "Stream a consistent backup",
@@ -29,9 +31,11 @@ pub async fn backup(
 ) -> Result<HttpResponse, ApiError> {
     let mut snapshot = store.snapshot(deadline).await?;
     let (chunks, received) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-    // Encoding is CPU work over records already cut: off the executor, at the reader's pace.
-    tokio::task::spawn_blocking(move || {
+    // Encoding is CPU work over records already cut: off the executor, at the reader's pace,
+    // and behind the requests in the CPU's queue.
+    crate::background::spawn_idle("orderly-backup-encode", move || {
         let (mut writer, mut chunk) = Writer::start(now_millis());
+        let mut pace = crate::background::Pace::at(BACKUP_SHARE);
         while let Some(record) = snapshot.blocking_next() {
             match record {
                 Ok(record) => chunk.extend(writer.record(record)),
@@ -41,12 +45,14 @@ pub async fn backup(
                     return;
                 }
             }
-            if chunk.len() >= CHUNK
-                && chunks
+            if chunk.len() >= CHUNK {
+                if chunks
                     .blocking_send(Ok(std::mem::take(&mut chunk).into()))
                     .is_err()
-            {
-                return; // the client went away
+                {
+                    return; // the client went away
+                }
+                pace.rest();
             }
         }
         chunk.extend(writer.finish());

@@ -77,14 +77,16 @@ fn describe(what: &str, done: u64, total: Option<u64>, elapsed: Duration) -> Str
         Some(total) => {
             let share = (done as f64 / total as f64).min(1.0);
             let filled = (share * 30.0).round() as usize;
-            let left = total.saturating_sub(done) as f64 / rate.max(1.0);
+            let left = match total.saturating_sub(done) as f64 / rate {
+                left if rate >= 1.0 => format!("about {left:.0} s left"),
+                _ => "starting".to_string(),
+            };
             format!(
-                "{what} [{}{}] {done} of {total} records, {:.0}%, {:.0}/s, about {:.0} s left",
+                "{what} [{}{}] {done} of {total} records, {:.0}%, {:.0}/s, {left}",
                 "#".repeat(filled),
                 "-".repeat(30 - filled),
                 share * 100.0,
                 rate,
-                left
             )
         }
         None => format!("{what}: {done} records, {rate:.0}/s"),

@@ -203,6 +203,9 @@ pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<Res
     let Some(mut records) = records else {
         return Err(StoreError::Failed("a restore cannot be retried".into()).into());
     };
+    // The transaction begins with the first record, not before: a source still taking its
+    // snapshot (a sled walk of a million orders) would hold it idle past its timeout.
+    let mut next = records.next().await.transpose()?;
     let (tx, gate) = client.begin().await?;
     let ((), counted) =
         futures_util::future::try_join(gate.limit_waits(&tx), row_counts(&tx)).await?;
@@ -212,7 +215,6 @@ pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<Res
     let mut tally = Tally::default();
     let mut batch = Vec::with_capacity(RESTORE_BATCH);
     loop {
-        let next = records.next().await.transpose()?;
         let ended = next.is_none();
         if let Some(record) = next {
             tally.add(&record);
@@ -225,6 +227,7 @@ pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<Res
         if ended {
             break;
         }
+        next = records.next().await.transpose()?;
     }
     let counts = tally.finish()?;
     verify(&tx, &counts).await?;

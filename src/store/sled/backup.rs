@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::path::Path;
 
 use super::codec;
@@ -20,6 +20,7 @@ use super::cut::{Overridden, Verdict};
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
+use super::spool_out::SpoolOut;
 use super::trees::Trees;
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
@@ -129,14 +130,14 @@ impl Trees {
     /// Copies every record-holding tree into a spool file in `beside`, while writes go on:
     /// a key may be read before or after a write to it, which the cut then settles.
     pub fn spool_walk(&self, beside: &Path) -> Result<Spool, StoreError> {
-        let mut out = BufWriter::with_capacity(1 << 20, unlinked_spool(beside)?);
+        let mut out = SpoolOut::new(unlinked_spool(beside)?);
         for tree in SPOOLED {
             for row in self.spooled_tree(tree).iter() {
                 let (key, value) = row?;
                 write_row(&mut out, tree, &key, &value).map_err(spool_error)?;
             }
         }
-        let mut file = out.into_inner().map_err(|e| spool_error(e.into_error()))?;
+        let mut file = out.into_file().map_err(spool_error)?;
         file.rewind().map_err(spool_error)?;
         Ok(Spool {
             file: BufReader::with_capacity(1 << 20, file),

@@ -24,7 +24,7 @@ use std::io::{BufWriter, Seek, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::backup::{spool_error, unlinked_spool, Spool, Spooled, SpooledRow, SPOOLED};
 use super::trees::Trees;
@@ -95,21 +95,29 @@ impl Watch {
     }
 
     /// Reads the keys changed so far again, until a round changes few, or `MAX_ROUNDS`.
-    pub fn catch_up(&self, trees: &Trees, overrides: &mut Overrides) -> Result<(), StoreError> {
+    /// Returns the keys read again in each round.
+    pub fn catch_up(
+        &self,
+        trees: &Trees,
+        overrides: &mut Overrides,
+    ) -> Result<Vec<usize>, StoreError> {
+        let mut rounds = Vec::new();
         for _ in 0..MAX_ROUNDS {
             let keys = std::mem::take(&mut *lock(&self.watched.changed));
+            rounds.push(keys.len());
             let few = keys.len() <= FEW_CHANGED;
             overrides.read_again(trees, keys)?;
             if few {
                 break;
             }
         }
-        Ok(())
+        Ok(rounds)
     }
 
     /// The cut: run as a writer job. Ends the subscriptions (here, where no write can be
-    /// waiting on a full one) and reads the keys changed since the last round.
-    pub fn cut(self, trees: &Trees, overrides: &mut Overrides) -> Result<(), StoreError> {
+    /// waiting on a full one) and reads the keys changed since the last round; returns how
+    /// many.
+    pub fn cut(self, trees: &Trees, overrides: &mut Overrides) -> Result<usize, StoreError> {
         let subscribers = lock(&self.watched.subscribers).take();
         let mut changed = std::mem::take(&mut *lock(&self.watched.changed));
         if let Some(mut subscribers) = subscribers {
@@ -118,7 +126,9 @@ impl Watch {
         if changed.len() > MAX_CHANGED {
             return Err(too_busy());
         }
-        overrides.read_again(trees, changed)
+        let read = changed.len();
+        overrides.read_again(trees, changed)?;
+        Ok(read)
     }
 }
 
@@ -283,21 +293,32 @@ pub async fn take(
     beside: PathBuf,
     watch: Watch,
 ) -> Result<(Spool, Overridden), StoreError> {
-    let walked = tokio::task::spawn_blocking(move || {
-        let spool = trees.spool_walk(&beside)?;
-        let mut overrides = Overrides::new(&beside)?;
-        watch.catch_up(&trees, &mut overrides)?;
-        Ok::<_, StoreError>((spool, overrides, watch))
-    })
-    .await
-    .map_err(|e| StoreError::Corrupt(format!("a backup's walk panicked: {e}")))?;
-    let (spool, mut overrides, watch) = walked?;
+    let started = Instant::now();
+    let (walked, walk) = tokio::sync::oneshot::channel();
+    crate::background::spawn_idle("orderly-backup-walk", move || {
+        let walking = || {
+            let spool = trees.spool_walk(&beside)?;
+            let mut overrides = Overrides::new(&beside)?;
+            let rounds = watch.catch_up(&trees, &mut overrides)?;
+            Ok::<_, StoreError>((spool, overrides, watch, rounds))
+        };
+        let _ = walked.send(walking());
+    });
+    let (spool, mut overrides, watch, rounds) = walk
+        .await
+        .map_err(|_| StoreError::Corrupt("a backup's walk panicked".into()))??;
+    let walked = started.elapsed();
     // The cut waits its turn among the writes as any write does.
-    let overrides = writer
+    let (overrides, last, held) = writer
         .write(Deadline::after(REQUEST_DEADLINE), move |b| {
-            watch.cut(b.trees, &mut overrides)?;
-            Ok(overrides)
+            let holding = Instant::now();
+            let read = watch.cut(b.trees, &mut overrides)?;
+            Ok((overrides, read, holding.elapsed()))
         })
         .await?;
+    log::info!(
+        "backup: walked in {walked:.1?}, read again {rounds:?} changed keys, then {last} \
+         under the writer for {held:.1?}"
+    );
     Ok((spool, overrides.into_reader()?))
 }

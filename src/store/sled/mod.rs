@@ -16,6 +16,7 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
+mod spool_out;
 mod trees;
 mod tx;
 mod upgrade;
@@ -123,6 +124,9 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
     }))
 }
+
+/// Records a restore writes between two of sled's flushes.
+const RESTORE_FLUSH_EVERY: u64 = 50_000;
 
 struct SledStore {
     trees: Arc<Trees>,
@@ -670,7 +674,9 @@ impl Store for SledStore {
         tokio::spawn(async move {
             match taking.await {
                 Ok((spool, cut)) => {
-                    tokio::task::spawn_blocking(move || spool.stream_into(cut, producer));
+                    crate::background::spawn_idle("orderly-backup-read", move || {
+                        spool.stream_into(cut, producer)
+                    });
                 }
                 Err(e) => {
                     producer.send(Err(e)).await;
@@ -695,11 +701,18 @@ impl Store for SledStore {
                     return Err(StoreError::Refused("the target already holds data".into()));
                 }
                 let mut tally = Tally::default();
+                let mut written = 0u64;
                 let write = || -> Result<(), StoreError> {
                     while let Some(record) = records.blocking_next() {
                         let record = record?;
                         tally.add(&record);
                         b.trees.write_records(std::slice::from_ref(&record))?;
+                        written += 1;
+                        // sled evicts only pages its log holds: a flush now and then keeps
+                        // the restore within its cache rather than the whole store in memory.
+                        if written % RESTORE_FLUSH_EVERY == 0 {
+                            b.trees.db.flush()?;
+                        }
                     }
                     Ok(())
                 };

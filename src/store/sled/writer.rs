@@ -456,10 +456,13 @@ impl Flush {
                 .map_err(FlushError::Hook)
         };
         step(FlushStep::Flushing)?;
-        // Before sled's flush, so that the log's pointers reach the disk after the files.
-        let blobs = self.blobs.sync_new().map_err(FlushError::Blobs)?;
+        // Before sled's flush, so that the log's pointers reach the disk after the files;
+        // and again after it, for the files the writer finished meanwhile, whose pointers
+        // the flush may have taken along: none is left unsynced when the commit answers.
+        let mut blobs = self.blobs.sync_new().map_err(FlushError::Blobs)?;
         self.trees.db.flush().map_err(FlushError::Sled)?;
         step(FlushStep::Flushed)?;
+        blobs += self.blobs.sync_new().map_err(FlushError::Blobs)?;
         self.data_file.sync_data().map_err(FlushError::Sync)?;
         step(FlushStep::Synced)?;
         Ok(blobs)

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Power loss on the sled engine: does every acknowledged order survive a power cut, byte for
+# byte, with large values mixed in? And does a restore that said it finished survive one?
+#
+#   LAZYFS_BIN=path/to/lazyfs ORDERLY_BIN=path/to/orderly scripts/power-loss.sh [N]
+#                                   (N order trials, default 5; LazyFS from scripts/lazyfs.sh build)
+#
+# The data directories live on a LazyFS mount: written data stays in LazyFS's memory until it
+# is fsynced, and `lazyfs::clear-cache` drops the rest, as a power cut does.
+#
+# Each order trial: a server on a fresh data dir on the mount; 16 client threads send new
+# orders (10% of them prd_large with 300 KB of delivery data, which sled keeps in files of
+# their own) and replays; between 0.5 and 3 s in, kill -9, then clear-cache; restart on the same
+# directory, and orderly_client.py crash-verify: every acknowledged key replays to its order
+# and to the same bytes, no order without its key, every ledger sums to its balance.
+#
+# Then the restore trials, on the last trial's server: its backup restored onto the mount,
+# (a) killed at a random instant and the cache cleared: the target is absent, and the next
+# restore works; (b) left to finish, then the cache cleared: the restored directory serves
+# every acknowledged key as the original did.
+# Prints a line per trial and "N trials, K lost"; exits non-zero on any loss or failed check.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+N=${1:-5}
+CREDIT=1000000000000
+[ -n "${LAZYFS_BIN:-}" ] || die "set LAZYFS_BIN (scripts/lazyfs.sh build DIR prints it)"
+[ -e /dev/fuse ] || die "no /dev/fuse: LazyFS cannot mount here"
+resolve_bin
+make_work
+
+lazy=$WORK/lazy
+lazy_pid=$(bash "$SCRIPTS_DIR/lazyfs.sh" mount "$LAZYFS_BIN" "$lazy")
+BG_PIDS+=("$lazy_pid")
+UNMOUNT=$lazy/mnt
+
+# power_cut: what was not fsynced is gone (waits for LazyFS to say so, <= 30 s).
+power_cut() {
+  local before
+  before=$(grep -c "cache is cleared" "$lazy/lazyfs.out" || true)
+  echo "lazyfs::clear-cache" >"$lazy/faults.fifo"
+  for _ in $(seq 300); do
+    [ "$(grep -c "cache is cleared" "$lazy/lazyfs.out" || true)" -gt "$before" ] && return 0
+    sleep 0.1
+  done
+  die "LazyFS did not clear its cache within 30 s"
+}
+
+random_pause() {
+  local ms=$((500 + RANDOM % 2501))
+  sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+  echo "$ms"
+}
+
+lost_total=0
+failed=0
+for i in $(seq 1 "$N"); do
+  dir=$WORK/trial-$i
+  mkdir -p "$dir"
+  data=$lazy/mnt/trial-$i
+  start_server "$data" "$dir/server-1"
+  "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 1 --balance "$CREDIT" \
+    --out "$dir/accounts.tsv"
+  api_key=$(cut -f2 "$dir/accounts.tsv")
+  "${CLIENT[@]}" crash-load --base "$BASE_URL" --api-key "$api_key" --dir "$dir" \
+    --prefix "p$i-$$" --threads 16 --seconds 8 --large-ratio 0.1 &
+  load_pid=$!
+  BG_PIDS+=("$load_pid")
+  kill_ms=$(random_pause)
+  crash_server "$SERVER_PID"
+  power_cut
+  wait "$load_pid" || die "load client failed in trial $i"
+  BG_PIDS=("$lazy_pid")
+
+  start_server "$data" "$dir/server-2"
+  if result=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$dir" \
+    --credit "$CREDIT"); then verdict=ok; else verdict=FAILED; failed=1; KEEP_WORK=1; fi
+  lost=$(cat "$dir/lost" 2>/dev/null || echo 1)
+  lost_total=$((lost_total + lost))
+  echo "trial $i: kill -9 and power cut at ${kill_ms} ms: $verdict: $result"
+  if [ "$i" -lt "$N" ]; then
+    stop_server "$SERVER_PID"
+    rm -rf "$data"
+  fi
+done
+
+# The restore trials, from the last trial's server (still running): its backup, off the mount.
+backup=$WORK/orderly.backup
+curl -sSf -o "$backup" -H "Authorization: Bearer $ADMIN_TOKEN" "$BASE_URL/admin/backup"
+stop_server "$SERVER_PID"
+restored=$lazy/mnt/restored
+
+"$ORDERLY" restore --from "$backup" --data-dir "$restored" >"$WORK/restore-1.out" 2>&1 &
+restore_pid=$!
+sleep "0.$((RANDOM % 10))"
+kill -KILL "$restore_pid" 2>/dev/null || true
+wait "$restore_pid" 2>/dev/null || true
+power_cut
+if [ -n "$(ls -A "$restored" 2>/dev/null)" ]; then
+  echo "restore killed, then a power cut: FAILED: the target holds $(ls -A "$restored" | head -3)"
+  failed=1
+else
+  echo "restore killed, then a power cut: ok: the target is absent"
+fi
+
+"$ORDERLY" restore --from "$backup" --data-dir "$restored" >"$WORK/restore-2.out" 2>"$WORK/restore-2.err" \
+  || { cat "$WORK/restore-2.err" >&2; die "the restore after a killed one failed"; }
+power_cut
+start_server "$restored" "$WORK/restored"
+if result=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$WORK/trial-$N" \
+  --credit "$CREDIT"); then verdict=ok; else verdict=FAILED; failed=1; KEEP_WORK=1; fi
+lost=$(cat "$WORK/trial-$N/lost" 2>/dev/null || echo 1)
+lost_total=$((lost_total + lost))
+echo "restore finished, then a power cut: $verdict: $result"
+stop_server "$SERVER_PID"
+
+echo "$N trials and a restore, $lost_total lost"
+[ "$failed" -eq 0 ] && [ "$lost_total" -eq 0 ]
