@@ -1,7 +1,8 @@
 //! `GET /admin/backup`: a consistent snapshot of everything, streamed in the backup format of
-//! `crate::backup` while the server goes on serving. Writes wait for the cut (one writer job
-//! on sled), not for the stream; a stream that fails midway ends without its end record, so
-//! the partial file is refused by `orderly restore`.
+//! `crate::backup` while the server goes on serving. Writes wait neither for the cut (on
+//! sled, a walk outside the writer and a job of microseconds) nor for the stream; a stream
+//! that fails midway ends without its end record, so the partial file is refused by
+//! `orderly restore`.
 
 use crate::bounds::Deadline;
 use actix_web::web::Bytes;

@@ -52,6 +52,10 @@ fn print_counts(counts: &impl serde::Serialize) {
     );
 }
 
+/// sled's page cache for `restore` and `copy`: each reads or writes every page once, in
+/// order, so a cache buys them nothing, and sled's memory grows well past what it counts.
+const COMMAND_CACHE_BYTES: u64 = 16 << 20;
+
 /// The async part of a command, on a runtime of its own.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     actix_web::rt::System::new().block_on(future)

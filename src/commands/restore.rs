@@ -11,7 +11,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::progress::{self, Progress};
-use super::{block_on, print_counts, Failure};
+use super::{block_on, print_counts, Failure, COMMAND_CACHE_BYTES};
 use crate::config::RestoreArgs;
 use crate::store::backup_file::{self, BackupError, Reader};
 use crate::store::{
@@ -171,7 +171,7 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     let _ = std::fs::remove_dir_all(&staging);
     let deadline = Deadline::after(COMMAND_DEADLINE);
     let outcome = async {
-        let store = open_embedded(&staging, 64 << 20)
+        let store = open_embedded(&staging, COMMAND_CACHE_BYTES)
             .await
             .map_err(|e| RestoreError::Store(target.clone(), e))?;
         let restored = match records_of(from, total) {

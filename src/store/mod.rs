@@ -404,8 +404,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<usize, StoreError>;
 
     // --- backups
-    /// Everything stored, as of one instant: no write is half in it. Writes wait for the
-    /// cut to be taken, not for the snapshot to be read.
+    /// Everything stored, as of one instant: no write is half in it. Writes never wait for
+    /// the snapshot to be taken or read, beyond a job as short as one write (sled's cut); the
+    /// records may follow the answer by as long as the engine takes to cut.
     async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError>;
     /// Writes a whole snapshot into this store, which must be empty, as it streams (never
     /// held whole), then verifies what it wrote (counts per kind, every ledger against its
