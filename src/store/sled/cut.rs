@@ -23,6 +23,7 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,8 @@ struct Watched {
     /// The subscriptions, until the cut ends them (on the writer thread: see `Watch::cut`).
     subscribers: Mutex<Option<Vec<(Spooled, sled::Subscriber)>>>,
     changed: Mutex<HashSet<ChangedKey>>,
+    /// More than `MAX_CHANGED` keys changed: some were not kept, so no cut can be taken.
+    overflowed: AtomicBool,
 }
 
 /// The subscriptions of one backup in progress.
@@ -85,6 +88,7 @@ impl Watch {
         let watched = Arc::new(Watched {
             subscribers: Mutex::new(Some(subscribers)),
             changed: Mutex::new(HashSet::new()),
+            overflowed: AtomicBool::new(false),
         });
         let draining = Arc::clone(&watched);
         std::thread::Builder::new()
@@ -103,6 +107,7 @@ impl Watch {
     ) -> Result<Vec<usize>, StoreError> {
         let mut rounds = Vec::new();
         for _ in 0..MAX_ROUNDS {
+            self.still_followed()?;
             let keys = std::mem::take(&mut *lock(&self.watched.changed));
             rounds.push(keys.len());
             let few = keys.len() <= FEW_CHANGED;
@@ -123,12 +128,23 @@ impl Watch {
         if let Some(mut subscribers) = subscribers {
             Watched::drain(&mut subscribers, &mut changed);
         }
+        self.still_followed()?;
         if changed.len() > MAX_CHANGED {
             return Err(too_busy());
         }
         let read = changed.len();
         overrides.read_again(trees, changed)?;
         Ok(read)
+    }
+}
+
+impl Watch {
+    /// Refused once the changed keys outgrew what the watch keeps.
+    fn still_followed(&self) -> Result<(), StoreError> {
+        if self.watched.overflowed.load(Ordering::SeqCst) {
+            return Err(too_busy());
+        }
+        Ok(())
     }
 }
 
@@ -150,6 +166,7 @@ fn drain_until_cut(watched: Arc<Watched>) {
             Watched::drain(live, &mut changed);
             if changed.len() > MAX_CHANGED {
                 // Keys stop being kept; the cut refuses the backup.
+                watched.overflowed.store(true, Ordering::SeqCst);
                 changed.clear();
                 changed.shrink_to_fit();
                 drop(changed);

@@ -36,6 +36,8 @@ impl SpoolOut {
         self.out.into_inner().map_err(|e| e.into_error())
     }
 
+    /// Only the write of the buffered bytes can fail the spool: a file system that cannot
+    /// start writeback early (sync_file_range refused) leaves it to the kernel, as before.
     fn hand_over(&mut self) -> io::Result<()> {
         self.out.flush()?;
         let fd = self.out.get_ref().as_raw_fd();
@@ -43,23 +45,24 @@ impl SpoolOut {
             let all = libc::SYNC_FILE_RANGE_WAIT_BEFORE
                 | libc::SYNC_FILE_RANGE_WRITE
                 | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-            range(fd, at, length, all)?;
+            range(fd, at, length, all);
         }
         let chunk = (self.handed, self.written - self.handed);
-        range(fd, chunk.0, chunk.1, libc::SYNC_FILE_RANGE_WRITE)?;
+        range(fd, chunk.0, chunk.1, libc::SYNC_FILE_RANGE_WRITE);
         self.in_flight = Some(chunk);
         self.handed = self.written;
         Ok(())
     }
 }
 
-fn range(fd: i32, at: u64, length: u64, flags: libc::c_uint) -> io::Result<()> {
+fn range(fd: i32, at: u64, length: u64, flags: libc::c_uint) {
     // SAFETY: sync_file_range takes a descriptor we hold open and plain integers.
     let done = unsafe { libc::sync_file_range(fd, at as i64, length as i64, flags) };
-    if done == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    if done != 0 {
+        log::debug!(
+            "backup spool: no early writeback: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
