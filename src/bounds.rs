@@ -72,8 +72,10 @@ pub const STALLED_AFTER: Duration = Duration::from_secs(4);
 
 /// How long `/readyz`'s probe of the storage may take before it counts as failing: a read of
 /// one record takes microseconds on a storage that answers, and a balancer's probe gives up
-/// within a second or two.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// within a second (Kubernetes' default): half of that, so that a storage which stopped
+/// answering reads is a 503 the balancer receives, not a probe it gives up on. (On sled a
+/// flush stalled inside sled holds every read, the probe's too.)
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (SPEC 23):
 /// the common default of orchestrators (Kubernetes' grace period, systemd's is 90 s) before
