@@ -51,6 +51,17 @@ random_pause() {
   echo "$ms"
 }
 
+# verify DIR LABEL: crash-verify of the load recorded in DIR against the server at $BASE_URL;
+# prints "LABEL: ok|FAILED: ..." and adds its losses to lost_total.
+verify() {
+  local dir=$1 label=$2 result verdict=ok lost
+  result=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$dir" \
+    --credit "$CREDIT") || { verdict=FAILED; failed=1; KEEP_WORK=1; }
+  lost=$(cat "$dir/lost" 2>/dev/null || echo 1)
+  lost_total=$((lost_total + lost))
+  echo "$label: $verdict: $result"
+}
+
 lost_total=0
 failed=0
 for i in $(seq 1 "$N"); do
@@ -72,11 +83,7 @@ for i in $(seq 1 "$N"); do
   BG_PIDS=("$lazy_pid")
 
   start_server "$data" "$dir/server-2"
-  if result=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$dir" \
-    --credit "$CREDIT"); then verdict=ok; else verdict=FAILED; failed=1; KEEP_WORK=1; fi
-  lost=$(cat "$dir/lost" 2>/dev/null || echo 1)
-  lost_total=$((lost_total + lost))
-  echo "trial $i: kill -9 and power cut at ${kill_ms} ms: $verdict: $result"
+  verify "$dir" "trial $i: kill -9 and power cut at ${kill_ms} ms"
   if [ "$i" -lt "$N" ]; then
     stop_server "$SERVER_PID"
     rm -rf "$data"
@@ -106,11 +113,7 @@ fi
   || { cat "$WORK/restore-2.err" >&2; die "the restore after a killed one failed"; }
 power_cut
 start_server "$restored" "$WORK/restored"
-if result=$("${CLIENT[@]}" crash-verify --base "$BASE_URL" --api-key "$api_key" --dir "$WORK/trial-$N" \
-  --credit "$CREDIT"); then verdict=ok; else verdict=FAILED; failed=1; KEEP_WORK=1; fi
-lost=$(cat "$WORK/trial-$N/lost" 2>/dev/null || echo 1)
-lost_total=$((lost_total + lost))
-echo "restore finished, then a power cut: $verdict: $result"
+verify "$WORK/trial-$N" "restore finished, then a power cut"
 stop_server "$SERVER_PID"
 
 echo "$N trials and a restore, $lost_total lost"

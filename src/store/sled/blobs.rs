@@ -266,8 +266,13 @@ mod tests {
         let mut blobs = BlobFiles::of(dir.path().to_path_buf());
         assert_eq!(blobs.sync_new().unwrap(), 2);
         assert_eq!(blobs.sync_new().unwrap(), 0);
+        assert!(
+            blobs.watch.is_some() && !blobs.must_list,
+            "after the first commit the watch names the files"
+        );
         write(&dir, "8", b"this process's");
         assert_eq!(blobs.sync_new().unwrap(), 1, "heard, not listed");
+        assert!(blobs.listed.is_empty(), "no listing kept while watched");
     }
 
     #[test]
