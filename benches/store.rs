@@ -42,6 +42,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
         path: dir.join("db"),
         cache_bytes: 128 << 20,
         flush_hook: None,
+        before_walk: None,
     };
     let store = orderly::store::open(engine, Arc::new(Metrics::default()), 4096)
         .await

@@ -22,6 +22,7 @@ pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
             path: args.data_dir.clone(),
             cache_bytes: 16 << 20,
             flush_hook: None,
+            before_walk: None,
         },
     };
     let counts = block_on(async {

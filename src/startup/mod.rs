@@ -100,6 +100,7 @@ impl Application {
                 path: settings.data_dir.clone(),
                 cache_bytes: settings.cache_mb * 1024 * 1024,
                 flush_hook,
+                before_walk: None,
             },
         };
         let store = store::open(

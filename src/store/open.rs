@@ -21,6 +21,9 @@ pub enum Engine {
         cache_bytes: u64,
         /// A step run before every group flush (tests stall or fail it); `None` in the binary.
         flush_hook: Option<embedded::FlushHook>,
+        /// Run before a backup's walk, after its instant (tests hold a backup in flight with
+        /// it); `None` in the binary.
+        before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
     },
     /// A PostgreSQL database, shared by any number of instances; migrated on open.
     Shared { url: String, pool_size: usize },
@@ -47,12 +50,14 @@ pub async fn open(
             path,
             cache_bytes,
             flush_hook,
+            before_walk,
         } => embedded::open(embedded::Options {
             path: path.clone(),
             cache_bytes,
             max_pending_writes,
             metrics,
             flush_hook,
+            before_walk,
         })
         .map_err(|source| OpenError::Embedded {
             path: path.display().to_string(),
@@ -80,5 +85,6 @@ pub async fn open_embedded(
         max_pending_writes: crate::bounds::MAX_PENDING_WRITES as usize,
         metrics: Default::default(),
         flush_hook: None,
+        before_walk: None,
     })
 }

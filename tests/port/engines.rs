@@ -29,11 +29,21 @@ impl Opened {
 }
 
 pub async fn embedded() -> Opened {
+    embedded_opened(None).await
+}
+
+/// sled whose backups run `before_walk` before they walk (a test holds one in flight).
+pub async fn embedded_with_walk_gate(before_walk: Arc<dyn Fn() + Send + Sync>) -> Opened {
+    embedded_opened(Some(before_walk)).await
+}
+
+async fn embedded_opened(before_walk: Option<Arc<dyn Fn() + Send + Sync>>) -> Opened {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::Embedded {
         path: dir.path().join("db"),
         cache_bytes: 16 << 20,
         flush_hook: None,
+        before_walk,
     };
     let store = orderly::store::open(engine, Default::default(), 4096)
         .await

@@ -9,6 +9,7 @@
 mod authentication;
 mod engines;
 mod fixtures;
+mod held_backup;
 mod lifecycle;
 mod orders;
 mod outbox;

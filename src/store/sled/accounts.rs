@@ -3,7 +3,9 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
+use super::changes::Changes;
 use super::idempotency::KeyTrees;
+use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
 use super::{codec, keys};
@@ -23,6 +25,7 @@ pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxR
 
 /// Writes the new balance and its ledger entry: the one way money moves.
 pub fn move_money<R>(
+    changes: &Changes,
     balances: &TransactionalTree,
     ledger: &TransactionalTree,
     account: &AccountId,
@@ -30,19 +33,29 @@ pub fn move_money<R>(
     entry: &LedgerEntry,
 ) -> TxResult<(), R> {
     let account = account.bytes();
-    tx(balances.insert(&account[..], codec::encode(&entry.balance_after)?))?;
-    tx(ledger.insert(
+    changes.insert(
+        Spooled::Balance,
+        balances,
+        &account[..],
+        codec::encode(&entry.balance_after)?,
+    )?;
+    changes.insert(
+        Spooled::Ledger,
+        ledger,
         keys::child_key(&account, &txn.bytes()),
         codec::encode(entry)?,
-    ))?;
+    )?;
     Ok(())
 }
 
 impl Trees {
     pub fn create_account(&self, account: &Account) -> Result<(), StoreError> {
-        self.accounts
-            .insert(account.id.bytes(), codec::encode(account)?)?;
-        Ok(())
+        self.changes.put(
+            Spooled::Account,
+            &self.accounts,
+            account.id.bytes(),
+            codec::encode(account)?,
+        )
     }
 
     pub fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
@@ -58,7 +71,8 @@ impl Trees {
             .ok_or_else(|| StoreError::Corrupt("bad api key id".into()))?;
         let outcome = (&self.api_keys, &self.api_key_ids).transaction(
             |(by_hash, by_id)| -> TxResult<(), ()> {
-                tx(by_hash.insert(&hash[..], codec::encode(record)?))?;
+                self.changes
+                    .insert(Spooled::ApiKey, by_hash, &hash[..], codec::encode(record)?)?;
                 tx(by_id.insert(&key_id.bytes()[..], &hash[..]))?;
                 Ok(())
             },
@@ -104,7 +118,8 @@ impl Trees {
             };
             let mut record: ApiKeyRecord = codec::decode(&bytes)?;
             record.revoked = true;
-            tx(by_hash.insert(&hash[..], codec::encode(&record)?))?;
+            self.changes
+                .insert(Spooled::ApiKey, by_hash, &hash[..], codec::encode(&record)?)?;
             Ok(())
         });
         settle(outcome)?.ok();
@@ -123,7 +138,11 @@ impl Trees {
         let (keys, expiry) = self.key_trees();
         let outcome = (&self.balances, &self.ledger, keys, expiry).transaction(
             |(balances, ledger, keys, expiry)| {
-                let key_trees = KeyTrees { keys, expiry };
+                let key_trees = KeyTrees {
+                    keys,
+                    expiry,
+                    changes: &self.changes,
+                };
                 key_trees.require_free(
                     &account,
                     credit.claim.as_ref(),
@@ -134,7 +153,14 @@ impl Trees {
                     Ok(decided) => decided,
                     Err(refused) => return refuse(refused),
                 };
-                move_money(balances, ledger, &account, &txn, &decided.rows)?;
+                move_money(
+                    &self.changes,
+                    balances,
+                    ledger,
+                    &account,
+                    &txn,
+                    &decided.rows,
+                )?;
                 key_trees.write_first_use(&account, credit.claim.as_ref(), &decided.key)?;
                 Ok(decided.body)
             },

@@ -1,26 +1,21 @@
-//! Snapshots and restores on sled.
+//! A backup's stream and a restore, on sled.
 //!
-//! sled has no snapshots. Every tree that holds records (indexes are left out and rebuilt) is
-//! walked while writes go on and copied, key and value as stored, into a spool file beside
-//! the data directory, unlinked as soon as it is created so that nothing is left behind by a
-//! crash; what changed during the walk is read again and the cut taken by a short writer job
-//! (see `cut`). The decoding and streaming that follow read the spool, overridden by what
-//! changed, at the reader's pace, holding a few records in memory whatever the store's size.
+//! sled has no snapshots. A backup's records are the walk's spool (`spool`) as of the backup's
+//! instant (`cut`): decoded and streamed at the reader's pace, holding a few records in memory
+//! whatever the store's size.
 //!
 //! A restore writes every record and the indexes they imply (the backup checked whole first,
 //! `records::checked_counts`), then checks that each kind's rows are as many as its records.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, Write};
-use std::path::Path;
 
 use super::codec;
 use super::cut::{Overridden, Verdict};
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
-use super::spool_out::SpoolOut;
+use super::spool::Spool;
+use super::spooled::{Spooled, SpooledRow};
 use super::trees::Trees;
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
@@ -33,57 +28,6 @@ use crate::domain::product::Product;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, Producer, ProviderPaymentRecord, Record, StoreError};
 
-/// The trees a cut copies, in the order of the spool (balances first: each account's record
-/// carries its balance) and so of the backup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-pub enum Spooled {
-    Balance,
-    Account,
-    ApiKey,
-    Product,
-    Order,
-    Ledger,
-    Refund,
-    Event,
-    Outbox,
-    ProviderPayment,
-    IdempotencyKey,
-    DeliveryLog,
-    PreviousSecret,
-}
-
-pub const SPOOLED: [Spooled; 13] = [
-    Spooled::Balance,
-    Spooled::Account,
-    Spooled::ApiKey,
-    Spooled::Product,
-    Spooled::Order,
-    Spooled::Ledger,
-    Spooled::Refund,
-    Spooled::Event,
-    Spooled::Outbox,
-    Spooled::ProviderPayment,
-    Spooled::IdempotencyKey,
-    Spooled::DeliveryLog,
-    Spooled::PreviousSecret,
-];
-
-/// One row as spooled: its tree, key and value.
-pub type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);
-
-/// A cut on disk: `tree ‖ len(key) ‖ key ‖ len(value) ‖ value` per row, lengths as u32 LE.
-pub struct Spool {
-    file: BufReader<File>,
-    /// The walk's next row, read to know which tree comes next.
-    peeked: Option<SpooledRow>,
-}
-
-/// Spool trouble is the backup's, not the database's: refused, and the store goes on.
-pub fn spool_error(e: io::Error) -> StoreError {
-    StoreError::Unavailable(format!("spooling the backup: {e}"))
-}
-
 fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("{what} has a malformed key"))
 }
@@ -94,57 +38,7 @@ fn account_of(key: &[u8]) -> Result<AccountId, StoreError> {
         .ok_or_else(|| corrupt("a per-account row"))
 }
 
-/// A file for spooling, created in `beside` and unlinked at once: a crash leaves nothing.
-pub fn unlinked_spool(beside: &Path) -> Result<File, StoreError> {
-    let name = format!(".orderly-backup-{}.spool", crate::domain::ids::random_hex());
-    let path = beside.join(name);
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(spool_error)?;
-    std::fs::remove_file(&path).map_err(spool_error)?;
-    Ok(file)
-}
-
 impl Trees {
-    pub fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
-        match tree {
-            Spooled::Balance => &self.balances,
-            Spooled::Account => &self.accounts,
-            Spooled::ApiKey => &self.api_keys,
-            Spooled::Product => &self.products,
-            Spooled::Order => &self.orders,
-            Spooled::Ledger => &self.ledger,
-            Spooled::Refund => &self.refunds,
-            Spooled::Event => &self.events,
-            Spooled::Outbox => &self.outbox,
-            Spooled::ProviderPayment => &self.provider_payments,
-            Spooled::IdempotencyKey => &self.idem_keys,
-            Spooled::DeliveryLog => &self.delivery_logs,
-            Spooled::PreviousSecret => &self.previous_secrets,
-        }
-    }
-
-    /// Copies every record-holding tree into a spool file in `beside`, while writes go on:
-    /// a key may be read before or after a write to it, which the cut then settles.
-    pub fn spool_walk(&self, beside: &Path) -> Result<Spool, StoreError> {
-        let mut out = SpoolOut::new(unlinked_spool(beside)?);
-        for tree in SPOOLED {
-            for row in self.spooled_tree(tree).iter() {
-                let (key, value) = row?;
-                write_row(&mut out, tree, &key, &value).map_err(spool_error)?;
-            }
-        }
-        let mut file = out.into_file().map_err(spool_error)?;
-        file.rewind().map_err(spool_error)?;
-        Ok(Spool {
-            file: BufReader::with_capacity(1 << 20, file),
-            peeked: None,
-        })
-    }
-
     /// Nothing stored at all: a restore writes only into such a store.
     pub fn holds_nothing(&self) -> bool {
         [
@@ -280,86 +174,45 @@ impl Trees {
     }
 }
 
-fn write_row(out: &mut impl Write, tree: Spooled, key: &[u8], value: &[u8]) -> io::Result<()> {
-    let length = |bytes: &[u8]| {
-        u32::try_from(bytes.len())
-            .map(u32::to_le_bytes)
-            .map_err(|_| io::Error::other("a value over 4 GiB"))
-    };
-    out.write_all(&[tree as u8])?;
-    out.write_all(&length(key)?)?;
-    out.write_all(key)?;
-    out.write_all(&length(value)?)?;
-    out.write_all(value)
+/// The next row as of the cut: the walk's, unless the key changed after the instant; the
+/// keys the walk did not see (removed after the instant) come after the rest of their tree's.
+fn row_at_cut(spool: &mut Spool, cut: &mut Overridden) -> Result<Option<SpooledRow>, StoreError> {
+    loop {
+        let next_tree = spool.next_tree()?;
+        if let Some(row) = cut.next_unwalked(next_tree)? {
+            return Ok(Some(row));
+        }
+        let Some((tree, key, value)) = spool.next_row()? else {
+            return Ok(None);
+        };
+        match cut.verdict(tree, &key)? {
+            Verdict::Walked => return Ok(Some((tree, key, value))),
+            Verdict::Then(value) => return Ok(Some((tree, key, value))),
+            Verdict::Absent => continue,
+        }
+    }
 }
 
-impl Spool {
-    /// The next row, `None` at the end of the spool.
-    fn row(&mut self) -> Result<Option<SpooledRow>, StoreError> {
-        let mut tag = [0u8; 1];
-        match self.file.read_exact(&mut tag) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(spool_error(e)),
-        }
-        let tree = *SPOOLED
-            .get(tag[0] as usize)
-            .ok_or_else(|| StoreError::Corrupt("the backup spool is damaged".into()))?;
-        let mut bytes = || -> Result<Vec<u8>, StoreError> {
-            let mut length = [0u8; 4];
-            self.file.read_exact(&mut length).map_err(spool_error)?;
-            let mut bytes = vec![0u8; u32::from_le_bytes(length) as usize];
-            self.file.read_exact(&mut bytes).map_err(spool_error)?;
-            Ok(bytes)
+/// Decodes the spool, as of the cut, record by record into `producer`, at the reader's pace.
+/// Stops when the reader goes away; an error ends the snapshot with it.
+pub fn stream_into(mut spool: Spool, mut cut: Overridden, producer: Producer) {
+    let mut balances: HashMap<Vec<u8>, Cents> = HashMap::new();
+    loop {
+        let record = match row_at_cut(&mut spool, &mut cut) {
+            Ok(None) => return producer.blocking_finish(),
+            Ok(Some((Spooled::Balance, key, value))) => match codec::decode(&value) {
+                Ok(balance) => {
+                    balances.insert(key, balance);
+                    continue;
+                }
+                Err(e) => Err(StoreError::from(e)),
+            },
+            Ok(Some((tree, key, value))) => record(tree, &key, &value, &balances),
+            Err(e) => Err(e),
         };
-        let key = bytes()?;
-        let value = bytes()?;
-        Ok(Some((tree, key, value)))
-    }
-
-    /// The next row as of the cut: the walk's, unless the key changed after the walk read
-    /// it; the keys the walk did not see come after the rest of their tree's.
-    fn row_at_cut(&mut self, cut: &mut Overridden) -> Result<Option<SpooledRow>, StoreError> {
-        loop {
-            if self.peeked.is_none() {
-                self.peeked = self.row()?;
-            }
-            let next_tree = self.peeked.as_ref().map(|(tree, _, _)| *tree);
-            if let Some(row) = cut.next_unwalked(next_tree)? {
-                return Ok(Some(row));
-            }
-            let Some((tree, key, value)) = self.peeked.take() else {
-                return Ok(None);
-            };
-            match cut.verdict(tree, &key)? {
-                Verdict::Walked => return Ok(Some((tree, key, value))),
-                Verdict::Now(value) => return Ok(Some((tree, key, value))),
-                Verdict::Gone => continue,
-            }
-        }
-    }
-
-    /// Decodes the spool, as of the cut, record by record into `producer`, at the reader's
-    /// pace. Stops when the reader goes away; an error ends the snapshot with it.
-    pub fn stream_into(mut self, mut cut: Overridden, producer: Producer) {
-        let mut balances: HashMap<Vec<u8>, Cents> = HashMap::new();
-        loop {
-            let record = match self.row_at_cut(&mut cut) {
-                Ok(None) => return producer.blocking_finish(),
-                Ok(Some((Spooled::Balance, key, value))) => match codec::decode(&value) {
-                    Ok(balance) => {
-                        balances.insert(key, balance);
-                        continue;
-                    }
-                    Err(e) => Err(StoreError::from(e)),
-                },
-                Ok(Some((tree, key, value))) => record(tree, &key, &value, &balances),
-                Err(e) => Err(e),
-            };
-            let failed = record.is_err();
-            if !producer.blocking_send(record) || failed {
-                return;
-            }
+        let failed = record.is_err();
+        if !producer.blocking_send(record) || failed {
+            return;
         }
     }
 }

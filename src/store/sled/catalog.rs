@@ -3,15 +3,19 @@
 use std::ops::Bound;
 
 use super::codec;
+use super::spooled::Spooled;
 use super::trees::Trees;
 use crate::domain::product::Product;
 use crate::store::{Page, StoreError};
 
 impl Trees {
     pub fn put_product(&self, product: &Product) -> Result<(), StoreError> {
-        self.products
-            .insert(product.id.as_bytes(), codec::encode(product)?)?;
-        Ok(())
+        self.changes.put(
+            Spooled::Product,
+            &self.products,
+            product.id.as_bytes(),
+            codec::encode(product)?,
+        )
     }
 
     pub fn product(&self, id: &str) -> Result<Option<Product>, StoreError> {

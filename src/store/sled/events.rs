@@ -5,10 +5,12 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
+use super::changes::Changes;
 use super::codec;
 use super::keys::child_key;
+use super::spooled::Spooled;
 use super::trees::Trees;
-use super::tx::{settle, tx, TxResult};
+use super::tx::{settle, TxResult};
 use crate::domain::account::Account;
 use crate::domain::event::{Delivery, DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
@@ -28,18 +30,26 @@ pub fn event_id(id: &str) -> Result<Id, StoreError> {
 
 /// Records a decided event (whose id is `id`) and its first callback, when it has one.
 pub fn record_event<R>(
+    changes: &Changes,
     events: &TransactionalTree,
     outbox: &TransactionalTree,
     id: &Id,
     emitted: &Emitted,
 ) -> TxResult<(), R> {
     let event = &emitted.event;
-    tx(events.insert(
+    changes.insert(
+        Spooled::Event,
+        events,
         child_key(&event.account_id.bytes(), &id.bytes()),
         codec::encode(event)?,
-    ))?;
+    )?;
     if let Some(delivery) = &emitted.delivery {
-        tx(outbox.insert(outbox_key(event.created_at, id), codec::encode(delivery)?))?;
+        changes.insert(
+            Spooled::Outbox,
+            outbox,
+            outbox_key(event.created_at, id),
+            codec::encode(delivery)?,
+        )?;
     }
     Ok(())
 }
@@ -176,8 +186,7 @@ impl Trees {
     }
 
     pub fn remove_outbox_entry(&self, key: &[u8]) -> Result<(), StoreError> {
-        self.outbox.remove(key)?;
-        Ok(())
+        self.changes.delete(Spooled::Outbox, &self.outbox, key)
     }
 
     /// Removes the delivery from the outbox, or moves it to its next attempt. When its entry
@@ -202,12 +211,19 @@ impl Trees {
         let outcome =
             (&self.outbox, &self.delivery_logs).transaction(|(outbox, logs)| -> TxResult<(), ()> {
                 if settles {
-                    tx(outbox.remove(current.as_slice()))?;
+                    self.changes
+                        .remove(Spooled::Outbox, outbox, current.as_slice())?;
                 }
                 if let Some((key, value)) = &next {
-                    tx(outbox.insert(key.as_slice(), value.as_slice()))?;
+                    self.changes.insert(
+                        Spooled::Outbox,
+                        outbox,
+                        key.as_slice(),
+                        value.as_slice(),
+                    )?;
                 }
-                tx(logs.insert(&id.bytes()[..], log.as_slice()))?;
+                self.changes
+                    .insert(Spooled::DeliveryLog, logs, &id.bytes()[..], log.as_slice())?;
                 Ok(())
             });
         settle(outcome)?.ok();

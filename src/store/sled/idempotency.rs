@@ -9,8 +9,10 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
+use super::changes::Changes;
 use super::codec;
 use super::keys::{expiry_key, scoped_key};
+use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -22,6 +24,7 @@ use crate::store::{KeyClaim, KeyRecord, StoreError};
 pub struct KeyTrees<'t> {
     pub keys: &'t TransactionalTree,
     pub expiry: &'t TransactionalTree,
+    pub changes: &'t Changes,
 }
 
 impl KeyTrees<'_> {
@@ -64,7 +67,12 @@ impl KeyTrees<'_> {
         tx(self
             .expiry
             .insert(expiry_key(row.expires_at, &scoped), &[][..]))?;
-        tx(self.keys.insert(scoped, codec::encode(row)?))?;
+        self.changes.insert(
+            Spooled::IdempotencyKey,
+            self.keys,
+            scoped,
+            codec::encode(row)?,
+        )?;
         Ok(())
     }
 }
@@ -116,7 +124,7 @@ impl Trees {
                         None => false,
                     };
                     if ours {
-                        tx(keys.remove(scoped))?;
+                        self.changes.remove(Spooled::IdempotencyKey, keys, scoped)?;
                     }
                     tx(expiry.remove(entry))?;
                 }

@@ -6,9 +6,11 @@ use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_balance};
+use super::changes::Changes;
 use super::codec;
 use super::events::record_event;
 use super::idempotency::KeyTrees;
+use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, NineTrees, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
@@ -55,10 +57,11 @@ struct ChangeView<'a> {
     events: &'a TransactionalTree,
     outbox: &'a TransactionalTree,
     keys: KeyTrees<'a>,
+    changes: &'a Changes,
 }
 
 impl<'a> ChangeView<'a> {
-    fn of(trees: &'a ChangeTrees) -> Self {
+    fn of(trees: &'a ChangeTrees, changes: &'a Changes) -> Self {
         let (orders, processing, refunds, balances, ledger, events, outbox, keys, expiry) = trees;
         ChangeView {
             orders,
@@ -68,7 +71,12 @@ impl<'a> ChangeView<'a> {
             ledger,
             events,
             outbox,
-            keys: KeyTrees { keys, expiry },
+            keys: KeyTrees {
+                keys,
+                expiry,
+                changes,
+            },
+            changes,
         }
     }
 
@@ -85,23 +93,38 @@ impl<'a> ChangeView<'a> {
     /// (if any) was decided with.
     fn write<R>(&self, stamp: &Stamp, change: &Change, refund_id: Option<&Id>) -> TxResult<(), R> {
         let order_key = change.order.id.bytes();
-        tx(self
-            .orders
-            .insert(&order_key[..], codec::encode(&change.order)?))?;
+        self.changes.insert(
+            Spooled::Order,
+            self.orders,
+            &order_key[..],
+            codec::encode(&change.order)?,
+        )?;
         if change.order.status != OrderStatus::Processing {
             tx(self.processing.remove(&order_key[..]))?;
         }
         if let (Some(refund), Some(id)) = (&change.refund, refund_id) {
-            tx(self.refunds.insert(&id.bytes()[..], codec::encode(refund)?))?;
+            self.changes.insert(
+                Spooled::Refund,
+                self.refunds,
+                &id.bytes()[..],
+                codec::encode(refund)?,
+            )?;
         }
         move_money(
+            self.changes,
             self.balances,
             self.ledger,
             &change.order.account_id,
             &stamp.txn,
             &change.entry,
         )?;
-        record_event(self.events, self.outbox, &stamp.event, &change.emitted)
+        record_event(
+            self.changes,
+            self.events,
+            self.outbox,
+            &stamp.event,
+            &change.emitted,
+        )
     }
 }
 
@@ -147,8 +170,13 @@ impl Trees {
                     let Some((order, emitted)) = lifecycle::complete(order, *event_id, now) else {
                         continue;
                     };
-                    tx(orders.insert(&order_id.bytes()[..], codec::encode(&order)?))?;
-                    record_event(events, outbox, event_id, &emitted)?;
+                    self.changes.insert(
+                        Spooled::Order,
+                        orders,
+                        &order_id.bytes()[..],
+                        codec::encode(&order)?,
+                    )?;
+                    record_event(&self.changes, events, outbox, event_id, &emitted)?;
                     completed += 1;
                 }
                 Ok(completed)
@@ -184,7 +212,7 @@ impl Trees {
         let stamp = stamp(now);
         let [a, b, c, d, e, f, g, h, i] = self.change_trees();
         let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
-            let view = ChangeView::of(trees);
+            let view = ChangeView::of(trees, &self.changes);
             view.keys
                 .require_free(&account, request.claim(), C::key_taken(None))?;
             let (order, balance) = view.read(request.order(), &account)?;

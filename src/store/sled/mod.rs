@@ -7,6 +7,7 @@ mod accounts;
 mod backup;
 mod blobs;
 mod catalog;
+mod changes;
 mod codec;
 mod cut;
 mod events;
@@ -16,7 +17,9 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
+mod spool;
 mod spool_out;
+mod spooled;
 mod trees;
 mod tx;
 mod upgrade;
@@ -85,6 +88,9 @@ pub struct Options {
     pub max_pending_writes: usize,
     pub metrics: Arc<Metrics>,
     pub flush_hook: Option<FlushHook>,
+    /// Called on a backup's walk thread before it walks, after the backup's instant: tests
+    /// hold a backup in flight with it while writes go on. The shipped binary has none.
+    pub before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 /// Opens (or creates) the database at `options.path` and starts its writer.
@@ -122,6 +128,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         reads: Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)),
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
+        before_walk: options.before_walk,
     }))
 }
 
@@ -146,6 +153,8 @@ struct SledStore {
     /// Key rows already read (a replay is the hottest read there is); only a sweep or a
     /// restore deletes one, and each runs inside its `around`.
     replay_cache: Arc<Cache<Vec<u8>, Arc<KeyRecord>>>,
+    /// `Options::before_walk`.
+    before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl SledStore {
@@ -658,28 +667,32 @@ impl Store for SledStore {
     }
 
     async fn snapshot(&self, deadline: Deadline) -> Result<Snapshot, StoreError> {
-        // Writes wait for two short jobs (subscribing, and the cut), never for the walk; the
-        // snapshot is answered at once and its records follow once the cut is taken.
-        let watch = self
+        // The snapshot's instant is one writer job, and writes wait for nothing else. Answered
+        // once that job's batch is on disk, so nothing in the snapshot is undurable; its
+        // records follow the walk.
+        let noted = self
             .writer
-            .write(deadline, |b| Ok(cut::Watch::start(b.trees)))
+            .write(deadline, |b| Ok(b.trees.changes.start()))
             .await?;
+        let following = cut::follow(noted, &self.spool_dir)?;
         let (producer, snapshot) = Snapshot::channel();
-        let taking = cut::take(
-            Arc::clone(&self.trees),
-            Arc::clone(&self.writer),
-            self.spool_dir.clone(),
-            watch,
-        );
-        tokio::spawn(async move {
-            match taking.await {
+        let (trees, beside) = (Arc::clone(&self.trees), self.spool_dir.clone());
+        let before_walk = self.before_walk.clone();
+        crate::background::spawn_idle("orderly-backup-walk", move || {
+            if let Some(hook) = before_walk {
+                hook();
+            }
+            let started = std::time::Instant::now();
+            let walked = trees
+                .spool_walk(&beside)
+                .and_then(|spool| Ok((spool, following.finish()?)));
+            match walked {
                 Ok((spool, cut)) => {
-                    crate::background::spawn_idle("orderly-backup-read", move || {
-                        spool.stream_into(cut, producer)
-                    });
+                    log::info!("backup: walked in {:.1?}", started.elapsed());
+                    backup::stream_into(spool, cut, producer)
                 }
                 Err(e) => {
-                    producer.send(Err(e)).await;
+                    producer.blocking_send(Err(e));
                 }
             }
         });
@@ -791,6 +804,7 @@ mod tests {
                     Ok(())
                 }
             })),
+            before_walk: None,
         })
         .unwrap();
         store.put_product(soon(), product()).await.unwrap();

@@ -7,6 +7,7 @@ use super::accounts::move_money;
 use super::codec;
 use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
+use super::spooled::Spooled;
 use super::trees::{newest_first, trailing_id, Trees};
 use super::tx::{settle, tx, TxResult};
 use crate::domain::ids::{AccountId, OrderId};
@@ -73,12 +74,12 @@ impl Trees {
         );
         let outcome = trees.transaction(
             |(processing, balances, orders, by_account, by_external, ledger, keys, expiry)| -> TxResult<(), ()> {
-                let key_trees = KeyTrees { keys, expiry };
+                let key_trees = KeyTrees { keys, expiry, changes: &self.changes };
                 for accepted in &decisions.accepted {
                     let order = &accepted.order;
                     let order_key = order.id.bytes();
                     let account_key = order.account_id.bytes();
-                    tx(orders.insert(&order_key[..], codec::encode(order)?))?;
+                    self.changes.insert(Spooled::Order, orders, &order_key[..], codec::encode(order)?)?;
                     tx(processing.insert(&order_key[..], &[][..]))?;
                     tx(by_account.insert(child_key(&account_key, &order_key), &[][..]))?;
                     if let Some(external) = &order.external_order_id {
@@ -87,7 +88,7 @@ impl Trees {
                     }
                     // An account's later debits in the batch overwrite its balance in the
                     // transaction, which leaves the last one.
-                    move_money(balances, ledger, &order.account_id, &accepted.txn, &accepted.entry)?;
+                    move_money(&self.changes, balances, ledger, &order.account_id, &accepted.txn, &accepted.entry)?;
                     key_trees.write(&order.account_id, &accepted.key_name, &accepted.key)?;
                 }
                 Ok(())

@@ -7,6 +7,7 @@ use sled::Transactional;
 
 use super::accounts::{move_money, read_balance};
 use super::codec;
+use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx};
 use crate::domain::ids::{AccountId, Id, IdKind};
@@ -56,8 +57,13 @@ impl Trees {
                     amount: record.amount,
                     received_at: record.received_at,
                 };
-                tx(payments.insert(key.as_slice(), codec::encode(&payment)?))?;
-                move_money(balances, ledger, &account, &txn_id, &entry)?;
+                self.changes.insert(
+                    Spooled::ProviderPayment,
+                    payments,
+                    key.as_slice(),
+                    codec::encode(&payment)?,
+                )?;
+                move_money(&self.changes, balances, ledger, &account, &txn_id, &entry)?;
                 Ok(Recorded::Credited)
             },
         );

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::changes::Changes;
 use super::codec;
 use super::keys;
 use crate::store::StoreError;
@@ -34,6 +35,9 @@ pub struct Trees {
     pub delivery_logs: sled::Tree,
     /// `account id` → the webhook secret its last rotation replaced (`PreviousSecret`).
     pub previous_secrets: sled::Tree,
+    /// What the writer changes while a backup is in flight (its only writer is the writer
+    /// thread: every write to a record-holding tree goes through it).
+    pub changes: Changes,
 }
 
 impl Trees {
@@ -69,6 +73,7 @@ impl Trees {
             provider_payments: tree("provider_payments")?,
             delivery_logs: tree("delivery_logs")?,
             previous_secrets: tree("previous_secrets")?,
+            changes: Changes::default(),
             db,
         };
         Ok(trees)

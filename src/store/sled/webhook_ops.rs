@@ -9,8 +9,9 @@ use sled::Transactional;
 use super::codec;
 use super::events::{event_id, outbox_key};
 use super::keys::child_key;
+use super::spooled::Spooled;
 use super::trees::Trees;
-use super::tx::{settle, tx, TxResult};
+use super::tx::{settle, TxResult};
 use crate::domain::event::{redelivery, Delivery, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id};
 use crate::domain::time::Millis;
@@ -42,8 +43,18 @@ impl Trees {
         let (account_bytes, previous_bytes) = (codec::encode(&stored)?, codec::encode(&previous)?);
         let outcome = (&self.accounts, &self.previous_secrets).transaction(
             |(accounts, secrets)| -> TxResult<(), ()> {
-                tx(accounts.insert(&account.bytes()[..], account_bytes.as_slice()))?;
-                tx(secrets.insert(&account.bytes()[..], previous_bytes.as_slice()))?;
+                self.changes.insert(
+                    Spooled::Account,
+                    accounts,
+                    &account.bytes()[..],
+                    account_bytes.as_slice(),
+                )?;
+                self.changes.insert(
+                    Spooled::PreviousSecret,
+                    secrets,
+                    &account.bytes()[..],
+                    previous_bytes.as_slice(),
+                )?;
                 Ok(())
             },
         );
@@ -99,11 +110,22 @@ impl Trees {
         let outcome =
             (&self.outbox, &self.delivery_logs).transaction(|(outbox, logs)| -> TxResult<(), ()> {
                 if let Some(key) = &replaced {
-                    tx(outbox.remove(key.as_slice()))?;
+                    self.changes
+                        .remove(Spooled::Outbox, outbox, key.as_slice())?;
                 }
-                tx(outbox.insert(entry.0.as_slice(), entry.1.as_slice()))?;
+                self.changes.insert(
+                    Spooled::Outbox,
+                    outbox,
+                    entry.0.as_slice(),
+                    entry.1.as_slice(),
+                )?;
                 if let Some(log) = &log {
-                    tx(logs.insert(&id.bytes()[..], log.as_slice()))?;
+                    self.changes.insert(
+                        Spooled::DeliveryLog,
+                        logs,
+                        &id.bytes()[..],
+                        log.as_slice(),
+                    )?;
                 }
                 Ok(())
             });
