@@ -93,6 +93,13 @@ pub const EDGE_MARGIN: Duration = Duration::from_millis(500);
 /// before another instance may take it over.
 pub const WORKER_CALL: Duration = Duration::from_secs(10);
 
+/// How long a backup's stream waits for its reader to take the next records before it gives
+/// the snapshot up (the stream then ends without its end record, which a restore refuses): a
+/// reader that stopped reading must not pin a PostgreSQL snapshot and connection, or a sled
+/// backup's spool files and threads, for as long as it likes. A reader writing to a disk
+/// that stalls for a minute is not taking a backup anyone can use either.
+pub const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
+
 /// The deadline of a command run from the shell (`restore`, `copy`, `stats`): the operator
 /// watches it and can stop it; nothing waits on it but them.
 pub const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);

@@ -483,6 +483,22 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_that_failed_after_its_write_committed_never_says_nothing_was_changed() {
+        let after_commit = [
+            StoreError::TimedOut("no connection".into()),
+            StoreError::Overloaded,
+            StoreError::Unavailable("down".into()),
+            StoreError::Conflict("lost".into()),
+            StoreError::Refused("no".into()),
+        ];
+        for error in after_commit {
+            let (status, body) = answer(ApiError::Storage(error.after_commit()));
+            assert_eq!(status, 500);
+            assert_eq!(body, r#"{"success":false,"error":"Internal server error"}"#);
+        }
+    }
+
+    #[test]
     fn the_auth_refusals_have_the_auth_envelope() {
         assert_eq!(
             answer(ApiError::NotWholesale),

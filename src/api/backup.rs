@@ -1,8 +1,8 @@
 //! `GET /admin/backup`: a consistent snapshot of everything, streamed in the backup format of
 //! `crate::backup` while the server goes on serving. Writes wait neither for the cut (on
-//! sled, a walk outside the writer and a job of microseconds) nor for the stream; a stream
-//! that fails midway ends without its end record, so the partial file is refused by
-//! `orderly restore`.
+//! sled, a writer job of microseconds, then a walk outside the writer) nor for the stream; the
+//! header line goes as soon as the instant is taken, and a stream that fails midway ends
+//! without its end record, so the partial file is refused by `orderly restore`.
 
 use crate::bounds::Deadline;
 use actix_web::web::Bytes;
@@ -35,7 +35,13 @@ pub async fn backup(
     // Encoding is CPU work over records already cut: off the executor, at the reader's pace,
     // and behind the requests in the CPU's queue.
     crate::background::spawn_idle("orderly-backup-encode", move || {
-        let (mut writer, mut chunk) = Writer::start(now_millis());
+        let (mut writer, header) = Writer::start(now_millis());
+        // The header goes at once: the status and the first bytes are the client's within the
+        // deadline (SPEC 23), however long the walk before the first record takes.
+        if chunks.blocking_send(Ok(header.into())).is_err() {
+            return;
+        }
+        let mut chunk = Vec::new();
         let mut pace = crate::background::Pace::at(BACKUP_SHARE);
         while let Some(record) = snapshot.blocking_next() {
             match record {

@@ -106,6 +106,18 @@ impl StoreError {
         )
     }
 
+    /// The same failure, met by a step after a write committed (an acknowledgement wait, a
+    /// read for the answer): the write is done, so nothing about it may be answered "nothing
+    /// was changed". What says so (a timeout, a lost race, no room, no connection) becomes
+    /// `InDoubt`, the opaque 500 whose key (or a read) tells the caller what happened; a
+    /// storage failure stays one.
+    pub fn after_commit(self) -> StoreError {
+        match self {
+            StoreError::Failed(_) | StoreError::Corrupt(_) | StoreError::InDoubt(_) => self,
+            other => StoreError::InDoubt(format!("committed, then: {other}")),
+        }
+    }
+
     /// Logs a background worker's failed pass: a retryable one is a warning (the next pass
     /// tries again), any other an error.
     pub fn log(&self, worker: &str) {

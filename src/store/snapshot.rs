@@ -3,9 +3,12 @@
 //! whatever the database's size. The producer says when it is done: a producer that stops
 //! early (an error, a panic) is an error at the reader, never a short backup.
 
+use std::time::{Duration, Instant};
+
 use tokio::sync::mpsc;
 
 use super::{Record, StoreError};
+use crate::bounds::BACKUP_READER_PATIENCE;
 
 /// Records read ahead of the reader.
 const AHEAD: usize = 256;
@@ -89,14 +92,31 @@ impl Snapshot {
 
 impl Producer {
     /// Sends one record or the error that ends the snapshot. False once the reader has gone
-    /// away: stop reading.
+    /// away, or has taken nothing for `BACKUP_READER_PATIENCE`: stop reading.
     pub async fn send(&self, record: Result<Record, StoreError>) -> bool {
-        self.pieces.send(piece(record)).await.is_ok()
+        let sending = self.pieces.send(piece(record));
+        matches!(
+            tokio::time::timeout(BACKUP_READER_PATIENCE, sending).await,
+            Ok(Ok(()))
+        )
     }
 
-    /// `send`, from a blocking thread.
+    /// `send`, from a blocking thread (no timer there: it looks again every millisecond
+    /// while the reader's queue is full).
     pub fn blocking_send(&self, record: Result<Record, StoreError>) -> bool {
-        self.pieces.blocking_send(piece(record)).is_ok()
+        let until = Instant::now() + BACKUP_READER_PATIENCE;
+        let mut piece = piece(record);
+        loop {
+            match self.pieces.try_send(piece) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                Err(mpsc::error::TrySendError::Full(back)) if Instant::now() < until => {
+                    piece = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => return false,
+            }
+        }
     }
 
     pub async fn finish(self) {

@@ -5,6 +5,8 @@
 //! stream in, tallying them (`records::Tally`), and checks every ledger and each kind's rows
 //! before it commits: all or nothing.
 
+use std::time::Duration;
+
 use deadpool_postgres::{Object, Transaction};
 use futures_util::future::try_join_all;
 use tokio_postgres::{IsolationLevel, Row};
@@ -13,7 +15,8 @@ use super::codec;
 use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
-use super::tx::Fault;
+use super::tx::{query_opt, Fault};
+use crate::bounds::BACKUP_READER_PATIENCE;
 use crate::store::records::{verify_counts, Tally};
 use crate::store::{Producer, Record, RestoreCounts, Snapshot, StoreError};
 
@@ -154,6 +157,18 @@ async fn stream_tables(client: &mut Object, producer: &Producer) -> Result<bool,
         .read_only(true)
         .start()
         .await?;
+    // A stream whose reader stops is given up here after BACKUP_READER_PATIENCE (`Producer`);
+    // the server ends the snapshot a little later on its own, should this process stop
+    // answering at all (paused, or its machine lost without closing the socket).
+    let idle = (BACKUP_READER_PATIENCE + Duration::from_secs(15))
+        .as_millis()
+        .to_string();
+    query_opt(
+        &tx,
+        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+        &[&idle],
+    )
+    .await?;
     for table in tables() {
         let portal = tx.bind(table.sql.as_str(), &[]).await?;
         loop {

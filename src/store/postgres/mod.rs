@@ -223,7 +223,7 @@ impl PgStore {
             acknowledged
         };
         match tokio::time::timeout_at(deadline.instant().into(), waiting).await {
-            Ok(acknowledged) => settled(acknowledged),
+            Ok(acknowledged) => settled(acknowledged).map_err(StoreError::after_commit),
             Err(_) => Err(StoreError::InDoubt(format!(
                 "change {version} is committed; not every instance acknowledged it by the deadline"
             ))),
