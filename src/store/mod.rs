@@ -398,6 +398,15 @@ pub trait Store: Send + Sync + 'static {
         max: usize,
         take: DeliveryFilter,
     ) -> Result<Vec<DueDelivery>, StoreError>;
+    /// Right before a due delivery's POST: confirms that this instance still holds the
+    /// delivery and makes its hold outlast an attempt of `lasting` (and the settling write
+    /// after it). False when it no longer holds it (another instance may): nothing is sent.
+    async fn hold_for_attempt(
+        &self,
+        deadline: Deadline,
+        due: &DueDelivery,
+        lasting: std::time::Duration,
+    ) -> Result<bool, StoreError>;
     /// Removes a delivered or abandoned callback, or moves it to its next attempt, and adds
     /// the attempt to the event's delivery log.
     async fn settle_delivery(

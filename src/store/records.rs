@@ -255,6 +255,10 @@ pub enum ProviderRefusal {
 pub struct DueDelivery {
     /// When this attempt fell due; with the event id it names the outbox entry.
     pub due_at: Millis,
+    /// The number of this instance's claim on the delivery, where instances share the
+    /// outbox: the attempt's outcome is written only under it. 0 where one process is the
+    /// only sender.
+    pub claim: i64,
     pub delivery: Delivery,
     pub event: Event,
     pub webhook_secret: String,

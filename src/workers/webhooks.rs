@@ -33,6 +33,9 @@ use crate::store::{DeliveryOutcome, DueDelivery, Store};
 use crate::views::event_body;
 
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a delivery's hold must still have left when its POST starts, beyond the attempt's
+/// timeout: the time from the hold's answer to the request on the wire, with room to spare.
+const HOLD_MARGIN: Duration = Duration::from_secs(1);
 /// Deliveries started per pass at most.
 const BATCH: usize = 64;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -247,6 +250,31 @@ impl WebhookSender {
     }
 
     async fn deliver(&self, due: DueDelivery) {
+        // Sent only while this instance holds the delivery for longer than the attempt can
+        // take: where instances share the outbox, another may have taken it over since the
+        // pass claimed it (this one's heartbeat lapsed), and must be the only one sending.
+        let hold = self
+            .store
+            .hold_for_attempt(
+                Deadline::after(WORKER_CALL),
+                &due,
+                ATTEMPT_TIMEOUT + HOLD_MARGIN,
+            )
+            .await;
+        match hold {
+            Ok(true) => {}
+            Ok(false) => {
+                log::info!(
+                    "webhook {}: no longer held by this instance; not sent",
+                    due.delivery.event_id
+                );
+                return;
+            }
+            Err(e) => {
+                e.log("webhooks: holding a delivery for its attempt");
+                return;
+            }
+        }
         let attempt = self.attempt(&due).await;
         let delivery = &due.delivery;
         if !matches!(attempt, Attempt::Delivered { .. }) {

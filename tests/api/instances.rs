@@ -30,6 +30,13 @@ pub struct Pair {
     _dir: tempfile::TempDir,
 }
 
+impl Pair {
+    /// The URL of the database both serve (direct, for the test's own sessions).
+    pub fn database_url(&self) -> String {
+        self._database.url.clone()
+    }
+}
+
 pub fn two_instances(extra: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let database = TestDatabase::create(&dir.path().join("db"));
@@ -778,5 +785,90 @@ async fn a_secret_rotated_through_one_instance_signs_beside_the_old_one_on_every
             delivery.header("webhook-signature"),
             Some(expected.as_str())
         );
+    }
+}
+
+/// Two instances deliver while their heartbeat is held up past its 2 s lease (a session holds
+/// the row every renewal reads, as a lock or a lost synchronous standby would) and the
+/// receiver takes 8 s to answer: a delivery on the wire stays its sender's until its own hold
+/// runs out, so no webhook-id reaches the receiver from two instances at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_heartbeat_held_up_past_its_lease_never_lets_two_instances_send_one_webhook_at_once() {
+    let receiver = crate::receiver::SlowReceiver::start(Duration::from_secs(8));
+    let pair = two_instances(&[
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "1s,1s,1s",
+    ]);
+    let p = pair.a.partner_with_balance(100_000).await;
+    let mut body = basket("prd_uc", 1, "p");
+    body["callbackUrl"] = json!(receiver.url());
+    for i in 0..6 {
+        let (status, _, _) = order(&pair.a, &p.api_key, &format!("hooked-{i}"), &body)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Once deliveries are on the wire (a request arrived 1 s ago and is held for 8 s)...
+    let events = format!("/admin/accounts/{}/events", p.account_id);
+    wait_until(
+        Duration::from_secs(20),
+        "a delivery on the wire",
+        || async {
+            let listed: Value = pair
+                .a
+                .admin(Method::GET, &events, None)
+                .await
+                .json()
+                .await
+                .unwrap();
+            listed["events"].as_array().is_some_and(|e| {
+                e.iter()
+                    .any(|e| e["deliveries"].as_array().is_none_or(|d| d.is_empty()))
+            })
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // ...every renewal waits 3 s for the row a session of its own holds.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    crate::postgres::in_own_session(pair.database_url(), move |mut client, ready| async move {
+        let tx = client.transaction().await.unwrap();
+        tx.execute("SELECT 1 FROM auth_cache_version FOR UPDATE", &[])
+            .await
+            .unwrap();
+        ready.send(()).unwrap();
+        let _ = tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
+            .await;
+        tx.rollback().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(release);
+
+    wait_until(Duration::from_secs(60), "all six delivered", || async {
+        let delivered: std::collections::HashSet<String> = receiver
+            .answered()
+            .into_iter()
+            .map(|a| a.webhook_id)
+            .collect();
+        delivered.len() == 6
+    })
+    .await;
+    // Retries still in flight land too before the overlaps are judged.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let attempts = receiver.answered();
+    for a in &attempts {
+        for b in &attempts {
+            let overlap = a.arrived < b.arrived && b.arrived < a.answered;
+            assert!(
+                !(a.webhook_id == b.webhook_id && overlap),
+                "webhook {} was sent twice at once ({} attempts in all)",
+                a.webhook_id,
+                attempts.len()
+            );
+        }
     }
 }

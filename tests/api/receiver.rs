@@ -174,3 +174,68 @@ impl Tarpit {
         self.held.lock().unwrap().len()
     }
 }
+
+/// One request a `SlowReceiver` got: its `webhook-id`, and when it arrived and was answered.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub webhook_id: String,
+    pub arrived: Instant,
+    pub answered: Instant,
+}
+
+/// A receiver that takes every request at once, each on a thread of its own, and answers 200
+/// after `delay`: deliveries overlap on it as they do on a slow partner's server.
+pub struct SlowReceiver {
+    pub port: u16,
+    attempts: Arc<Mutex<Vec<Attempt>>>,
+}
+
+impl SlowReceiver {
+    pub fn start(delay: Duration) -> SlowReceiver {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("receiver bind");
+        let port = listener.local_addr().unwrap().port();
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&attempts);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let arrived = Instant::now();
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let (mut webhook_id, mut length, mut line) = (String::new(), 0, String::new());
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        if let Some((k, v)) = line.trim_end().split_once(':') {
+                            match k.trim().to_ascii_lowercase().as_str() {
+                                "webhook-id" => webhook_id = v.trim().to_string(),
+                                "content-length" => length = v.trim().parse().unwrap_or(0),
+                                _ => {}
+                            }
+                        }
+                        line.clear();
+                    }
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    std::thread::sleep(delay);
+                    let reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                    let _ = stream.write_all(reply.as_bytes());
+                    log.lock().unwrap().push(Attempt {
+                        webhook_id,
+                        arrived,
+                        answered: Instant::now(),
+                    });
+                });
+            }
+        });
+        SlowReceiver { port, attempts }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hooks/orders", self.port)
+    }
+
+    /// The requests answered so far.
+    pub fn answered(&self) -> Vec<Attempt> {
+        self.attempts.lock().unwrap().clone()
+    }
+}

@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("migrations/0003_webhook_operations.sql")),
     (4, include_str!("migrations/0004_limiter_ticks.sql")),
     (5, include_str!("migrations/0005_cache_leases.sql")),
+    (6, include_str!("migrations/0006_fenced_deliveries.sql")),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

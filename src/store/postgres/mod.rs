@@ -611,6 +611,27 @@ impl Store for PgStore {
         }
     }
 
+    async fn hold_for_attempt(
+        &self,
+        deadline: Deadline,
+        due: &DueDelivery,
+        lasting: Duration,
+    ) -> Result<bool, StoreError> {
+        let sent = Instant::now();
+        let (instance, event_id, claim) = (
+            self.instance.clone(),
+            due.delivery.event_id.clone(),
+            due.claim,
+        );
+        let held = write!(self, deadline, None, |c| outbox::hold_for_attempt(
+            &c, &instance, &event_id, claim
+        ))?;
+        // The lease runs from when the database ran the extension, at the earliest when it
+        // was sent: an answer that came too late to leave `lasting` of it is not used.
+        let left = Duration::from_millis(outbox::ATTEMPT_LEASE_MS).saturating_sub(sent.elapsed());
+        Ok(held && left >= lasting)
+    }
+
     async fn settle_delivery(
         &self,
         deadline: Deadline,
@@ -618,9 +639,8 @@ impl Store for PgStore {
         outcome: DeliveryOutcome,
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
-        let instance = self.instance.clone();
         write!(self, deadline, None, |c| outbox::settle_delivery(
-            &mut c, &instance, &due, outcome, &attempt
+            &mut c, &due, outcome, &attempt
         ))
     }
 

@@ -3,17 +3,27 @@
 //! key rows.
 //!
 //! Every instance runs the webhook worker, so a delivery is claimed before it is attempted:
-//! `claimed_by`/`claimed_until` on its outbox row, set by one conditional UPDATE that only one
-//! instance can win. A claim holds while its instance is alive, and at most `CLAIM_LEASE_MS`.
-//! An instance is alive while the lease it renews every 50 ms for 2 s on the database's clock
-//! is live (`auth_cache_leases`, the heartbeat row `shared_cache.rs` keeps): a claim whose
-//! instance's lease ran out (killed, stopped, or gone without closing its sockets) is taken
-//! over at once. Not `pg_stat_activity`: behind a connection pooler the server's sessions are
-//! the pooler's, shared by every instance, so a dead instance would look alive and a live one
-//! dead. The claim's own lease outlasts any attempt (an attempt times out after 10 s). The next
-//! instance to look attempts the delivery again, same event, same `webhook-id`. A transaction
-//! cannot be the claim here: it would hold a connection and row locks for as long as a
-//! receiver keeps the request open.
+//! `claimed_by`/`claimed_until`/`claim` on its outbox row, set by one conditional UPDATE that
+//! only one instance can win, `claim` a number no claim had before (a sequence). A claim holds
+//! at most `CLAIM_LEASE_MS`, and while its instance is alive: an instance is alive while the
+//! lease it renews every 50 ms for 2 s on the database's clock is live (`auth_cache_leases`,
+//! the heartbeat row `shared_cache.rs` keeps). Not `pg_stat_activity`: behind a connection
+//! pooler the server's sessions are the pooler's, shared by every instance, so a dead instance
+//! would look alive and a live one dead. A transaction cannot be the claim here: it would hold
+//! a connection and row locks for as long as a receiver keeps the request open.
+//!
+//! The claim is fenced, so that a receiver never gets one webhook-id from two instances at
+//! once (a heartbeat that misses 2 s, a lost synchronous standby, a lock on the heartbeat's
+//! row, must not let a second instance send while the first is still sending):
+//! - before its POST the holder extends its claim past the attempt (`hold_for_attempt`),
+//!   under its claim number, and marks it `attempting`; an attempting claim is taken over only
+//!   once it runs out, never on a lapsed heartbeat. The POST starts only when the extension
+//!   answered with more of the lease left than the attempt can take (`ATTEMPT_LEASE_MS`,
+//!   measured from when it was sent): a claim lost meanwhile, or an answer that came late,
+//!   sends nothing;
+//! - the attempt's outcome is written under the claim number (`settle_delivery`): a holder
+//!   whose claim lapsed (a process paused past its lease may still finish a POST it had
+//!   begun) logs its attempt and changes nothing of what the new holder holds.
 
 use deadpool_postgres::Object;
 
@@ -32,6 +42,9 @@ use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 /// the settling write, with room to spare; well inside the 30 s in which another instance must
 /// take over the work of one that died without closing its connections.
 pub const CLAIM_LEASE_MS: u64 = 20_000;
+/// How long a claim extended for an attempt holds, on the database's clock: the attempt's 10 s
+/// timeout, the settling write after it, and the round trip of the extension itself.
+pub const ATTEMPT_LEASE_MS: u64 = 20_000;
 
 /// The `application_name` of an instance's connections: what an operator sees of it in
 /// `pg_stat_activity` (on a direct connection; behind a pooler, the pooler's).
@@ -39,18 +52,22 @@ pub fn application_name(instance: &str) -> String {
     format!("orderly {instance}")
 }
 
-/// A row nobody holds at `$now`: never claimed, its claim run out, or its claimant gone (its
-/// heartbeat, the cache lease, no longer live on the database's clock).
+/// A row nobody holds at `$now`: never claimed, its claim run out, or (unless an attempt is
+/// on the wire) its claimant gone (its heartbeat, the cache lease, no longer live on the
+/// database's clock).
 macro_rules! unclaimed {
     ($now:literal) => {
         concat!(
             "(o.claimed_until IS NULL OR o.claimed_until <= ",
             $now,
-            " OR NOT EXISTS (SELECT 1 FROM auth_cache_leases l
-                 WHERE l.instance = o.claimed_by AND l.valid_until > clock_timestamp()))"
+            " OR (NOT o.attempting AND NOT EXISTS (SELECT 1 FROM auth_cache_leases l
+                 WHERE l.instance = o.claimed_by AND l.valid_until > clock_timestamp())))"
         )
     };
 }
+
+/// The database's clock now, in the milliseconds the outbox keeps its times in.
+const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// The deliveries due at `$1` that nobody holds, oldest first, with their events and the
 /// accounts' secrets.
@@ -100,6 +117,7 @@ pub async fn due_deliveries(
             match (has_event, secret) {
                 (true, Some(webhook_secret)) => due.push(DueDelivery {
                     due_at,
+                    claim: 0,
                     event: codec::event(&row)?,
                     delivery,
                     webhook_secret,
@@ -145,39 +163,70 @@ async fn claim(
     let won = alone(
         c,
         concat!(
-            "UPDATE outbox o SET claimed_by = $1, claimed_until = $2
+            "UPDATE outbox o SET claimed_by = $1, claimed_until = $2,
+                    claim = nextval('outbox_claims'), attempting = false
              FROM unnest($3::text[], $4::bigint[]) AS d(event_id, due_at)
              WHERE o.event_id = d.event_id AND o.due_at = d.due_at AND ",
             unclaimed!("$5"),
-            " RETURNING o.event_id"
+            " RETURNING o.event_id, o.claim"
         ),
         &[&instance, &until, &ids, &due_at, &now],
     )
     .await?;
-    let won: std::collections::HashSet<String> = won.iter().map(|r| r.get(0)).collect();
+    let won: std::collections::HashMap<String, i64> =
+        won.iter().map(|r| (r.get(0), r.get(1))).collect();
     Ok(due
         .into_iter()
-        .filter(|d| won.contains(&d.delivery.event_id))
+        .filter_map(|mut d| {
+            d.claim = *won.get(&d.delivery.event_id)?;
+            Some(d)
+        })
         .collect())
+}
+
+/// Extends `instance`'s claim `claim` on the delivery of `event_id` to `ATTEMPT_LEASE_MS` from
+/// now on the database's clock, and marks it attempting. False when the claim is no longer
+/// this instance's (it ran out, or was taken over): nothing may be sent.
+pub async fn hold_for_attempt(
+    c: &Conn,
+    instance: &str,
+    event_id: &str,
+    claim: i64,
+) -> Result<bool, Fault> {
+    let in_flight = c.sending_alone()?;
+    let held = alone(
+        c,
+        &format!(
+            "UPDATE outbox SET attempting = true, claimed_until = {DB_NOW_MS} + $4
+             WHERE event_id = $1 AND claim = $2 AND claimed_by = $3
+               AND claimed_until > {DB_NOW_MS}
+             RETURNING 1"
+        ),
+        &[&event_id, &claim, &instance, &(ATTEMPT_LEASE_MS as i64)],
+    )
+    .await?;
+    in_flight.done();
+    Ok(!held.is_empty())
 }
 
 /// Gives back every claim `instance` holds (it is stopping, with nothing in flight).
 pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
     execute(
         c,
-        "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = $1",
+        "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, claim = NULL,
+                attempting = false
+         WHERE claimed_by = $1",
         &[&instance],
     )
     .await
 }
 
-/// Settles an attempt of a delivery `instance` claimed. When the claim lapsed and another
-/// instance has taken the delivery over, or a redelivery moved the row, the attempt is still
-/// logged, but the outbox row is the new holder's (or the redelivery's) to settle; a claim of
-/// this instance on a moved row is released, so the redelivery goes out at once.
+/// Settles an attempt of a delivery under the claim it was made with. When the claim lapsed
+/// and another instance has taken the delivery over, or a redelivery moved the row, the
+/// attempt is still logged, but the outbox row is the new holder's (or the redelivery's) to
+/// settle; this claim on a moved row is released, so the redelivery goes out at once.
 pub async fn settle_delivery(
     client: &mut Conn,
-    instance: &str,
     due: &DueDelivery,
     outcome: DeliveryOutcome,
     attempt: &DeliveryAttempt,
@@ -190,9 +239,8 @@ pub async fn settle_delivery(
         lock_callback(&tx, event_id),
         execute(
             &tx,
-            "DELETE FROM outbox WHERE event_id = $1 AND due_at = $2
-                 AND claimed_by IS NOT DISTINCT FROM $3",
-            &[event_id, &codec::time(due.due_at), &instance],
+            "DELETE FROM outbox WHERE event_id = $1 AND due_at = $2 AND claim = $3",
+            &[event_id, &codec::time(due.due_at), &due.claim],
         ),
         query_opt(
             &tx,
@@ -205,9 +253,10 @@ pub async fn settle_delivery(
     if !still_ours {
         execute(
             &tx,
-            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL
-             WHERE event_id = $1 AND claimed_by = $2",
-            &[event_id, &instance],
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, claim = NULL,
+                    attempting = false
+             WHERE event_id = $1 AND claim = $2",
+            &[event_id, &due.claim],
         )
         .await?;
     }

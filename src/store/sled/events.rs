@@ -168,6 +168,7 @@ impl Trees {
             match (event, account) {
                 (Some(event), Some(account)) => due.push(Due::Ready(Box::new(DueDelivery {
                     due_at,
+                    claim: 0,
                     delivery,
                     event,
                     previous_secret: self.previous_secret(&account.id)?,

@@ -544,6 +544,17 @@ impl Store for SledStore {
         Ok(ready)
     }
 
+    async fn hold_for_attempt(
+        &self,
+        _deadline: Deadline,
+        _due: &DueDelivery,
+        _lasting: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        // One process is the only sender, and its worker never takes an event already in
+        // flight: the delivery stays this one's until it is settled.
+        Ok(true)
+    }
+
     async fn settle_delivery(
         &self,
         deadline: Deadline,
