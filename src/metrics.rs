@@ -42,6 +42,7 @@ pub struct Metrics {
     /// How long the oldest commit (or flush) in flight has waited, read from the storage at
     /// each scrape: what `/readyz` judges by.
     pub oldest_commit_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub oldest_write_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Writes waiting for the storage (queued or committing), against `--max-pending-writes`.
     pub pending_writes: Gauge,
     /// Writes the sled writer has applied and handed to the commit thread; those not yet in
@@ -115,6 +116,12 @@ impl Default for Metrics {
             "oldest_commit_in_flight_seconds",
             "Age of the oldest commit (or flush) waiting for the storage now; 0 when none (readiness fails past 5 s)",
             oldest_commit_seconds.clone(),
+        );
+        let oldest_write_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "oldest_write_waiting_seconds",
+            "Age of the oldest write admitted and not yet done with, whatever it waits on (a lock, a connection, its commit); 0 when none (readiness fails past 4 s)",
+            oldest_write_seconds.clone(),
         );
         let pending_writes = Gauge::default();
         registry.register(
@@ -203,6 +210,7 @@ impl Default for Metrics {
             commit_seconds,
             commit_batch_size,
             oldest_commit_seconds,
+            oldest_write_seconds,
             pending_writes,
             writes_applied,
             blob_files_synced,

@@ -26,19 +26,32 @@ pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpRespo
     let progress = store.progress();
     let oldest = progress.oldest_commit.unwrap_or_default();
     metrics.oldest_commit_seconds.set(oldest.as_secs_f64());
+    let oldest = progress.oldest_write.unwrap_or_default();
+    metrics.oldest_write_seconds.set(oldest.as_secs_f64());
     metrics.pending_writes.set(progress.pending_writes as i64);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(metrics.render())
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit has waited 4 s or more, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit or a write has waited 4 s or more, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
 pub async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
-    // Progress, not only an answer: a storage whose commits hang still answers a read.
-    if let Some(waited) = store.progress().oldest_commit {
+    // Progress, not only an answer: a storage whose commits hang still answers a read. A
+    // write counts whatever it waits on: writes queued on a row that another instance's
+    // stalled commit holds have no commit of their own in flight.
+    let progress = store.progress();
+    if let Some(waited) = progress.oldest_commit {
         if waited >= STALLED_AFTER {
             return Err(ApiError::Unavailable(format!(
                 "a commit has waited {:.1} s for the storage",
+                waited.as_secs_f64()
+            )));
+        }
+    }
+    if let Some(waited) = progress.oldest_write {
+        if waited >= STALLED_AFTER {
+            return Err(ApiError::Unavailable(format!(
+                "a write has waited {:.1} s for the storage",
                 waited.as_secs_f64()
             )));
         }

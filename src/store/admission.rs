@@ -11,6 +11,9 @@
 //!   (`InDoubt`, the opaque 500). One atomic decides, so the two never disagree.
 //! - `InFlight`: the commits (or flushes) now waiting for the storage, by age, which
 //!   readiness reads: a storage that stopped completing writes shows as an old commit.
+//! - The age of the oldest write admitted and not yet done with, whatever it waits on (a
+//!   lock, a connection, the writer, its commit), which readiness reads too: writes that wait
+//!   behind another instance's stalled commit have no commit of their own in flight.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -26,6 +29,30 @@ use crate::store::StoreError;
 pub struct Admission {
     places: Arc<Semaphore>,
     limit: usize,
+    since: Arc<Since>,
+}
+
+/// When each admitted write was admitted.
+#[derive(Default)]
+struct Since {
+    next: AtomicU64,
+    admitted: Mutex<HashMap<u64, Instant>>,
+}
+
+/// A write's entry in `Since`, removed when the write is done with.
+struct Waiting {
+    since: Arc<Since>,
+    id: u64,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.since
+            .admitted
+            .lock()
+            .expect("the writes admitted")
+            .remove(&self.id);
+    }
 }
 
 impl Admission {
@@ -33,7 +60,14 @@ impl Admission {
         Admission {
             places: Arc::new(Semaphore::new(limit)),
             limit,
+            since: Arc::default(),
         }
+    }
+
+    /// How long the oldest write admitted and not yet done with has waited.
+    pub fn oldest(&self) -> Option<Duration> {
+        let admitted = self.since.admitted.lock().expect("the writes admitted");
+        admitted.values().min().map(|at| at.elapsed())
     }
 
     /// A place for one more write, refused at once (`Overloaded`) when every place is held,
@@ -45,8 +79,18 @@ impl Admission {
         let place = Arc::clone(&self.places)
             .try_acquire_owned()
             .map_err(|_| StoreError::Overloaded)?;
+        let id = self.since.next.fetch_add(1, Ordering::Relaxed);
+        self.since
+            .admitted
+            .lock()
+            .expect("the writes admitted")
+            .insert(id, Instant::now());
         Ok(Admitted {
             _place: place,
+            _waiting: Waiting {
+                since: Arc::clone(&self.since),
+                id,
+            },
             ticket: Ticket::default(),
             deadline,
         })
@@ -62,6 +106,7 @@ impl Admission {
 /// place is given back when it is dropped.
 pub struct Admitted {
     _place: OwnedSemaphorePermit,
+    _waiting: Waiting,
     pub ticket: Ticket,
     pub deadline: Deadline,
 }
@@ -239,6 +284,20 @@ mod tests {
         assert_eq!(admission.pending(), 2);
         drop(first);
         assert!(admission.admit(soon()).is_ok());
+    }
+
+    #[test]
+    fn the_oldest_write_admitted_counts_until_it_is_done_with() {
+        let admission = Admission::new(4);
+        assert_eq!(admission.oldest(), None);
+        let first = admission.admit(soon()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = admission.admit(soon()).unwrap();
+        assert!(admission.oldest().unwrap() >= Duration::from_millis(20));
+        drop(first);
+        assert!(admission.oldest().unwrap() < Duration::from_millis(20));
+        drop(second);
+        assert_eq!(admission.oldest(), None);
     }
 
     #[test]

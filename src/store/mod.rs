@@ -472,6 +472,8 @@ pub struct Progress {
     /// How long the oldest commit (or flush) in flight has waited, or the oldest given up on
     /// unconfirmed since the last one confirmed; `None` when none.
     pub oldest_commit: Option<std::time::Duration>,
+    /// How long the oldest write admitted and not yet done with has waited, whatever for.
+    pub oldest_write: Option<std::time::Duration>,
     /// Writes admitted and not yet done with: queued, or waiting for their commit.
     pub pending_writes: usize,
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::helpers::{basket, metric, spawn_app_with, sql_on, start, Partner, TestApp};
+use crate::helpers::{basket, metric, spawn_app, spawn_app_with, sql_on, start, Partner, TestApp};
 use crate::postgres::{cluster, hold_balance_row, in_own_session, OwnCluster};
 use crate::timing::{self, assert_answered_by, at_once, keys, Answer, SLACK};
 
@@ -405,4 +405,101 @@ impl Drop for Stopped {
     fn drop(&mut self) {
         signal_all("CONT", &self.0);
     }
+}
+
+/// Writes that wait on a row another session holds (as behind another instance's commit
+/// that waits for a lost standby) have no commit of their own in flight; readiness counts
+/// them all the same: 503 within 5 s of their waiting, 200 within 5 s of the row's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn readyz_is_503_within_5_s_of_writes_waiting_on_a_held_row_and_200_within_5_s_of_its_release(
+) {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(1_000_000).await;
+    let held = hold_balance_row(app.database_url().unwrap(), p.account_id.clone());
+    let waiting = Arc::new(AtomicBool::new(true));
+    // Orders on the held account, one after another, each waiting out its key's 5 s.
+    let orders = {
+        let (client, url, api_key) = (
+            app.client.clone(),
+            app.url("/b2b/orders"),
+            p.api_key.clone(),
+        );
+        let waiting = Arc::clone(&waiting);
+        tokio::spawn(async move {
+            for i in 0..10 {
+                if !waiting.load(Ordering::SeqCst) {
+                    break;
+                }
+                let _ = client
+                    .post(&url)
+                    .header("X-Api-Key", &api_key)
+                    .header("X-Idempotency-Key", format!("held-{i}"))
+                    .json(&basket("prd_uc", 1, "p"))
+                    .send()
+                    .await;
+            }
+        })
+    };
+    let stalled = until_status(
+        &app,
+        "/readyz",
+        StatusCode::SERVICE_UNAVAILABLE,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        stalled <= Duration::from_secs(5) + SLACK,
+        "503 after {stalled:?}"
+    );
+    drop(held);
+    let back = until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
+    assert!(
+        back <= Duration::from_secs(5) + SLACK,
+        "200 again after {back:?}"
+    );
+    waiting.store(false, Ordering::SeqCst);
+    orders.await.unwrap();
+}
+
+/// The instance's own heartbeat is a commit too: held up (a session holds the row every
+/// renewal reads), readiness is 503 within 5 s though no request writes, and 200 again within
+/// 5 s of its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn readyz_is_503_within_5_s_of_the_heartbeat_stalling_with_no_write_in_flight() {
+    let app = spawn_app().await;
+    until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
+    let (release, released) = mpsc::channel::<()>();
+    in_own_session(
+        app.database_url().unwrap(),
+        move |mut client, ready| async move {
+            let tx = client.transaction().await.unwrap();
+            tx.execute("SELECT 1 FROM auth_cache_version FOR UPDATE", &[])
+                .await
+                .unwrap();
+            ready.send(()).unwrap();
+            let _ =
+                tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
+                    .await;
+            tx.rollback().await.unwrap();
+        },
+    );
+    let stalled = until_status(
+        &app,
+        "/readyz",
+        StatusCode::SERVICE_UNAVAILABLE,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        stalled <= Duration::from_secs(5) + SLACK,
+        "503 after {stalled:?}"
+    );
+    drop(release);
+    let back = until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
+    assert!(
+        back <= Duration::from_secs(5) + SLACK,
+        "200 again after {back:?}"
+    );
 }

@@ -57,7 +57,7 @@ use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::metrics::Metrics;
-use crate::store::admission::{self, Admission};
+use crate::store::admission::{self, Admission, InFlight};
 use crate::store::{
     Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
     DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress,
@@ -165,15 +165,20 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     clock::report(skew);
     let clock = tokio::spawn(clock::follow_the_database(pool.clone()));
     let cache = Arc::new(shared_cache::SharedCache::default());
+    // The heartbeat's commits count among the commits in flight (`/readyz`): an instance
+    // whose own renewals stall has a storage that stopped completing writes, even while no
+    // request writes.
+    let commits: Arc<InFlight> = Arc::default();
     let leases = tokio::spawn(shared_cache::renew_leases(
         Arc::clone(&cache),
         lease,
         instance.clone(),
+        Arc::clone(&commits),
     ));
     let db = Arc::new(Db {
         pool,
         admission: Admission::new(options.max_pending_writes),
-        commits: Arc::default(),
+        commits,
         metrics: Arc::clone(&options.metrics),
         runtime: tokio::runtime::Handle::current(),
     });
@@ -695,6 +700,7 @@ impl Store for PgStore {
     fn progress(&self) -> Progress {
         Progress {
             oldest_commit: self.db.commits.oldest(),
+            oldest_write: self.db.admission.oldest(),
             pending_writes: self.db.admission.pending(),
         }
     }

@@ -37,6 +37,7 @@ use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::domain::time::{now_millis, Millis};
+use crate::store::admission::InFlight;
 use crate::store::cache::Cache;
 use crate::store::{KeyRecord, StoreError};
 
@@ -220,8 +221,14 @@ impl SharedCache {
 
 /// Renews this instance's lease every `RENEW`, on a connection of its own, until aborted. A
 /// failed renewal is tried again at the next tick; meanwhile the lease runs out and API keys
-/// are read from the database.
-pub async fn renew_leases(cache: Arc<SharedCache>, pool: Pool, instance: String) {
+/// are read from the database. Each renewal is a commit, counted in `commits` while in flight
+/// (and given up on unconfirmed when it fails), so that readiness sees the heartbeat stall.
+pub async fn renew_leases(
+    cache: Arc<SharedCache>,
+    pool: Pool,
+    instance: String,
+    commits: Arc<InFlight>,
+) {
     let mut ticks = tokio::time::interval(RENEW);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut renewals: u64 = 0;
@@ -229,6 +236,7 @@ pub async fn renew_leases(cache: Arc<SharedCache>, pool: Pool, instance: String)
     loop {
         ticks.tick().await;
         let sent = Instant::now();
+        let renewing = commits.begin();
         let acknowledging = cache.purged.load(Ordering::Acquire);
         let renewal = async {
             let client = pool.get().await?;
@@ -250,6 +258,7 @@ pub async fn renew_leases(cache: Arc<SharedCache>, pool: Pool, instance: String)
         };
         match tokio::time::timeout(LEASE - SAFETY, renewal).await {
             Ok(Ok(version)) => {
+                renewing.done();
                 cache.renewed(version, sent);
                 if std::mem::take(&mut failing) {
                     log::info!("API keys are kept in memory again (the cache lease is renewed)");

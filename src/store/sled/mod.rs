@@ -764,6 +764,7 @@ impl Store for SledStore {
     fn progress(&self) -> Progress {
         Progress {
             oldest_commit: self.commits.oldest(),
+            oldest_write: self.writer.oldest(),
             pending_writes: self.writer.pending(),
         }
     }

@@ -268,6 +268,11 @@ impl Writer {
         self.admission.pending()
     }
 
+    /// How long the oldest of them has waited.
+    pub fn oldest(&self) -> Option<std::time::Duration> {
+        self.admission.oldest()
+    }
+
     /// Finishes what is queued (the jobs whose deadline has not passed), flushes one last
     /// time and joins both threads, giving up at `deadline` (a flush that hangs on a stalled
     /// disk): then the threads are left to the process's exit.
