@@ -1,52 +1,196 @@
 //! The process log: env_logger's `RUST_LOG` filter and its default line format
-//! (`[2026-12-01T12:00:00Z INFO  target] message`), written to stderr from per-thread buffers
-//! instead of one locked `write` per line.
+//! (`[2026-12-01T12:00:00Z INFO  target] message`), written to stderr by one thread of its
+//! own from per-thread buffers, so that no other thread ever waits on stderr.
 //!
 //! Every request writes a log line. At tens of thousands of requests a second, a write system
 //! call per line was a tenth of the server's time, and one shared buffer made the request
-//! threads queue on its lock. So each thread appends to a buffer of its own, and a flusher
-//! writes them all out every `PERIOD`; a thread whose buffer passes `HIGH_WATER` writes it at
-//! once. A warning or an error goes out at once with everything before it, so the line that
-//! explains a stop is never held back. `flush` runs before the process exits, and the panic
-//! hook flushes before the panic message. Lines of different threads can therefore appear up
-//! to `PERIOD` out of order; each carries its time.
+//! threads queue on its lock. So each thread appends to a buffer of its own, and the log
+//! thread writes them all out every `PERIOD`, at once when a buffer passes `HIGH_WATER`, and
+//! at once (woken, not waited for) after a warning or an error, so that the line that explains
+//! a stop is not held back.
+//!
+//! stderr can stop taking lines (a full journald, a log shipper that stopped reading its
+//! pipe). Then only the log thread waits: a thread whose buffer holds `MAX_WAITING` drops
+//! further lines and counts them (`orderly_log_lines_dropped_total`, and a line saying how
+//! many once stderr takes lines again), and `flush` (before the process exits, in the panic
+//! hook) waits for the log thread at most `FLUSH_PATIENCE`. Lines of different threads can
+//! appear up to `PERIOD` out of order; each carries its time.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::{self, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use log::{Level, Log, Metadata, Record};
 
 /// How long an info line may wait in memory.
 const PERIOD: Duration = Duration::from_millis(50);
-/// Bytes that make a thread write its buffer before the period is over.
+/// Bytes waiting in a thread's buffer that wake the log thread before the period is over.
 const HIGH_WATER: usize = 64 * 1024;
+/// Bytes a thread's buffer holds at most while stderr does not take them: a stalled stderr
+/// costs at most this per logging thread (a few dozen threads), never a blocked request.
+const MAX_WAITING: usize = 1 << 20;
+/// How long `flush` waits for the log thread to write what was logged before it.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 
 type Buffer = Arc<Mutex<Vec<u8>>>;
 
-/// Every thread's buffer, in the order the threads first logged.
-static BUFFERS: Mutex<Vec<Buffer>> = Mutex::new(Vec::new());
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Lines on their way from every thread to one sink, written by one thread of its own.
+struct Pipe {
+    /// Tells this pipe's buffers apart in each thread's `MINE`.
+    id: usize,
+    /// Every thread's buffer, in the order the threads first logged.
+    buffers: Mutex<Vec<Buffer>>,
+    /// Writes asked for, and written (a `flush` waits for the one it asked for).
+    asked: Mutex<u64>,
+    woken: Condvar,
+    written: Mutex<u64>,
+    wrote: Condvar,
+    dropped: AtomicU64,
+}
+
+static NEXT_PIPE: AtomicUsize = AtomicUsize::new(0);
+/// The process's pipe to stderr, once `init` ran.
+static STDERR: OnceLock<Arc<Pipe>> = OnceLock::new();
 
 thread_local! {
-    static MINE: Buffer = {
-        let buffer = Buffer::default();
-        if let Ok(mut all) = BUFFERS.lock() {
-            all.push(Arc::clone(&buffer));
-        }
-        buffer
-    };
+    /// This thread's buffer in each pipe it logged to (the process has one).
+    static MINE: RefCell<Vec<(usize, Buffer)>> = const { RefCell::new(Vec::new()) };
     /// This thread's last formatted second, reused by every line within it.
     static STAMP: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// Installs the logger (at `default_level` unless `RUST_LOG` says otherwise) and its flusher.
+impl Pipe {
+    /// A pipe into `sink`, and its log thread.
+    fn start(mut sink: impl Write + Send + 'static) -> Arc<Pipe> {
+        let pipe = Arc::new(Pipe {
+            id: NEXT_PIPE.fetch_add(1, Ordering::Relaxed),
+            buffers: Mutex::default(),
+            asked: Mutex::new(0),
+            woken: Condvar::new(),
+            written: Mutex::new(0),
+            wrote: Condvar::new(),
+            dropped: AtomicU64::new(0),
+        });
+        let writing = Arc::clone(&pipe);
+        let _ = std::thread::Builder::new()
+            .name("orderly-log".into())
+            .spawn(move || writing.write_forever(&mut sink));
+        pipe
+    }
+
+    /// This thread's buffer in this pipe.
+    fn mine(&self) -> Buffer {
+        MINE.with(|mine| {
+            let mut mine = mine.borrow_mut();
+            if let Some((_, buffer)) = mine.iter().find(|(id, _)| *id == self.id) {
+                return Arc::clone(buffer);
+            }
+            let buffer = Buffer::default();
+            lock(&self.buffers).push(Arc::clone(&buffer));
+            mine.push((self.id, Arc::clone(&buffer)));
+            buffer
+        })
+    }
+
+    /// Appends one line (written by `line`) to this thread's buffer, or drops it when the
+    /// buffer is full; `urgent` lines wake the log thread at once.
+    fn append(&self, line: impl FnOnce(&mut Vec<u8>), urgent: bool) {
+        let waiting = {
+            let buffer = self.mine();
+            let mut lines = lock(&buffer);
+            if lines.len() >= MAX_WAITING {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            line(&mut lines);
+            lines.len()
+        };
+        if urgent || waiting >= HIGH_WATER {
+            self.ask();
+        }
+    }
+
+    /// Wakes the log thread; returns the write asked for.
+    fn ask(&self) -> u64 {
+        let mut asked = lock(&self.asked);
+        *asked += 1;
+        self.woken.notify_one();
+        *asked
+    }
+
+    /// Waits (at most `FLUSH_PATIENCE`) until everything appended before it is written.
+    fn flush(&self) {
+        let asked = self.ask();
+        let written = lock(&self.written);
+        let _ = self
+            .wrote
+            .wait_timeout_while(written, FLUSH_PATIENCE, |written| *written < asked);
+    }
+
+    fn write_forever(&self, sink: &mut impl Write) {
+        let mut reported = 0;
+        loop {
+            let asked = {
+                let asked = lock(&self.asked);
+                let handled = *lock(&self.written);
+                let (asked, _) = self
+                    .woken
+                    .wait_timeout_while(asked, PERIOD, |asked| *asked <= handled)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                *asked
+            };
+            let buffers: Vec<Buffer> = lock(&self.buffers).clone();
+            for buffer in buffers {
+                let lines = std::mem::take(&mut *lock(&buffer));
+                if !lines.is_empty() {
+                    let _ = sink.write_all(&lines);
+                }
+            }
+            let dropped = self.dropped.load(Ordering::Relaxed);
+            if dropped > reported {
+                let mut note = Vec::new();
+                stamp(&mut note);
+                let _ = writeln!(
+                    Line(&mut note),
+                    " WARN  orderly::logging] {} log line(s) dropped: stderr did not take them in time",
+                    dropped - reported
+                );
+                let _ = sink.write_all(&note);
+                reported = dropped;
+            }
+            let _ = sink.flush();
+            *lock(&self.written) = asked;
+            self.wrote.notify_all();
+        }
+    }
+}
+
+/// `fmt::Write` into a byte buffer.
+struct Line<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Line<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Installs the logger (at `default_level` unless `RUST_LOG` says otherwise) and its thread.
 pub fn init(default_level: &str) {
     let env = env_logger::Env::default().default_filter_or(default_level);
     let filter = env_logger::Builder::from_env(env).build();
     let max_level = filter.filter();
-    if log::set_boxed_logger(Box::new(Buffered { filter })).is_err() {
+    let pipe = Arc::clone(STDERR.get_or_init(|| Pipe::start(io::stderr())));
+    if log::set_boxed_logger(Box::new(Buffered { filter, pipe })).is_err() {
         return;
     }
     log::set_max_level(max_level);
@@ -55,38 +199,26 @@ pub fn init(default_level: &str) {
         flush();
         previous(info);
     }));
-    let _ = std::thread::Builder::new()
-        .name("orderly-log".into())
-        .spawn(|| loop {
-            std::thread::sleep(PERIOD);
-            flush();
-        });
 }
 
-/// Writes out every line still in memory, thread by thread.
+/// Writes out every line logged before it, waiting for stderr at most `FLUSH_PATIENCE`.
 pub fn flush() {
-    let buffers: Vec<Buffer> = match BUFFERS.lock() {
-        Ok(all) => all.clone(),
-        Err(_) => return,
-    };
-    let mut stderr = io::stderr().lock();
-    for buffer in buffers {
-        write_out(&buffer, &mut stderr);
+    if let Some(pipe) = STDERR.get() {
+        pipe.flush();
     }
-    let _ = stderr.flush();
 }
 
-fn write_out(buffer: &Mutex<Vec<u8>>, out: &mut impl Write) {
-    let lines = match buffer.lock() {
-        Ok(mut lines) if !lines.is_empty() => std::mem::take(&mut *lines),
-        _ => return,
-    };
-    let _ = out.write_all(&lines);
+/// Lines dropped so far because stderr did not take them in time.
+pub fn dropped_lines() -> u64 {
+    STDERR
+        .get()
+        .map_or(0, |pipe| pipe.dropped.load(Ordering::Relaxed))
 }
 
 struct Buffered {
     /// Used for its filter only: the lines are formatted here.
     filter: env_logger::Logger,
+    pipe: Arc<Pipe>,
 }
 
 impl Log for Buffered {
@@ -98,27 +230,19 @@ impl Log for Buffered {
         if !self.filter.matches(record) {
             return;
         }
-        let full = MINE.with(|buffer| {
-            let Ok(mut lines) = buffer.lock() else {
-                return false;
-            };
-            append_line(&mut lines, record);
-            lines.len() >= HIGH_WATER
-        });
-        if record.level() <= Level::Warn {
-            flush();
-        } else if full {
-            MINE.with(|buffer| write_out(buffer, &mut io::stderr().lock()));
-        }
+        self.pipe.append(
+            |lines| append_line(lines, record),
+            record.level() <= Level::Warn,
+        );
     }
 
     fn flush(&self) {
-        flush();
+        self.pipe.flush();
     }
 }
 
-/// `[<UTC time> <LEVEL padded to 5> <target>] <message>\n`, as env_logger prints by default.
-fn append_line(out: &mut Vec<u8>, record: &Record) {
+/// `[<UTC time>` of this second, as env_logger prints it.
+fn stamp(out: &mut Vec<u8>) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -130,15 +254,18 @@ fn append_line(out: &mut Vec<u8>, record: &Record) {
         out.push(b'[');
         out.extend_from_slice(stamp.1.as_bytes());
     });
-    let mut line = String::new();
+}
+
+/// `[<UTC time> <LEVEL padded to 5> <target>] <message>\n`, as env_logger prints by default.
+fn append_line(out: &mut Vec<u8>, record: &Record) {
+    stamp(out);
     let _ = writeln!(
-        line,
+        Line(out),
         " {:<5} {}] {}",
         record.level(),
         record.target(),
         record.args()
     );
-    out.extend_from_slice(line.as_bytes());
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the epoch (the proleptic Gregorian calendar).
@@ -170,6 +297,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn times_are_printed_as_env_logger_prints_them() {
@@ -191,5 +319,71 @@ mod tests {
         );
         let line = String::from_utf8(out).unwrap();
         assert!(line.starts_with('[') && line.ends_with(" INFO  orderly::startup] ready\n"));
+    }
+
+    /// A sink that takes nothing until it is opened, as a stderr pipe nobody reads.
+    #[derive(Clone, Default)]
+    struct Stalled(Arc<(Mutex<Taken>, Condvar)>);
+
+    /// Whether the sink takes bytes yet, and what it took.
+    type Taken = (bool, Vec<u8>);
+
+    impl Write for Stalled {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let (state, opened) = &*self.0;
+            let state = lock(state);
+            let mut state = opened
+                .wait_timeout_while(state, Duration::from_secs(30), |(open, _)| !*open)
+                .unwrap()
+                .0;
+            state.1.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stderr_that_takes_nothing_never_holds_a_logging_thread_and_drops_are_counted_then_said() {
+        let sink = Stalled::default();
+        let pipe = Pipe::start(sink.clone());
+        let started = Instant::now();
+        let line = |out: &mut Vec<u8>| out.extend_from_slice(&[b'x'; 99]);
+        for i in 0..30_000 {
+            pipe.append(
+                |out| {
+                    line(out);
+                    out.push(b'\n')
+                },
+                i % 100 == 0,
+            );
+        }
+        pipe.flush();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "logging waited for the sink: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            pipe.dropped.load(Ordering::Relaxed) > 0,
+            "3 MB against a 1 MiB bound"
+        );
+
+        let (state, opened) = &*sink.0;
+        lock(state).0 = true;
+        opened.notify_all();
+        pipe.flush(); // what was kept goes out; the lines after it find room again
+        pipe.append(|out| out.extend_from_slice(b"after\n"), true);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let written = String::from_utf8_lossy(&lock(state).1).into_owned();
+            if written.contains("log line(s) dropped") && written.contains("after\n") {
+                break;
+            }
+            assert!(Instant::now() < until, "the drops were never said");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

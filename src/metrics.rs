@@ -43,6 +43,7 @@ pub struct Metrics {
     /// each scrape: what `/readyz` judges by.
     pub oldest_commit_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub oldest_write_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub log_lines_dropped: Counter,
     /// Writes waiting for the storage (queued or committing), against `--max-pending-writes`.
     pub pending_writes: Gauge,
     /// Writes the sled writer has applied and handed to the commit thread; those not yet in
@@ -122,6 +123,12 @@ impl Default for Metrics {
             "oldest_write_waiting_seconds",
             "Age of the oldest write admitted and not yet done with, whatever it waits on (a lock, a connection, its commit); 0 when none (readiness fails past 4 s)",
             oldest_write_seconds.clone(),
+        );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr did not take them in time (a stalled log pipe never holds a request)",
+            log_lines_dropped.clone(),
         );
         let pending_writes = Gauge::default();
         registry.register(
@@ -211,6 +218,7 @@ impl Default for Metrics {
             commit_batch_size,
             oldest_commit_seconds,
             oldest_write_seconds,
+            log_lines_dropped,
             pending_writes,
             writes_applied,
             blob_files_synced,

@@ -29,6 +29,11 @@ pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpRespo
     let oldest = progress.oldest_write.unwrap_or_default();
     metrics.oldest_write_seconds.set(oldest.as_secs_f64());
     metrics.pending_writes.set(progress.pending_writes as i64);
+    let dropped = crate::logging::dropped_lines();
+    let counted = metrics.log_lines_dropped.get();
+    metrics
+        .log_lines_dropped
+        .inc_by(dropped.saturating_sub(counted));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(metrics.render())

@@ -79,6 +79,7 @@ async fn into(
     let engine = Engine::Shared {
         url: to_url.to_string(),
         pool_size: 2,
+        empty_only: true,
     };
     let target = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await

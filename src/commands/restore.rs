@@ -136,6 +136,7 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
     let engine = Engine::Shared {
         url: url.to_string(),
         pool_size: 2,
+        empty_only: true,
     };
     let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await

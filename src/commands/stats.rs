@@ -17,6 +17,7 @@ pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
         Some(url) => Engine::Shared {
             url: url.clone(),
             pool_size: 2,
+            empty_only: false,
         },
         None => Engine::Embedded {
             path: args.data_dir.clone(),

@@ -95,6 +95,7 @@ impl Application {
             Some(url) => Engine::Shared {
                 url: url.clone(),
                 pool_size: settings.database_pool_size as usize,
+                empty_only: false,
             },
             None => Engine::Embedded {
                 path: settings.data_dir.clone(),

@@ -26,7 +26,13 @@ pub enum Engine {
         before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
     },
     /// A PostgreSQL database, shared by any number of instances; migrated on open.
-    Shared { url: String, pool_size: usize },
+    Shared {
+        url: String,
+        pool_size: usize,
+        /// Opened only into a database whose orderly tables hold no rows, checked before the
+        /// schema is touched (a restore or a copy refused leaves the target as it was).
+        empty_only: bool,
+    },
 }
 
 /// Why no store could be opened, by engine: callers word each for their own users.
@@ -63,9 +69,14 @@ pub async fn open(
             path: path.display().to_string(),
             source,
         }),
-        Engine::Shared { url, pool_size } => Ok(shared::open(shared::Options {
+        Engine::Shared {
             url,
             pool_size,
+            empty_only,
+        } => Ok(shared::open(shared::Options {
+            url,
+            pool_size,
+            empty_only,
             max_pending_writes,
             metrics,
         })

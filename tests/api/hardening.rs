@@ -300,3 +300,62 @@ async fn text_holding_u0000_is_a_422_with_its_path_and_nothing_is_stored() {
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["detail"][0]["loc"], json!(["body", "name"]));
 }
+
+/// A stderr that nobody reads (a log shipper that stopped, a full journald) never holds a
+/// request: 3,000 requests, each logging a line, against a pipe that takes 64 KiB and no
+/// more, are all answered in time. (Lines past a thread's bound are dropped and counted:
+/// `logging`'s own test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stderr_nobody_reads_never_holds_a_request() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--rate-limit",
+            "1000000",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("db"))
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held and never read: the pipe fills after 64 KiB of lines.
+    let _stalled_stderr = child.stderr.take();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "no address printed"
+        );
+        if let Some(address) = line.trim().strip_prefix("orderly listening on ") {
+            break address.to_string();
+        }
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    for chunk in 0..150 {
+        let sends = (0..20).map(|i| {
+            client
+                .get(format!("{address}/b2b/balance"))
+                .header("X-Api-Key", format!("gc_live_{:032x}", chunk * 20 + i))
+                .send()
+        });
+        for answer in join_all(sends).await {
+            let answer = answer.unwrap_or_else(|e| panic!("no answer in chunk {chunk}: {e}"));
+            assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("3,000 requests answered in {:?}", started.elapsed());
+}

@@ -72,6 +72,7 @@ pub async fn shared() -> Opened {
     let engine = Engine::Shared {
         url: url.to_string(),
         pool_size: 8,
+        empty_only: false,
     };
     let store = orderly::store::open(engine, Default::default(), 4096)
         .await

@@ -76,6 +76,9 @@ pub struct Options {
     pub max_pending_writes: usize,
     /// Where each write's commit time is counted (`orderly_commit_flush_seconds`).
     pub metrics: Arc<Metrics>,
+    /// Refuse (`OpenError::NotEmpty`) a database whose orderly tables hold rows, before the
+    /// schema is migrated: what a restore or a copy is allowed into.
+    pub empty_only: bool,
 }
 
 /// Why the engine could not start.
@@ -89,6 +92,9 @@ pub enum OpenError {
     SchemaTooNew(String),
     #[error("{0}")]
     Database(String),
+    /// Opened `empty_only`, and its orderly tables hold rows: nothing was touched.
+    #[error("the target database is not empty")]
+    NotEmpty,
 }
 
 impl From<migrate::MigrateError> for OpenError {
@@ -129,6 +135,22 @@ async fn migrated(pool: &Pool, url: &str) -> Result<Vec<i32>, OpenError> {
     Ok(migrate::run(&mut client).await?)
 }
 
+/// `OpenError::NotEmpty` when the database's orderly tables (those that exist: it may have no
+/// schema yet, or an older one) hold a row; read before anything is migrated.
+async fn refuse_rows(pool: &Pool, url: &str) -> Result<(), OpenError> {
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| OpenError::Database(connect::cannot_connect(&e, url)))?;
+    let holds = reads::holds_rows(&client)
+        .await
+        .map_err(|e| OpenError::Database(StoreError::from(e).to_string()))?;
+    if holds {
+        return Err(OpenError::NotEmpty);
+    }
+    Ok(())
+}
+
 /// Applies pending migrations and returns the versions applied (`orderly migrate`).
 pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
     let pool = connect(
@@ -137,6 +159,7 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
             pool_size: 1,
             max_pending_writes: 1,
             metrics: Arc::default(),
+            empty_only: false,
         },
         "orderly migrate",
     )?;
@@ -153,6 +176,9 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         crate::domain::ids::random_hex()
     );
     let (pool, limiter, lease) = connect_with_own(&options, &outbox::application_name(&instance))?;
+    if options.empty_only {
+        refuse_rows(&pool, &options.url).await?;
+    }
     migrated(&pool, &options.url).await?;
     log::info!("{}", tx::how_statements_go());
     // Every time that decides between instances is the database's (`clock.rs`).

@@ -287,6 +287,32 @@ pub async fn is_empty(c: &Object) -> Result<bool, Fault> {
     Ok(row.map(|r| r.get(0)).unwrap_or(true))
 }
 
+/// Whether any of orderly's tables that exist holds a row: the database may have no schema
+/// yet, or an older one, so only the tables present are read.
+pub async fn holds_rows(c: &Object) -> Result<bool, Fault> {
+    let names: Vec<&str> = TABLES.iter().map(|(table, _)| *table).collect();
+    let present: Vec<String> = query(
+        c,
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY($1)",
+        &[&names],
+    )
+    .await?
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    if present.is_empty() {
+        return Ok(false);
+    }
+    let any = present
+        .iter()
+        .map(|table| format!("EXISTS (SELECT 1 FROM {table})"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let row = query_opt(c, &format!("SELECT {any}"), &[]).await?;
+    Ok(row.is_some_and(|r| r.get(0)))
+}
+
 /// The tables that hold records, with the kind each holds in a backup.
 pub const TABLES: [(&str, &str); 12] = [
     ("accounts", "account"),
