@@ -5,12 +5,13 @@
 use tokio_postgres::error::SqlState;
 
 use super::db::Conn;
+use super::locks::key_taken;
 use super::rows::{
     insert_account, insert_api_key, insert_key_rows, insert_provider_payment, lock_balance,
     move_money, upsert_product,
 };
 use super::shared_cache::bump;
-use super::tx::{execute, key_taken, query_opt, Fault};
+use super::tx::{execute, query_opt, Fault};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::money::Cents;

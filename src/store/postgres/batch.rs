@@ -322,7 +322,7 @@ async fn read_view(
     let key_accounts: Vec<String> = wants.keys.iter().map(|(a, _)| a.to_string()).collect();
     let keys: Vec<&str> = wants.keys.iter().map(|(_, k)| k.as_str()).collect();
     // The account id has a fixed length, so the concatenation names one pair (as in
-    // `tx::key_taken`, whose lock this is).
+    // `locks::key_taken`, whose lock this is).
     let scoped: Vec<String> = wants
         .keys
         .iter()

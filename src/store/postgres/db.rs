@@ -16,10 +16,11 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use deadpool_postgres::{Object, Pool, Transaction};
-use tokio_postgres::IsolationLevel;
+use deadpool_postgres::{GenericClient as _, Object, Pool, Transaction};
+use tokio_postgres::types::Type;
+use tokio_postgres::{GenericClient, IsolationLevel};
 
-use super::tx::{query_opt, Fault, Session};
+use super::tx::{query_opt, Fault, Preparing, Session};
 use crate::bounds::{
     Deadline, COMMIT_PATIENCE, EDGE_MARGIN, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT,
 };
@@ -182,6 +183,15 @@ impl Drop for Conn {
         if let (false, Some(object)) = (self.settled, self.object.take()) {
             drop(Object::take(object));
         }
+    }
+}
+
+impl Session for Conn {
+    fn session(&self) -> &(impl GenericClient + Sync) {
+        &****self
+    }
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
+        Box::pin((**self).prepare_typed_cached(sql, types))
     }
 }
 

@@ -9,11 +9,12 @@ use futures_util::future::try_join_all;
 
 use super::codec;
 use super::db::{Conn, Gate};
+use super::locks::{key_taken, lock_events};
 use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
-use super::tx::{first_cause, key_taken, lock_events, query, query_opt, Fault};
+use super::tx::{first_cause, query, query_opt, Fault};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};

@@ -29,6 +29,7 @@ mod connect;
 mod db;
 mod lifecycle;
 mod limiter_loans;
+mod locks;
 mod migrate;
 mod orders;
 mod outbox;

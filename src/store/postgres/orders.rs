@@ -13,8 +13,9 @@ use deadpool_postgres::Transaction;
 
 use super::codec;
 use super::db::Conn;
+use super::locks::key_taken;
 use super::rows::{insert_key_rows, insert_ledger, insert_orders, lock_balance, set_balances};
-use super::tx::{first_cause, key_taken, query, Fault};
+use super::tx::{first_cause, query, Fault};
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
