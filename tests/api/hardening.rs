@@ -309,6 +309,14 @@ async fn text_holding_u0000_is_a_422_with_its_path_and_nothing_is_stored() {
 async fn a_stderr_nobody_reads_never_holds_a_request() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
+    /// Killed when the test ends, however it ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orderly"))
         .args([
             "serve",
@@ -323,10 +331,11 @@ async fn a_stderr_nobody_reads_never_holds_a_request() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Killed)
         .unwrap();
     // Held and never read: the pipe fills after 64 KiB of lines.
-    let _stalled_stderr = child.stderr.take();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _stalled_stderr = child.0.stderr.take();
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     let address = loop {
         line.clear();
@@ -355,7 +364,5 @@ async fn a_stderr_nobody_reads_never_holds_a_request() {
             assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
     eprintln!("3,000 requests answered in {:?}", started.elapsed());
 }
