@@ -1,7 +1,12 @@
 //! Wall-clock instants as milliseconds since the Unix epoch, and their RFC 3339 rendering;
 //! and the process's one notion of now.
 //!
-//! Alone on sled, now is this machine's clock. Instances sharing a database must agree on
+//! Alone on sled, now is this machine's clock, never earlier than the newest time the store
+//! holds and never going back (`never_before`): a restart under a clock stepped back (an
+//! operator, a dead RTC battery, NTP at boot) must not give new ledger entries and events
+//! ids that sort before the old ones, nor make orders wait out the step to complete. A
+//! forward step of the wall clock is followed within `CATCH_UP`. Instances sharing a database
+//! must agree on
 //! time (a key's expiry written by one is swept by another, a delivery's lease taken by one is
 //! judged by another, event ids order one account's events across all of them), so there the
 //! engine makes the database's clock the reference: `follow` anchors now to a reading of it,
@@ -17,6 +22,11 @@ pub type Millis = u64;
 
 /// Whether now follows a reference clock (`follow` was called).
 static FOLLOWING: AtomicBool = AtomicBool::new(false);
+/// Whether that reference is the wall clock kept from going back (`never_before`), rather
+/// than the database's.
+static MONOTONE_WALL: AtomicBool = AtomicBool::new(false);
+/// How often a wall clock kept from going back looks whether it was stepped forward.
+const CATCH_UP: Duration = Duration::from_secs(1);
 /// The reference clock's reading minus `monotonic_micros()`, in microseconds.
 static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
 
@@ -67,6 +77,53 @@ pub fn now_millis() -> Millis {
 pub fn follow(reference_micros: i64, at: Instant) {
     OFFSET_MICROS.store(offset_of(reference_micros, at), Ordering::Relaxed);
     FOLLOWING.store(true, Ordering::Release);
+}
+
+/// Follows the database's clock (`follow`): where instances share a database, its clock
+/// decides, whatever a store on this machine's disk set before (tests open both engines in
+/// one process).
+pub fn follow_database(reference_micros: i64, at: Instant) {
+    MONOTONE_WALL.store(false, Ordering::Release);
+    follow(reference_micros, at);
+}
+
+/// Makes now this machine's clock, but never earlier than `floor` (the newest time a store
+/// holds) nor earlier than it was: from here on now advances with the monotonic clock, and
+/// moves forward to the wall clock whenever that is ahead (checked every `CATCH_UP` on a
+/// thread of its own). Not when a database's clock is followed: that one decides.
+pub fn never_before(floor: Millis) {
+    if FOLLOWING.load(Ordering::Acquire) && !MONOTONE_WALL.load(Ordering::Acquire) {
+        return;
+    }
+    let at = Instant::now();
+    let floor_micros = (floor as i64).saturating_add(1).saturating_mul(1_000);
+    let now = if FOLLOWING.load(Ordering::Acquire) {
+        now_micros()
+    } else {
+        system_micros()
+    };
+    MONOTONE_WALL.store(true, Ordering::Release);
+    follow(now.max(floor_micros), at);
+    static CATCHING_UP: OnceLock<()> = OnceLock::new();
+    CATCHING_UP.get_or_init(|| {
+        let _ = std::thread::Builder::new()
+            .name("orderly-clock".into())
+            .spawn(|| loop {
+                std::thread::sleep(CATCH_UP);
+                catch_up(Instant::now());
+            });
+    });
+}
+
+/// Moves now forward to the wall clock when that is ahead; never back.
+fn catch_up(at: Instant) {
+    if !MONOTONE_WALL.load(Ordering::Acquire) {
+        return;
+    }
+    let wall = system_micros();
+    if wall > followed(OFFSET_MICROS.load(Ordering::Relaxed), at) {
+        follow(wall, at);
+    }
 }
 
 /// `2026-11-30T10:00:00Z`: whole seconds, UTC, as partners see every time.

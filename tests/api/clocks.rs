@@ -209,3 +209,77 @@ async fn a_live_delivery_claim_is_not_taken_over_by_an_instance_whose_clock_is_t
         );
     }
 }
+
+/// The newest event id `GET /b2b/events` lists for `p`, following every page.
+async fn newest_event(app: &TestApp, p: &Partner) -> Option<String> {
+    let events = app.all_pages(&p.api_key, "/b2b/events", "events").await;
+    events.last().map(|e| e["id"].as_str().unwrap().to_string())
+}
+
+/// On sled the process's own clock decides, so a restart under a clock stepped 10 minutes
+/// back (a dead RTC battery, an operator, NTP at boot) must not make time go back with it:
+/// new ledger entries and events come after the old ones (an `after=` poller sees them, the
+/// ledger lists them first), and new orders complete on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs libfaketime (apt-get install faketime): pass --include-ignored"]
+async fn on_sled_a_restart_under_a_clock_ten_minutes_behind_lists_what_comes_next_after_what_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let flags = [
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--fulfillment-delay",
+        "200ms",
+    ];
+    let app = start(&data, &flags);
+    let p = app.partner_with_balance(100_000).await;
+    let body = basket("prd_uc", 1, "player1");
+    assert_eq!(
+        place(&app, &p, "before", &body).await,
+        (StatusCode::OK, false)
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while newest_event(&app, &p).await.is_none() {
+        assert!(Instant::now() < until, "the first order never completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cursor = newest_event(&app, &p).await.unwrap();
+    drop(app);
+
+    let env = [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME", "-10m"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ("FAKETIME_NO_CACHE", "1"),
+    ];
+    let app = start_with_env(&data, &flags, &env);
+    assert_skewed(&app, -600).await;
+    let resp = app.post_order(Some(&p.api_key), Some("after"), &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let placed: Value = resp.json().await.unwrap();
+    let order = placed["order"]["id"].as_str().unwrap().to_string();
+    let path = format!("/b2b/events?after={cursor}");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = app.get_json(&p.api_key, &path).await;
+        let listed = page["events"].as_array().unwrap();
+        if listed
+            .iter()
+            .any(|e| e["data"]["order"]["id"].as_str() == Some(order.as_str()))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the new order's event never came after the old cursor: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ledger = app.ledger(&p.api_key).await;
+    assert_eq!(
+        ledger[0]["reference"].as_str(),
+        Some(order.as_str()),
+        "the newest entry is listed first"
+    );
+    app.assert_ledger_matches_balance(&p.api_key).await;
+}

@@ -46,7 +46,7 @@ pub async fn sync(pool: &Pool) -> Result<i64, Fault> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64);
     let skew = wall - (reading + at.elapsed().as_micros() as i64);
-    time::follow(reading, at);
+    time::follow_database(reading, at);
     Ok(skew)
 }
 

@@ -97,6 +97,8 @@ pub struct Options {
 pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;
+    // Ids and times never go back past what the store holds, whatever the clock says now.
+    crate::domain::time::never_before(trees.newest_time()?);
     let trees = Arc::new(trees);
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;

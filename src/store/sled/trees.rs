@@ -6,6 +6,7 @@ use std::path::Path;
 use super::changes::Changes;
 use super::codec;
 use super::keys;
+use crate::domain::time::Millis;
 use crate::store::StoreError;
 
 pub struct Trees {
@@ -106,6 +107,31 @@ impl Trees {
         .into_iter()
         .map(|(name, tree)| (name, tree.len() as u64))
         .collect()
+    }
+
+    /// The newest time the store's ids carry (UUIDv7: milliseconds in their first 6 bytes):
+    /// the newest account and order, and each account's newest ledger entry and event. A few
+    /// reads per account, at open.
+    pub fn newest_time(&self) -> Result<Millis, StoreError> {
+        let stamp = |key: &[u8]| -> Millis {
+            key.get(..6).map_or(0, |b| {
+                b.iter().fold(0u64, |ms, byte| ms << 8 | u64::from(*byte))
+            })
+        };
+        let last_id = |tree: &sled::Tree| -> Result<Millis, StoreError> {
+            Ok(tree.last()?.map_or(0, |(key, _)| stamp(&key)))
+        };
+        let mut newest = last_id(&self.accounts)?.max(last_id(&self.orders)?);
+        for account in self.accounts.iter().keys() {
+            let account = account?;
+            for tree in [&self.ledger, &self.events] {
+                if let Some(entry) = tree.scan_prefix(&account).next_back() {
+                    let (key, _) = entry?;
+                    newest = newest.max(stamp(key.get(account.len()..).unwrap_or(&[])));
+                }
+            }
+        }
+        Ok(newest)
     }
 
     /// A cheap read that proves the storage answers.
