@@ -872,3 +872,76 @@ async fn a_heartbeat_held_up_past_its_lease_never_lets_two_instances_send_one_we
         }
     }
 }
+
+/// The ledger lists an account's entries in the order its balance moved, whichever instance
+/// made them and whatever made them (orders, credits, cancels): each entry's `balanceAfter` is
+/// the one before it plus its amount. Entry ids are made under the balance row's lock, after
+/// the account's newest entry; made before the wait, a credit that waited behind orders
+/// listed before them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and libfaketime: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn an_accounts_ledger_lists_its_entries_in_the_order_its_balance_moved_across_instances() {
+    // b's clocks run twice as fast (libfaketime): between two of its readings of the
+    // database's clock it runs ahead, as a loaded instance's reading can be off by a round
+    // trip. Ids made from each instance's own now would sort b's entries after a's later ones.
+    let dir = tempfile::tempdir().unwrap();
+    let database = TestDatabase::create(&dir.path().join("db"));
+    let args = ["--database-url", database.server_url.as_str()];
+    let fast = [
+        (
+            "LD_PRELOAD",
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        ),
+        ("FAKETIME", "+0 x2"),
+        ("FAKETIME_NO_CACHE", "1"),
+    ];
+    let pair = (
+        start(&dir.path().join("a"), &args),
+        crate::helpers::start_with_env(&dir.path().join("b"), &args, &fast),
+    );
+    struct Two<'a> {
+        a: &'a TestApp,
+        b: &'a TestApp,
+    }
+    let pair = Two {
+        a: &pair.0,
+        b: &pair.1,
+    };
+    let p = pair.a.partner_with_balance(10_000_000).await;
+    let body = basket("prd_uc", 1, "p");
+    for round in 0..10 {
+        let sends = (0..12).map(|i| {
+            let app = if i % 2 == 0 { &pair.a } else { &pair.b };
+            let (body, p) = (&body, &p);
+            async move {
+                if i % 3 == 0 {
+                    let resp = app
+                        .client
+                        .post(app.url(&format!("/admin/accounts/{}/credits", p.account_id)))
+                        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+                        .header("X-Idempotency-Key", format!("credit-{round}-{i}"))
+                        .json(&json!({ "amount": 100 + i }))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status(), StatusCode::OK);
+                } else {
+                    let key = format!("order-{round}-{i}");
+                    let (status, _, _) = order(app, &p.api_key, &key, body).await.unwrap();
+                    assert_eq!(status, StatusCode::OK);
+                }
+            }
+        });
+        join_all(sends).await;
+    }
+    let mut entries = pair.a.ledger(&p.api_key).await;
+    entries.reverse();
+    for pair_of in entries.windows(2) {
+        let (before, after) = (&pair_of[0], &pair_of[1]);
+        assert_eq!(
+            after["balanceAfter"].as_i64().unwrap(),
+            before["balanceAfter"].as_i64().unwrap() + after["amount"].as_i64().unwrap(),
+            "listed in another order than the balance moved: {before} then {after}"
+        );
+    }
+}

@@ -84,6 +84,10 @@ pub struct OrderView {
     pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
     /// The wanted products that exist, by id.
     pub catalog: HashMap<String, Product>,
+    /// Each wanted account's newest ledger entry id, where several processes make them (an
+    /// engine whose one writer makes every id leaves it empty): each entry is made after it,
+    /// so an account's ledger lists its entries in the order its balance moved.
+    pub newest_txn: HashMap<AccountId, Id>,
 }
 
 /// An accepted order's rows: the order, its debit, and its key's row holding the 200 body.
@@ -134,7 +138,7 @@ pub fn decide(
             .balances
             .get(&account)
             .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance")))?;
-        let txn = Id::new(IdKind::Transaction);
+        let txn = Id::after(IdKind::Transaction, view.newest_txn.get(&account).copied());
         let stamp = OrderStamp {
             now,
             order: OrderId::new(),
@@ -151,6 +155,7 @@ pub fn decide(
         };
         let body = new.answer(&order, entry.balance_after);
         view.balances.insert(account, entry.balance_after);
+        view.newest_txn.insert(account, txn);
         taken_here.insert(key, accepted.len());
         decided.push(Ok(accepted.len()));
         accepted.push(Accepted {

@@ -64,15 +64,15 @@ pub async fn credit(
     // (sent first when there was no key to wait for).
     let locked = futures_util::future::try_join(gate.limit_waits(&tx), lock_balance(&tx, &account))
         .await
-        .map(|((), balance)| balance);
-    let balance = match locked {
+        .map(|((), locked)| locked);
+    let locked = match locked {
         Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => {
             return Ok(Err(CreditRefusal::KeyTaken(None)))
         }
         other => other?,
     };
-    let txn = Id::new(IdKind::Transaction);
-    let decided = match credit.decide(balance, &txn, now_millis()) {
+    let txn = Id::after(IdKind::Transaction, locked.newest_txn);
+    let decided = match credit.decide(locked.balance, &txn, now_millis()) {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };
@@ -106,9 +106,9 @@ pub async fn record_provider_payment(
     if seen.is_some() {
         return Ok(Ok(Recorded::Duplicate));
     }
-    let balance = lock_balance(&tx, &payment.account).await?;
-    let txn = Id::new(IdKind::Transaction);
-    let (entry, record) = match payment.decide(balance, &txn, now_millis()) {
+    let locked = lock_balance(&tx, &payment.account).await?;
+    let txn = Id::after(IdKind::Transaction, locked.newest_txn);
+    let (entry, record) = match payment.decide(locked.balance, &txn, now_millis()) {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };

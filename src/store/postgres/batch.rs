@@ -28,6 +28,7 @@ use tokio_postgres::error::SqlState;
 use super::codec;
 use super::db::{self, Bound, Conn, Db};
 use super::orders::{catalog, write_decisions, PRODUCTS_SQL};
+use super::rows::{txn_id, NEWEST_TXNS_SQL};
 use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
 use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
 use crate::domain::ids::AccountId;
@@ -330,28 +331,36 @@ async fn read_view(
         .collect();
     // Sent together, in this order: the bounds, the keys' locks (by hash), the balance rows'
     // (by account id), then the reads they guard.
-    let (bounded, locked, balances, key_rows, products) = futures_util::future::join5(
-        gate.limit_waits(tx),
-        query(
-            tx,
-            "SELECT count(pg_advisory_xact_lock(h)) FROM
+    // Polled, and so sent, in this order (the second triple after the first).
+    let ((bounded, locked, balances), (newest, key_rows, products)) = futures_util::future::join(
+        futures_util::future::join3(
+            gate.limit_waits(tx),
+            query(
+                tx,
+                "SELECT count(pg_advisory_xact_lock(h)) FROM
                  (SELECT hashtextextended(k, 0) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS o",
-            &[&scoped],
-        ),
-        query(
-            tx,
-            "SELECT account_id, available FROM balances WHERE account_id = ANY($1)
+                &[&scoped],
+            ),
+            query(
+                tx,
+                "SELECT account_id, available FROM balances WHERE account_id = ANY($1)
              ORDER BY account_id FOR UPDATE",
-            &[&accounts],
+                &[&accounts],
+            ),
         ),
-        query(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
-        query(tx, &PRODUCTS_SQL, &[&wants.products]),
+        futures_util::future::join3(
+            // Once the balance rows are locked: every entry committed before is seen.
+            query(tx, NEWEST_TXNS_SQL, &[&accounts]),
+            query(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
+            query(tx, &PRODUCTS_SQL, &[&wants.products]),
+        ),
     )
     .await;
-    let (balances, key_rows, products) = match (bounded, locked, balances, key_rows, products) {
-        (Ok(()), Ok(_), Ok(b), Ok(k), Ok(p)) => (b, k, p),
-        (a, b, c, d, e) => {
-            let faults = [a.err(), b.err(), c.err(), d.err(), e.err()];
+    let outcome = (bounded, locked, balances, newest, key_rows, products);
+    let (balances, newest, key_rows, products) = match outcome {
+        (Ok(()), Ok(_), Ok(b), Ok(n), Ok(k), Ok(p)) => (b, n, k, p),
+        (a, b, c, d, e, f) => {
+            let faults = [a.err(), b.err(), c.err(), d.err(), e.err(), f.err()];
             return Err(first_cause(faults).expect("one failed"));
         }
     };
@@ -366,6 +375,10 @@ async fn read_view(
             (account_of(row, "a key row")?, key),
             Box::new(codec::key_record(row)?),
         );
+    }
+    for row in &newest {
+        view.newest_txn
+            .insert(account_of(row, "a ledger entry")?, txn_id(row)?);
     }
     view.catalog = catalog(&products)?;
     Ok(view)

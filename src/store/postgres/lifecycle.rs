@@ -62,16 +62,16 @@ async fn lock_view(
         (Ok(()), Ok(order), Ok(balance), Ok(newest)) => Ok((order, balance, newest)),
         (a, b, c, d) => Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed")),
     };
-    let (order, balance, newest) = match outcome {
+    let (order, locked, newest) = match outcome {
         Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
         other => other?,
     };
     let stamp = Stamp {
         now: now_millis(),
-        txn: Id::new(IdKind::Transaction),
+        txn: Id::after(IdKind::Transaction, locked.newest_txn),
         event: Id::after(IdKind::Event, newest),
     };
-    Ok(Some((order, balance, stamp)))
+    Ok(Some((order, locked.balance, stamp)))
 }
 
 /// Writes the event and, when it has one, its first callback.

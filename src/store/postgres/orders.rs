@@ -43,17 +43,22 @@ pub async fn place_order(
     if let Ok(Some(None)) = taken {
         return Ok(Err(OrderRefusal::KeyTaken(None)));
     }
-    let (taken, rows, balance) = match (taken, rows, balance) {
-        (Ok(taken), Ok(rows), Ok(balance)) => (taken, rows, balance),
+    let (taken, rows, locked) = match (taken, rows, balance) {
+        (Ok(taken), Ok(rows), Ok(locked)) => (taken, rows, locked),
         (a, b, c) => return Err(first_cause([a.err(), b.err(), c.err()]).expect("one failed")),
     };
     if let Some(row) = taken {
         return Ok(Err(OrderRefusal::KeyTaken(row)));
     }
     let view = OrderView {
-        balances: [(account, balance)].into(),
+        balances: [(account, locked.balance)].into(),
         stored: Default::default(),
         catalog: catalog(&rows)?,
+        newest_txn: locked
+            .newest_txn
+            .map(|id| (account, id))
+            .into_iter()
+            .collect(),
     };
     // Read under the balance row's lock, so the account's ids follow its commits.
     let decisions = decide(view, &[new], now_millis())?;

@@ -7,7 +7,7 @@ use super::codec::{tag, time};
 use super::tx::{execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
-use crate::domain::ids::AccountId;
+use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::money::Cents;
 use crate::domain::order::{Order, Refund};
@@ -139,15 +139,48 @@ pub async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(), Fault>
 
 /// The account's balance, its row locked until the commit: what a decision that moves money
 /// reads, so that no other transaction moves it in between.
-pub async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Cents, Fault> {
-    let row = super::tx::query_opt(
-        c,
-        "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
-        &[&account.to_string()],
+pub async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Locked, Fault> {
+    let id = account.to_string();
+    // Pipelined: the second statement runs once the lock is held, and sees every entry
+    // committed before it was.
+    let (row, newest) = futures_util::future::try_join(
+        super::tx::query_opt(
+            c,
+            "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
+            &[&id],
+        ),
+        super::tx::query_opt(c, NEWEST_TXN_SQL, &[&id]),
     )
-    .await?
-    .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
-    Ok(row.get(0))
+    .await?;
+    let row =
+        row.ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
+    Ok(Locked {
+        balance: row.get(0),
+        newest_txn: newest.map(|r| txn_id(&r)).transpose()?,
+    })
+}
+
+/// The newest ledger entry id of account `$1`.
+const NEWEST_TXN_SQL: &str = "SELECT id FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT 1";
+
+/// The newest ledger entry id of each of the accounts `$1`.
+pub const NEWEST_TXNS_SQL: &str = "SELECT DISTINCT ON (account_id) account_id, id FROM ledger
+     WHERE account_id = ANY($1) ORDER BY account_id, id DESC";
+
+/// A ledger entry id read back.
+pub fn txn_id(row: &tokio_postgres::Row) -> Result<Id, StoreError> {
+    let id: String = row.get("id");
+    Id::parse(IdKind::Transaction, &id)
+        .ok_or_else(|| StoreError::Corrupt(format!("bad ledger id {id:?}")))
+}
+
+/// An account's balance, its row locked to the commit, and its newest ledger entry id, read
+/// under that lock: an entry made now with `Id::after` of it follows every entry committed
+/// before, whichever instance made them, so ids list an account's ledger in the order its
+/// balance moved.
+pub struct Locked {
+    pub balance: Cents,
+    pub newest_txn: Option<Id>,
 }
 
 /// Writes money a decision moved: the new balance and its ledger entry, whose
