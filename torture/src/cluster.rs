@@ -1,0 +1,673 @@
+//! The processes of a run: orderly instances (start, kill -9, pause, restart, under libfaketime
+//! or a file-size limit), the cluster of them with its storage (pg.rs, lazyfs.rs), and the
+//! cleanup that removes everything on any exit (normal, Ctrl-C, SIGTERM, a panic).
+
+use crate::lazyfs::LazyFs;
+use crate::pg::Pg;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Cleanup: a registry the exit paths (end of run, Ctrl-C, panic hook) drain.
+
+pub enum Cleanup {
+    /// `bash SCRIPT ARGS…` (pg-cluster.sh stop, pgbouncer.sh stop).
+    Script(Vec<String>),
+    /// A LazyFS mount: continue its process, unmount, then make sure the process is gone.
+    LazyFs {
+        pid: i32,
+        mnt: PathBuf,
+    },
+    RemoveDir(PathBuf),
+}
+
+static CLEANUPS: Mutex<Vec<Cleanup>> = Mutex::new(Vec::new());
+/// Every child process alive now (instances, restores): killed first on exit.
+static LIVE: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+static CLEANED: AtomicBool = AtomicBool::new(false);
+
+pub fn register(c: Cleanup) {
+    CLEANUPS.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+}
+
+pub fn live_add(pid: i32) {
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(pid);
+}
+
+pub fn live_remove(pid: i32) {
+    if let Some(s) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        s.remove(&pid);
+    }
+}
+
+/// Stops every process the run started and removes what it made, once. Synchronous, so the
+/// panic hook can call it.
+pub fn run_cleanup() {
+    if CLEANED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let pids: Vec<i32> = LIVE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|s| s.iter().copied().collect())
+        .unwrap_or_default();
+    for pid in &pids {
+        signal(*pid, libc::SIGCONT);
+        signal(*pid, libc::SIGKILL);
+    }
+    let items: Vec<Cleanup> =
+        std::mem::take(&mut *CLEANUPS.lock().unwrap_or_else(|e| e.into_inner()));
+    for item in items.into_iter().rev() {
+        match item {
+            Cleanup::Script(args) => {
+                let _ = std::process::Command::new("bash")
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            Cleanup::LazyFs { pid, mnt } => {
+                signal(pid, libc::SIGCONT);
+                let ok = std::process::Command::new("fusermount3")
+                    .arg("-u")
+                    .arg(&mnt)
+                    .stderr(Stdio::null())
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false);
+                if !ok {
+                    let _ = std::process::Command::new("umount")
+                        .arg("-l")
+                        .arg(&mnt)
+                        .stderr(Stdio::null())
+                        .status();
+                }
+                for _ in 0..50 {
+                    if !alive(pid) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                signal(pid, libc::SIGKILL);
+            }
+            Cleanup::RemoveDir(d) => {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+}
+
+pub fn signal(pid: i32, sig: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with a positive pid of a process this run started.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+pub fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); read its state to tell.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Resident memory of a process in KiB (0 when gone).
+pub fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// Runs `bash SCRIPT ARGS…`, returns the last line of its stdout.
+pub async fn script(
+    scripts: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg(scripts.join(name)).args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(180), cmd.output())
+        .await
+        .map_err(|_| format!("{name} {}: no end within 180 s", args.join(" ")))?
+        .map_err(|e| format!("{name}: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(6).collect();
+        return Err(format!(
+            "{name} {} exited {}: {}",
+            args.join(" "),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instances.
+
+/// How an instance is started this time (a clock step, a full disk).
+#[derive(Clone, Debug, Default)]
+pub struct LaunchMods {
+    /// FAKETIME for libfaketime (e.g. "+600s"); None: the real clock.
+    pub faketime: Option<String>,
+    /// RLIMIT_FSIZE in bytes (writes past it fail with EFBIG, SIGXFSZ ignored): a full disk.
+    pub fsize_limit: Option<u64>,
+}
+
+pub struct Spawner {
+    pub bin: PathBuf,
+    /// Every `serve` flag but `--listen`.
+    pub args: Vec<String>,
+    pub log_dir: PathBuf,
+    pub faketime_lib: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+pub struct Exit {
+    pub at_ms: u64,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub expected: bool,
+}
+
+#[derive(Default)]
+struct InstState {
+    running: bool,
+    paused_since: Option<u64>,
+    down_since: Option<u64>,
+    /// Closed intervals [from, to] in ms when the process was stopped (SIGSTOP).
+    pauses: Vec<(u64, u64)>,
+    /// Closed intervals when it was not running (killed, exited, restarting).
+    downs: Vec<(u64, u64)>,
+    expect_exit: bool,
+    unreported: Vec<Exit>,
+    last_exit: Option<Exit>,
+    mods: LaunchMods,
+}
+
+pub struct Instance {
+    pub idx: usize,
+    t0: Instant,
+    port: AtomicU16,
+    pid: AtomicI32,
+    state: Mutex<InstState>,
+    /// Bumped whenever the process is disturbed (paused, killed, restarted): a request whose
+    /// epoch changed while in flight is exempt from the deadline and the watchdog.
+    epoch: AtomicU64,
+    next_req: AtomicU64,
+    /// Requests in flight: id -> (sent ms, is a write).
+    inflight: Mutex<BTreeMap<u64, (u64, bool)>>,
+    pub last_answer_ms: AtomicU64,
+    pub last_write_done_ms: AtomicU64,
+    pub rss_peak_kib: AtomicU64,
+    pub starts: AtomicU64,
+    pub last_write_sent_ms: AtomicU64,
+    /// Armed by the full-disk fault: (armed at, the first write that failed after it).
+    failure_watch: Mutex<Option<(u64, Option<u64>)>>,
+}
+
+impl Instance {
+    pub fn new(idx: usize, t0: Instant) -> Arc<Instance> {
+        Arc::new(Instance {
+            idx,
+            t0,
+            port: AtomicU16::new(free_port()),
+            pid: AtomicI32::new(0),
+            state: Mutex::new(InstState {
+                down_since: Some(0),
+                ..Default::default()
+            }),
+            epoch: AtomicU64::new(0),
+            next_req: AtomicU64::new(0),
+            inflight: Mutex::new(BTreeMap::new()),
+            last_answer_ms: AtomicU64::new(0),
+            last_write_done_ms: AtomicU64::new(0),
+            rss_peak_kib: AtomicU64::new(0),
+            starts: AtomicU64::new(0),
+            last_write_sent_ms: AtomicU64::new(0),
+            failure_watch: Mutex::new(None),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port.load(Ordering::SeqCst))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid.load(Ordering::SeqCst)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state.lock().unwrap().running
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.state.lock().unwrap().paused_since.is_some()
+    }
+
+    /// Running and not stopped: requests to it must be answered.
+    pub fn is_live(&self) -> bool {
+        let s = self.state.lock().unwrap();
+        s.running && s.paused_since.is_none()
+    }
+
+    pub fn set_mods(&self, mods: LaunchMods) {
+        self.state.lock().unwrap().mods = mods;
+    }
+
+    pub fn mods(&self) -> LaunchMods {
+        self.state.lock().unwrap().mods.clone()
+    }
+
+    /// The instance was stopped (SIGSTOP) at some point in [from, to].
+    pub fn paused_during(&self, from: u64, to: u64) -> bool {
+        let s = self.state.lock().unwrap();
+        s.pauses.iter().any(|(a, b)| *a <= to && from <= *b)
+            || s.paused_since.is_some_and(|p| p <= to)
+    }
+
+    /// The instance was paused, down or restarting at some point in [from, to].
+    pub fn disturbed_during(&self, from: u64, to: u64) -> bool {
+        let s = self.state.lock().unwrap();
+        s.pauses
+            .iter()
+            .chain(s.downs.iter())
+            .any(|(a, b)| *a <= to && from <= *b)
+            || s.paused_since.is_some_and(|p| p <= to)
+            || s.down_since.is_some_and(|p| p <= to)
+    }
+
+    /// The end of the last disturbance (pause, downtime), for the watchdog.
+    pub fn last_disturbance_end(&self) -> u64 {
+        let s = self.state.lock().unwrap();
+        let a = s.pauses.last().map(|p| p.1).unwrap_or(0);
+        let b = s.downs.last().map(|p| p.1).unwrap_or(0);
+        a.max(b)
+    }
+
+    pub fn take_unreported_exits(&self) -> Vec<Exit> {
+        std::mem::take(&mut self.state.lock().unwrap().unreported)
+    }
+
+    pub fn last_exit(&self) -> Option<Exit> {
+        self.state.lock().unwrap().last_exit.clone()
+    }
+
+    /// Marks a request sent: returns its id and the epoch it was sent in.
+    pub fn begin_request(&self, is_write: bool, now_ms: u64) -> (u64, u64) {
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        self.inflight.lock().unwrap().insert(id, (now_ms, is_write));
+        if is_write {
+            self.last_write_sent_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+        (id, self.epoch())
+    }
+
+    /// Marks a request answered (or given up). `answered`: a response came back;
+    /// `write_done`: it was a write answered 2xx (the storage completed it); `write_failed`: a
+    /// write answered 5xx or dropped.
+    pub fn end_request(
+        &self,
+        id: u64,
+        answered: bool,
+        write_done: bool,
+        write_failed: bool,
+        now_ms: u64,
+    ) {
+        self.inflight.lock().unwrap().remove(&id);
+        if write_failed {
+            if let Some((armed, first)) = self.failure_watch.lock().unwrap().as_mut() {
+                if first.is_none() && now_ms >= *armed {
+                    *first = Some(now_ms);
+                }
+            }
+        }
+        if answered {
+            self.last_answer_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+        if write_done {
+            self.last_write_done_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+    }
+
+    pub fn arm_failure_watch(&self, now_ms: u64) {
+        *self.failure_watch.lock().unwrap() = Some((now_ms, None));
+    }
+
+    pub fn disarm_failure_watch(&self) {
+        *self.failure_watch.lock().unwrap() = None;
+    }
+
+    pub fn first_failure(&self) -> Option<u64> {
+        self.failure_watch.lock().unwrap().and_then(|(_, f)| f)
+    }
+
+    /// The send time of the oldest write in flight, and of the oldest request of any kind.
+    pub fn oldest_inflight(&self) -> (Option<u64>, Option<u64>) {
+        let m = self.inflight.lock().unwrap();
+        let w = m.values().filter(|(_, w)| *w).map(|(t, _)| *t).min();
+        let a = m.values().map(|(t, _)| *t).min();
+        (w, a)
+    }
+
+    /// Starts the process and waits for /healthz (a bind failure retries on a fresh port).
+    pub async fn start(self: &Arc<Self>, sp: &Spawner) -> Result<(), String> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let mods = self.mods();
+        let mut last_err = String::new();
+        for _attempt in 0..3 {
+            let port = self.port.load(Ordering::SeqCst);
+            let log_path = sp.log_dir.join(format!("instance-{}.log", self.idx));
+            let log = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(|e| format!("{}: {e}", log_path.display()))?;
+            let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+            let log2 = log.try_clone().map_err(|e| e.to_string())?;
+            let mut cmd = tokio::process::Command::new(&sp.bin);
+            cmd.arg("serve")
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .args(&sp.args);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(log2));
+            cmd.env(
+                "RUST_LOG",
+                std::env::var("ORDERLY_TORTURE_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            );
+            if let Some(ft) = &mods.faketime {
+                cmd.env("LD_PRELOAD", &sp.faketime_lib);
+                cmd.env("FAKETIME", ft);
+                // Only the wall clock moves: a monotonic clock that jumps would be another
+                // fault (and tokio's timers would misfire).
+                cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                cmd.env("FAKETIME_NO_CACHE", "1");
+            }
+            let limit = mods.fsize_limit;
+            // SAFETY: only async-signal-safe calls (prctl, setrlimit, signal) between fork and
+            // exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    // Dies with the harness, even a harness killed with -9.
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    // A group of its own, as under a service manager: a signal it sends to
+                    // its group (kill(0, …)) must not reach the harness.
+                    libc::setpgid(0, 0);
+                    if let Some(bytes) = limit {
+                        let r = libc::rlimit {
+                            rlim_cur: bytes,
+                            rlim_max: bytes,
+                        };
+                        libc::setrlimit(libc::RLIMIT_FSIZE, &r);
+                        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("{}: {e}", sp.bin.display()))?;
+            let pid = child.id().unwrap_or(0) as i32;
+            live_add(pid);
+            self.pid.store(pid, Ordering::SeqCst);
+            self.starts.fetch_add(1, Ordering::Relaxed);
+            {
+                let mut s = self.state.lock().unwrap();
+                s.running = true;
+                // Under a file-size limit the process is meant to stop by itself (a full
+                // disk): its fault judges the exit.
+                s.expect_exit = mods.fsize_limit.is_some();
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let st = child.wait().await;
+                live_remove(pid);
+                let now = me.now_ms();
+                me.epoch.fetch_add(1, Ordering::SeqCst);
+                let mut s = me.state.lock().unwrap();
+                s.running = false;
+                if let Some(p) = s.paused_since.take() {
+                    s.pauses.push((p, now));
+                }
+                if s.down_since.is_none() {
+                    s.down_since = Some(now);
+                }
+                use std::os::unix::process::ExitStatusExt;
+                let (code, sig) = match st {
+                    Ok(st) => (st.code(), st.signal()),
+                    Err(_) => (None, None),
+                };
+                let e = Exit {
+                    at_ms: now,
+                    code,
+                    signal: sig,
+                    expected: s.expect_exit,
+                };
+                s.expect_exit = false;
+                if !e.expected {
+                    s.unreported.push(e.clone());
+                }
+                s.last_exit = Some(e);
+                me.pid
+                    .compare_exchange(pid, 0, Ordering::SeqCst, Ordering::SeqCst)
+                    .ok();
+            });
+            let deadline = Instant::now() + Duration::from_secs(180);
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(1))
+                .build()
+                .map_err(|e| e.to_string())?;
+            loop {
+                if !self.is_running() {
+                    let tail = log_tail(&log_path, log_start, 8);
+                    if tail.contains("Address already in use") || tail.contains("address in use") {
+                        self.port.store(free_port(), Ordering::SeqCst);
+                        last_err = format!("port {port} in use");
+                        break;
+                    }
+                    return Err(format!("instance {} exited at start: {tail}", self.idx));
+                }
+                if let Ok(r) = client
+                    .get(format!("http://127.0.0.1:{port}/healthz"))
+                    .send()
+                    .await
+                {
+                    if r.status().is_success() {
+                        let now = self.now_ms();
+                        let mut s = self.state.lock().unwrap();
+                        if let Some(d) = s.down_since.take() {
+                            s.downs.push((d, now));
+                        }
+                        drop(s);
+                        self.epoch.fetch_add(1, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                }
+                if Instant::now() > deadline {
+                    self.kill9().await;
+                    return Err(format!(
+                        "instance {} did not answer /healthz within 180 s: {}",
+                        self.idx,
+                        log_tail(&log_path, log_start, 8)
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Err(last_err)
+    }
+
+    /// kill -9 (continuing it first is not needed: SIGKILL ends a stopped process too).
+    pub async fn kill9(&self) {
+        let pid = self.pid();
+        {
+            let mut s = self.state.lock().unwrap();
+            if !s.running {
+                return;
+            }
+            s.expect_exit = true;
+            s.down_since.get_or_insert(self.now_ms());
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        signal(pid, libc::SIGKILL);
+        self.wait_exit(Duration::from_secs(10)).await;
+    }
+
+    /// SIGTERM, then SIGKILL if it has not ended within `grace`. Returns the exit.
+    pub async fn terminate(&self, grace: Duration) -> Option<Exit> {
+        let pid = self.pid();
+        {
+            let mut s = self.state.lock().unwrap();
+            if !s.running {
+                return s.last_exit.clone();
+            }
+            s.expect_exit = true;
+            s.down_since.get_or_insert(self.now_ms());
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        signal(pid, libc::SIGCONT);
+        signal(pid, libc::SIGTERM);
+        if !self.wait_exit(grace).await {
+            signal(pid, libc::SIGKILL);
+            self.wait_exit(Duration::from_secs(10)).await;
+        }
+        self.last_exit()
+    }
+
+    /// Says the next exit is the harness's doing (a full disk's exit is checked by its fault).
+    pub fn expect_exit(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.expect_exit = true;
+    }
+
+    pub async fn wait_exit(&self, max: Duration) -> bool {
+        let until = Instant::now() + max;
+        while self.is_running() {
+            if Instant::now() > until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    pub fn pause(&self) -> bool {
+        let now = self.now_ms();
+        let mut s = self.state.lock().unwrap();
+        if !s.running || s.paused_since.is_some() {
+            return false;
+        }
+        s.paused_since = Some(now);
+        drop(s);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        signal(self.pid(), libc::SIGSTOP)
+    }
+
+    pub fn resume(&self) {
+        let now = self.now_ms();
+        let mut s = self.state.lock().unwrap();
+        if let Some(p) = s.paused_since.take() {
+            s.pauses.push((p, now));
+        }
+        drop(s);
+        signal(self.pid(), libc::SIGCONT);
+    }
+}
+
+/// The last lines of an instance's log written since `from`.
+pub fn log_tail(path: &Path, from: u64, lines: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let from = (from as usize).min(text.len());
+    let s = String::from_utf8_lossy(&text[from..]);
+    let v: Vec<&str> = s.lines().rev().take(lines).collect();
+    v.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster of a run.
+
+pub struct Cluster {
+    pub instances: Vec<Arc<Instance>>,
+    pub spawner: Spawner,
+    pub pg: Option<Pg>,
+    pub lazyfs: Option<LazyFs>,
+    /// sled: the data directory of the one instance.
+    pub data_dir: Option<PathBuf>,
+    pub admin_token: String,
+    pub provider_secret: String,
+}
+
+impl Cluster {
+    /// The live instances' indexes (running, not paused), or every index when none is.
+    pub fn live(&self) -> Vec<usize> {
+        let v: Vec<usize> = self
+            .instances
+            .iter()
+            .filter(|i| i.is_live())
+            .map(|i| i.idx)
+            .collect();
+        if v.is_empty() {
+            (0..self.instances.len()).collect()
+        } else {
+            v
+        }
+    }
+
+    /// Starts every instance that is not running.
+    pub async fn start_all(&self) -> Result<(), String> {
+        for i in &self.instances {
+            i.start(&self.spawner).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! What every part of a run shares: the resolved configuration, the history, the tallies the
+//! summary prints (operations, faults, checks, violations) and the one way to report a
+//! violation.
+
+use crate::cluster::Cluster;
+use crate::faults::FaultKind;
+use crate::history::History;
+use crate::receiver::Receiver;
+use crate::state::State;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sled,
+    Postgres,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sled => "sled",
+            Engine::Postgres => "postgres",
+        }
+    }
+}
+
+/// A run's settings once flags, the seed's draws and `--replay` are resolved.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bin: PathBuf,
+    pub engine: Engine,
+    pub instances: usize,
+    pub duration: Duration,
+    pub seed: u64,
+    /// The faults the schedule draws from (requested, supported, and set up).
+    pub faults: Vec<FaultKind>,
+    pub clients: usize,
+    pub deadline: Duration,
+    pub max_rss_mib: u64,
+    pub keep: bool,
+    pub faketime_lib: PathBuf,
+    pub prefill: u64,
+    pub backups: u32,
+    pub work: PathBuf,
+    /// The mix of operations, drawn from the seed (weights per kind).
+    pub profile: String,
+}
+
+impl Config {
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline.as_millis() as u64
+    }
+}
+
+/// Counters for the summary.
+#[derive(Default)]
+pub struct Tally {
+    pub checks: AtomicU64,
+    pub ops: Mutex<BTreeMap<&'static str, u64>>,
+    pub faults: Mutex<BTreeMap<String, u64>>,
+    pub violations: Mutex<BTreeMap<String, u64>>,
+    pub skipped: Mutex<Vec<(String, String)>>,
+    pub exempt: AtomicU64,
+}
+
+pub struct Ctx {
+    pub cfg: Config,
+    pub hist: History,
+    pub tally: Tally,
+    pub cluster: Cluster,
+    pub state: State,
+    /// Set when the clients must stop (end of the run, or Ctrl-C).
+    pub stopping: AtomicBool,
+    /// Set when the fault schedule must stop and heal.
+    pub faults_stopping: AtomicBool,
+    /// Faults in force now (the receiver's stalls not counted: they touch no instance).
+    pub faults_active: AtomicU64,
+    /// A fault ended less than a grace period before this: answers that only a fault
+    /// explains (a 500, writes that stop) are not judged until then.
+    pub quiet_after_ms: AtomicU64,
+    pub receiver: Arc<Receiver>,
+}
+
+/// How many lines of one check are printed before the rest are only counted.
+const PRINT_PER_CHECK: u64 = 25;
+
+impl Ctx {
+    pub fn now_ms(&self) -> u64 {
+        self.hist.now_ms()
+    }
+
+    /// One check made (whatever its result): the summary's C.
+    pub fn check(&self) {
+        self.tally.checks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn checks(&self, n: u64) {
+        self.tally.checks.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Reports a violation: one line on stdout (the first few of each check), one in the
+    /// history.
+    pub fn violation(&self, check: &str, detail: &str) {
+        let n = {
+            let mut v = self.tally.violations.lock().unwrap();
+            let c = v.entry(check.to_string()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        self.hist.violation(check, detail);
+        if n <= PRINT_PER_CHECK {
+            println!("VIOLATION {check}: {detail}");
+        } else if n == PRINT_PER_CHECK + 1 {
+            println!("VIOLATION {check}: (further violations of this check are counted and written to the history only)");
+        }
+    }
+
+    pub fn count_op(&self, kind: &'static str) {
+        *self.tally.ops.lock().unwrap().entry(kind).or_insert(0) += 1;
+    }
+
+    pub fn count_fault(&self, kind: &str) {
+        *self
+            .tally
+            .faults
+            .lock()
+            .unwrap()
+            .entry(kind.to_string())
+            .or_insert(0) += 1;
+    }
+
+    pub fn skip(&self, what: &str, why: &str) {
+        self.hist.note(&format!("SKIPPED {what}: {why}"));
+        self.tally
+            .skipped
+            .lock()
+            .unwrap()
+            .push((what.to_string(), why.to_string()));
+    }
+
+    pub fn note(&self, text: &str) {
+        self.hist.note(text);
+    }
+
+    pub fn fault_begin(&self) {
+        self.faults_active.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A fault ended: what only a fault explains is judged again `grace_ms` later.
+    pub fn fault_end(&self, grace_ms: u64) {
+        self.quiet_after_ms
+            .fetch_max(self.now_ms() + grace_ms, Ordering::SeqCst);
+        self.faults_active.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A fault is in force, or ended within its grace period.
+    pub fn faults_busy(&self) -> bool {
+        self.faults_active.load(Ordering::SeqCst) > 0
+            || self.now_ms() < self.quiet_after_ms.load(Ordering::SeqCst)
+    }
+
+    pub fn receiver_url(&self, account: usize) -> String {
+        self.receiver.url_for(account)
+    }
+}

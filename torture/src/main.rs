@@ -1,0 +1,802 @@
+//! orderly-torture: flags, one run (storage and instances up, setup, prefill, the clients, the
+//! faults, the backups, the monitors; then heal, end checks, restores), and the summary.
+//! Exit 0: no violation; 1: at least one; 2: bad usage, or the harness itself could not run.
+
+mod backup;
+mod checks;
+mod cluster;
+mod ctx;
+mod faults;
+mod history;
+mod http;
+mod lazyfs;
+mod model;
+mod monitor;
+mod pg;
+mod proxy;
+mod receiver;
+mod rng;
+mod setup;
+mod state;
+mod workload;
+
+use clap::Parser;
+use cluster::{Cluster, Instance, Spawner};
+use ctx::{Config, Ctx, Engine, Tally};
+use faults::FaultKind;
+use history::History;
+use lazyfs::LazyFs;
+use pg::Pg;
+use rng::Rng;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A seeded random workload with faults against the real orderly binary, checked against a
+/// small model of what every answer implies.
+#[derive(Parser, Debug)]
+#[command(name = "orderly-torture", version)]
+struct Args {
+    /// The orderly binary under test.
+    #[arg(
+        long,
+        env = "ORDERLY_TORTURE_BIN",
+        default_value = "target/release/orderly"
+    )]
+    bin: PathBuf,
+    /// sled (one instance) or postgres (one to three instances on one database).
+    #[arg(long, env = "ORDERLY_TORTURE_ENGINE", default_value = "sled")]
+    engine: String,
+    /// Instances on one PostgreSQL database (sled: always 1).
+    #[arg(long, env = "ORDERLY_TORTURE_INSTANCES", default_value_t = 1)]
+    instances: usize,
+    /// How long the clients run (setup, prefill, end checks and restores come on top).
+    #[arg(long, env = "ORDERLY_TORTURE_DURATION", default_value = "3m")]
+    duration: String,
+    /// Decides the workload mix, every client's choices and the fault schedule (default:
+    /// drawn at random and printed).
+    #[arg(long, env = "ORDERLY_TORTURE_SEED")]
+    seed: Option<u64>,
+    /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
+    /// lost-standby, rows-held, conn-cut, clock-step, failover), `all`, or `none`. Default:
+    /// every fault the engine and the machine support.
+    #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
+    faults: Option<String>,
+    /// Concurrent clients.
+    #[arg(long, env = "ORDERLY_TORTURE_CLIENTS", default_value_t = 16)]
+    clients: usize,
+    /// postgres: a maintenance URL of a server to create a fresh database in (default: a
+    /// throwaway cluster started with scripts/pg-cluster.sh).
+    #[arg(long, env = "ORDERLY_TORTURE_DATABASE_URL")]
+    database_url: Option<String>,
+    /// postgres: PgBouncer in transaction mode between the instances and the server.
+    #[arg(long, env = "ORDERLY_TORTURE_POOLER")]
+    pooler: bool,
+    /// The history file (default: torture-<seed>.jsonl in the temp directory).
+    #[arg(long, env = "ORDERLY_TORTURE_HISTORY")]
+    history: Option<PathBuf>,
+    /// Run again what a history file's first line says (seed, engine, instances, faults,
+    /// duration and the drawn settings).
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Passed to the server as --request-deadline.
+    #[arg(long, env = "ORDERLY_TORTURE_REQUEST_DEADLINE", default_value = "10s")]
+    request_deadline: String,
+    /// Resident memory bound per instance, in MiB.
+    #[arg(
+        long = "max-rss",
+        env = "ORDERLY_TORTURE_MAX_RSS",
+        default_value_t = 1024
+    )]
+    max_rss: u64,
+    /// Keep the work directory (data, logs, backups).
+    #[arg(long, env = "ORDERLY_TORTURE_KEEP")]
+    keep: bool,
+    /// The repository's scripts/ (pg-cluster.sh, pgbouncer.sh, lazyfs.sh); default: found
+    /// beside the binary's repository or this harness's.
+    #[arg(long, env = "ORDERLY_TORTURE_SCRIPTS")]
+    scripts: Option<PathBuf>,
+    /// A built LazyFS binary (scripts/lazyfs.sh build DIR prints it): power-loss and
+    /// disk-stall need it.
+    #[arg(long, env = "LAZYFS_BIN")]
+    lazyfs: Option<PathBuf>,
+    /// libfaketime, for clock-step.
+    #[arg(
+        long,
+        env = "ORDERLY_TORTURE_FAKETIME_LIB",
+        default_value = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+    )]
+    faketime_lib: PathBuf,
+    /// postgres: --database-pool-size of each instance (default: drawn by the seed).
+    #[arg(long, env = "ORDERLY_TORTURE_DATABASE_POOL_SIZE")]
+    database_pool_size: Option<u32>,
+    /// Orders placed as fast as possible before the run (default: drawn by the seed), so a
+    /// backup's walk takes seconds.
+    #[arg(long, env = "ORDERLY_TORTURE_PREFILL")]
+    prefill: Option<u64>,
+    /// Backups taken during the run (default: drawn by the seed).
+    #[arg(long, env = "ORDERLY_TORTURE_BACKUPS")]
+    backups: Option<u32>,
+    /// The operation mix: balanced, orders, keys, admin, webhooks (default: drawn by the seed).
+    #[arg(long, env = "ORDERLY_TORTURE_PROFILE")]
+    profile: Option<String>,
+    /// Print what the seed draws (settings, the first faults) and exit, running nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("orderly-torture: {msg}");
+    std::process::exit(2);
+}
+
+fn cannot_run(msg: &str) -> ! {
+    println!("torture: the harness could not run: {msg}");
+    cluster::run_cleanup();
+    std::process::exit(2);
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut b).is_ok() {
+            return u64::from_le_bytes(b) >> 1;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    (t ^ u64::from(std::process::id())) >> 1
+}
+
+fn find_scripts(given: Option<PathBuf>, bin: &Path) -> Option<PathBuf> {
+    if let Some(g) = given {
+        return Some(g);
+    }
+    let mut candidates = Vec::new();
+    if let Ok(b) = bin.canonicalize() {
+        candidates.extend(b.ancestors().map(|a| a.join("scripts")));
+    }
+    if let Ok(me) = std::env::current_exe() {
+        candidates.extend(me.ancestors().map(|a| a.join("scripts")));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        candidates.extend(cwd.ancestors().map(|a| a.join("scripts")));
+    }
+    candidates
+        .into_iter()
+        .find(|c| c.join("pg-cluster.sh").exists())
+}
+
+/// Settings the seed draws when no flag gives them.
+struct Drawn {
+    profile: String,
+    pool_size: u32,
+    prefill: u64,
+    backups: u32,
+}
+
+fn draw(seed: u64, engine: Engine, args: &Args) -> Drawn {
+    let mut rng = Rng::stream(seed, "config", 0);
+    let mix = setup::Mix::draw(seed);
+    let profile = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| mix.profile.to_string());
+    let pool_draw = *rng.pick(&[4u32, 4, 8, 16, 32]);
+    let pool_size =
+        args.database_pool_size
+            .unwrap_or(if profile == "admin" { 4 } else { pool_draw });
+    let prefill_draw = match engine {
+        Engine::Sled if profile == "keys" => *rng.pick(&[150_000u64, 200_000, 250_000]),
+        Engine::Sled => *rng.pick(&[0u64, 0, 20_000, 60_000]),
+        Engine::Postgres => *rng.pick(&[0u64, 5_000, 20_000]),
+    };
+    let prefill = args.prefill.unwrap_or(prefill_draw);
+    let b = if profile == "keys" {
+        rng.range(4, 8)
+    } else {
+        rng.range(2, 5)
+    } as u32;
+    let backups = args.backups.unwrap_or(b);
+    Drawn {
+        profile,
+        pool_size,
+        prefill,
+        backups,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = Args::parse();
+    // --replay: the first line of a history decides everything it recorded.
+    let mut replay_faults: Option<Vec<String>> = None;
+    if let Some(path) = &args.replay {
+        let first = history::read_first_line(path).unwrap_or_else(|e| usage(&e));
+        let get_u = |k: &str| first[k].as_u64();
+        args.seed = get_u("seed");
+        args.engine = first["engine"].as_str().unwrap_or("sled").to_string();
+        args.instances = get_u("instances").unwrap_or(1) as usize;
+        args.duration = format!("{}ms", get_u("duration_ms").unwrap_or(180_000));
+        args.request_deadline = format!("{}ms", get_u("deadline_ms").unwrap_or(10_000));
+        args.clients = get_u("clients").unwrap_or(16) as usize;
+        args.pooler = first["pooler"].as_bool().unwrap_or(false);
+        args.database_pool_size = get_u("pool_size").map(|x| x as u32);
+        args.prefill = get_u("prefill");
+        args.backups = get_u("backups").map(|x| x as u32);
+        args.profile = first["profile"].as_str().map(str::to_string);
+        if args.bin == Path::new("target/release/orderly") {
+            if let Some(b) = first["bin"].as_str() {
+                args.bin = PathBuf::from(b);
+            }
+        }
+        replay_faults = first["faults"].as_array().map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        });
+    }
+    let engine = match args.engine.as_str() {
+        "sled" => Engine::Sled,
+        "postgres" | "postgresql" | "pg" => Engine::Postgres,
+        e => usage(&format!("--engine {e}: sled or postgres")),
+    };
+    let instances = match engine {
+        Engine::Sled if args.instances != 1 => usage("--instances: sled runs one instance"),
+        Engine::Sled => 1,
+        Engine::Postgres if !(1..=3).contains(&args.instances) => usage("--instances: 1 to 3"),
+        Engine::Postgres => args.instances,
+    };
+    if args.clients == 0 || args.clients > 512 {
+        usage("--clients: 1 to 512");
+    }
+    if args.pooler && engine != Engine::Postgres {
+        usage("--pooler is for --engine postgres");
+    }
+    let duration = humantime::parse_duration(&args.duration)
+        .unwrap_or_else(|e| usage(&format!("--duration: {e}")));
+    let deadline = humantime::parse_duration(&args.request_deadline)
+        .unwrap_or_else(|e| usage(&format!("--request-deadline: {e}")));
+    if !args.bin.exists() {
+        usage(&format!(
+            "--bin {}: no such file (build it: cargo build --release)",
+            args.bin.display()
+        ));
+    }
+    let bin = args.bin.canonicalize().unwrap_or(args.bin.clone());
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let scripts = find_scripts(args.scripts.clone(), &bin)
+        .unwrap_or_else(|| usage("no scripts/ directory found: give --scripts DIR"));
+
+    // The faults asked for; the engine's and the machine's limits make SKIPPED lines.
+    let requested: Vec<FaultKind> = match (&replay_faults, args.faults.as_deref()) {
+        (Some(list), _) => list.iter().filter_map(|f| FaultKind::parse(f)).collect(),
+        (None, None) | (None, Some("all")) => faults::ALL
+            .iter()
+            .copied()
+            .filter(|k| k.engine().is_none_or(|e| e == engine))
+            .collect(),
+        (None, Some("none")) | (None, Some("")) => Vec::new(),
+        (None, Some(list)) => list
+            .split(',')
+            .map(|f| {
+                FaultKind::parse(f.trim())
+                    .unwrap_or_else(|| usage(&format!("--faults: unknown fault {f:?}")))
+            })
+            .collect(),
+    };
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    let mut faults: Vec<FaultKind> = Vec::new();
+    for k in requested {
+        if let Some(e) = k.engine() {
+            if e != engine {
+                skipped.push((k.name().into(), format!("not on {}", engine.name())));
+                continue;
+            }
+        }
+        if !faults.contains(&k) {
+            faults.push(k);
+        }
+    }
+    let drawn = draw(seed, engine, &args);
+    if args.dry_run {
+        // Nothing runs yet: a closed pipe (`| head`) may end the process quietly.
+        // SAFETY: resets one signal's disposition before any thread writes to stdout.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+        println!(
+            "torture: seed={seed} engine={} profile={} pool={} prefill={} backups={} faults=[{}]",
+            engine.name(),
+            drawn.profile,
+            drawn.pool_size,
+            drawn.prefill,
+            drawn.backups,
+            faults
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let (main_plan, recv) = faults::schedule(seed, &faults);
+        let mut t = (duration.as_millis() as u64 / 10).clamp(3_000, 15_000);
+        for p in main_plan.iter().take_while(|p| {
+            t += p.gap_ms;
+            let fits = t + p.dur_ms + 15_000 <= duration.as_millis() as u64;
+            t += p.dur_ms + 2_000;
+            fits
+        }) {
+            println!(
+                "torture: fault {} for {} ms after {} ms of quiet (target draw {}, variant {})",
+                p.kind.name(),
+                p.dur_ms,
+                p.gap_ms,
+                p.target % 3,
+                p.variant % 3
+            );
+        }
+        if let Some(r) = recv.first() {
+            println!("torture: receiver stalls from {} ms on", r.gap_ms);
+        }
+        std::process::exit(0);
+    }
+    let work = std::env::temp_dir().join(format!("orderly-torture-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap_or_else(|e| usage(&format!("{}: {e}", work.display())));
+    // PostgreSQL runs as its own user: it must reach directories under here.
+    let _ = std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+    if !args.keep {
+        cluster::register(cluster::Cleanup::RemoveDir(work.clone()));
+    }
+    let history_path = args
+        .history
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("torture-{seed}.jsonl")));
+
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("orderly-torture: the harness panicked: {info}");
+        cluster::run_cleanup();
+        std::process::exit(2);
+    }));
+    tokio::spawn(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        println!("torture: interrupted: cleaning up");
+        cluster::run_cleanup();
+        std::process::exit(2);
+    });
+
+    // Storage.
+    let admin_token = format!("torture-admin-{seed:x}");
+    let provider_secret = format!("torture-provider-{seed:x}");
+    let mut lazyfs = None;
+    let mut data_dir = None;
+    let mut pg = None;
+    let storage_args: Vec<String>;
+    let wants_lazy = faults
+        .iter()
+        .any(|k| matches!(k, FaultKind::PowerLoss | FaultKind::DiskStall));
+    match engine {
+        Engine::Sled => {
+            let mut dir = work.join("data").join("db");
+            if wants_lazy {
+                let why = match &args.lazyfs {
+                    None => Err("LazyFS not given (--lazyfs PATH or LAZYFS_BIN; scripts/lazyfs.sh build DIR prints it)".to_string()),
+                    Some(b) => LazyFs::mount(b, &work.join("lazyfs")).await,
+                };
+                match why {
+                    Ok(l) => {
+                        dir = l.mnt().join("db");
+                        lazyfs = Some(l);
+                    }
+                    Err(e) => {
+                        for k in [FaultKind::PowerLoss, FaultKind::DiskStall] {
+                            if let Some(p) = faults.iter().position(|x| *x == k) {
+                                faults.remove(p);
+                                skipped.push((k.name().into(), e.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            storage_args = vec!["--data-dir".into(), dir.display().to_string()];
+            data_dir = Some(dir);
+        }
+        Engine::Postgres => {
+            let want_standby = faults.contains(&FaultKind::Failover);
+            let db = format!("torture_{}", seed % 1_000_000_000);
+            match Pg::build(
+                &scripts,
+                &work,
+                args.database_url.as_deref(),
+                &db,
+                want_standby,
+                args.pooler,
+                args.keep,
+            )
+            .await
+            {
+                Ok((p, notes)) => {
+                    if want_standby && !p.has_standby() {
+                        faults.retain(|k| *k != FaultKind::Failover);
+                        let why = if args.database_url.is_some() {
+                            "the server is not the harness's own (--database-url)".to_string()
+                        } else if args.pooler {
+                            "PgBouncer has one server: a failover needs the multi-host URL"
+                                .to_string()
+                        } else {
+                            notes.join("; ")
+                        };
+                        skipped.push(("failover".into(), why));
+                    }
+                    if faults.contains(&FaultKind::LostStandby) {
+                        let ok = match pg::connect(&p.primary_maint_url()).await {
+                            Ok(c) => c
+                                .query_one(
+                                    "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
+                                    &[],
+                                )
+                                .await
+                                .map(|r| r.get::<_, bool>(0))
+                                .unwrap_or(false),
+                            Err(_) => false,
+                        };
+                        if !ok {
+                            faults.retain(|k| *k != FaultKind::LostStandby);
+                            skipped.push((
+                                "lost-standby".into(),
+                                "ALTER SYSTEM needs a superuser".into(),
+                            ));
+                        }
+                    }
+                    storage_args = vec![
+                        "--database-url".into(),
+                        p.instance_url.clone(),
+                        "--database-pool-size".into(),
+                        drawn.pool_size.to_string(),
+                    ];
+                    pg = Some(p);
+                }
+                Err(e) => cannot_run(&format!("PostgreSQL: {e}")),
+            }
+        }
+    }
+    if faults.contains(&FaultKind::ClockStep) && !args.faketime_lib.exists() {
+        faults.retain(|k| *k != FaultKind::ClockStep);
+        skipped.push((
+            "clock-step".into(),
+            format!("no libfaketime at {}", args.faketime_lib.display()),
+        ));
+    }
+
+    let cfg = Config {
+        bin: bin.clone(),
+        engine,
+        instances,
+        duration,
+        seed,
+        faults: faults.clone(),
+        clients: args.clients,
+        deadline,
+        max_rss_mib: args.max_rss,
+        keep: args.keep,
+        faketime_lib: args.faketime_lib.clone(),
+        prefill: drawn.prefill,
+        backups: drawn.backups,
+        work: work.clone(),
+        profile: drawn.profile.clone(),
+    };
+    let first = json!({
+        "torture": 1, "seed": seed, "engine": engine.name(), "instances": instances,
+        "faults": faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "duration_ms": duration.as_millis() as u64, "deadline_ms": deadline.as_millis() as u64,
+        "clients": args.clients, "bin": bin.display().to_string(), "pooler": args.pooler,
+        "pool_size": drawn.pool_size, "prefill": drawn.prefill, "backups": drawn.backups, "profile": drawn.profile,
+        "skipped": skipped.iter().map(|(k, w)| json!({"fault": k, "why": w})).collect::<Vec<_>>(),
+    });
+    let hist = History::create(&history_path, &first)
+        .unwrap_or_else(|e| usage(&format!("{}: {e}", history_path.display())));
+    println!(
+        "torture: seed={seed} engine={} instances={instances} duration={} profile={} clients={} faults=[{}] pool={} prefill={} backups={}",
+        engine.name(),
+        humantime::format_duration(duration),
+        drawn.profile,
+        args.clients,
+        faults.iter().map(|k| k.name()).collect::<Vec<_>>().join(","),
+        if engine == Engine::Postgres { drawn.pool_size.to_string() } else { "-".into() },
+        drawn.prefill,
+        drawn.backups,
+    );
+    println!(
+        "torture: history {} ; work dir {}{}",
+        history_path.display(),
+        work.display(),
+        if args.keep { " (kept)" } else { "" }
+    );
+
+    let mut spawn_args: Vec<String> = vec![
+        "--admin-token".into(),
+        admin_token.clone(),
+        "--allow-private-callbacks".into(),
+        "--provider-secret".into(),
+        format!("torture={provider_secret}"),
+        "--fulfillment-delay".into(),
+        "800ms".into(),
+        "--webhook-retry-schedule".into(),
+        "1s,2s,4s,8s".into(),
+        "--rate-limit".into(),
+        "100000000".into(),
+        "--request-deadline".into(),
+        args.request_deadline.clone(),
+    ];
+    spawn_args.extend(storage_args);
+    let spawner = Spawner {
+        bin: bin.clone(),
+        args: spawn_args,
+        log_dir: work.clone(),
+        faketime_lib: args.faketime_lib.clone(),
+    };
+    let receiver = receiver::Receiver::start(seed)
+        .await
+        .unwrap_or_else(|e| cannot_run(&format!("webhook receiver: {e}")));
+    let instances_v: Vec<Arc<Instance>> = (0..instances)
+        .map(|i| Instance::new(i, hist.start()))
+        .collect();
+    let cluster = Cluster {
+        instances: instances_v,
+        spawner,
+        pg,
+        lazyfs,
+        data_dir,
+        admin_token,
+        provider_secret,
+    };
+    let ctx = Arc::new(Ctx {
+        cfg,
+        hist,
+        tally: Tally::default(),
+        cluster,
+        state: state::State::default(),
+        stopping: AtomicBool::new(false),
+        faults_stopping: AtomicBool::new(false),
+        faults_active: AtomicU64::new(0),
+        quiet_after_ms: AtomicU64::new(0),
+        receiver: receiver.clone(),
+    });
+    receiver.attach(&ctx);
+    for (k, why) in &skipped {
+        ctx.skip(k, why);
+    }
+    let code = run(&ctx).await;
+    cluster::run_cleanup();
+    std::process::exit(code);
+}
+
+async fn run(ctx: &Arc<Ctx>) -> i32 {
+    if let Err(e) = ctx.cluster.start_all().await {
+        cannot_run(&e);
+    }
+    if let Err(e) = setup::setup(ctx).await {
+        cannot_run(&e);
+    }
+    if let Err(e) = setup::prefill(ctx, ctx.cfg.prefill).await {
+        cannot_run(&e);
+    }
+    let monitor = tokio::spawn(monitor::run(ctx.clone()));
+    let started = Instant::now();
+    let end_ms = ctx.now_ms() + ctx.cfg.duration.as_millis() as u64;
+    ctx.note(&format!(
+        "workload starts at {} ms, ends at {end_ms} ms",
+        ctx.now_ms()
+    ));
+    let (main_plan, recv_plan) = faults::schedule(ctx.cfg.seed, &ctx.cfg.faults);
+    let f_main = tokio::spawn(faults::run_main(ctx.clone(), main_plan, end_ms));
+    let f_recv = tokio::spawn(faults::run_receiver(
+        ctx.clone(),
+        ctx.receiver.clone(),
+        recv_plan,
+        end_ms,
+    ));
+    let backups = tokio::spawn(backup::run_schedule(ctx.clone(), ctx.cfg.backups, end_ms));
+    let mut mix = setup::Mix::draw(ctx.cfg.seed);
+    if mix.profile != ctx.cfg.profile {
+        let mut r = Rng::stream(ctx.cfg.seed, "mix-override", 0);
+        let p: &'static str = match ctx.cfg.profile.as_str() {
+            "orders" => "orders",
+            "keys" => "keys",
+            "admin" => "admin",
+            "webhooks" => "webhooks",
+            _ => "balanced",
+        };
+        mix = setup::Mix::for_profile(p, &mut r);
+    }
+    let clients: Vec<_> = (0..ctx.cfg.clients)
+        .map(|c| tokio::spawn(workload::Client::new(ctx.clone(), c, mix.clone()).run()))
+        .collect();
+    // The run.
+    while started.elapsed() < ctx.cfg.duration {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ctx.stopping.store(true, Ordering::SeqCst);
+    ctx.faults_stopping.store(true, Ordering::SeqCst);
+    for c in clients {
+        let _ = tokio::time::timeout(ctx.cfg.deadline + Duration::from_secs(20), c).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(150), f_main).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), f_recv).await;
+    let backups = tokio::time::timeout(Duration::from_secs(150), backups)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    println!(
+        "torture: {:.1}s workload done; healing and checking",
+        ctx.now_ms() as f64 / 1000.0
+    );
+
+    // Heal: everything up and ready, deliveries settled.
+    ctx.check();
+    let stuck = faults::recover(ctx).await;
+    if !stuck.is_empty() {
+        ctx.violation("not-ready-at-end", &format!("instances {stuck:?} did not answer /readyz 200 within 60 s after the faults stopped; restarting them for the end checks"));
+        // What they acknowledged must survive a restart: the end checks then judge that.
+        for k in &stuck {
+            let i = &ctx.cluster.instances[*k];
+            i.terminate(Duration::from_secs(35)).await;
+        }
+        let still = faults::recover(ctx).await;
+        if !still.is_empty() {
+            ctx.violation(
+                "not-ready-at-end",
+                &format!("instances {still:?} not ready even after a restart: end checks skipped"),
+            );
+            return summary(ctx);
+        }
+    }
+    quiesce(ctx).await;
+    checks::end_checks(ctx).await;
+    ctx.receiver.recording.store(false, Ordering::SeqCst);
+    backup::verify_all(ctx, &backups).await;
+    monitor.abort();
+    for i in &ctx.cluster.instances {
+        let t = Instant::now();
+        if let Some(e) = i.terminate(Duration::from_secs(35)).await {
+            ctx.check();
+            if t.elapsed() > Duration::from_secs(31) {
+                ctx.violation(
+                    "stop-bound",
+                    &format!(
+                        "instance {}: SIGTERM took {:.1} s at the end (exit {:?})",
+                        i.idx,
+                        t.elapsed().as_secs_f64(),
+                        e.code
+                    ),
+                );
+            }
+        }
+    }
+    summary(ctx)
+}
+
+/// Waits (bounded) for the deliveries in flight to settle: no event pending or retrying.
+async fn quiesce(ctx: &Arc<Ctx>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let base = ctx.cluster.instances[0].url();
+    let until = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut busy = 0;
+        for idx in 0..ctx.state.account_count() {
+            let id = ctx.state.account(idx).id;
+            for f in ["pending", "retrying"] {
+                let r = http
+                    .get(format!(
+                        "{base}/admin/accounts/{id}/events?delivery={f}&limit=1"
+                    ))
+                    .header(
+                        "Authorization",
+                        format!("Bearer {}", ctx.cluster.admin_token),
+                    )
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    if let Ok(v) = r.json::<Value>().await {
+                        busy += v["events"].as_array().map(|a| a.len()).unwrap_or(0);
+                    }
+                }
+            }
+        }
+        if busy == 0 || Instant::now() > until {
+            if busy > 0 {
+                ctx.note("deliveries still pending or retrying after 90 s of quiet");
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn summary(ctx: &Ctx) -> i32 {
+    let ops = ctx.tally.ops.lock().unwrap().clone();
+    let faults = ctx.tally.faults.lock().unwrap().clone();
+    let violations = ctx.tally.violations.lock().unwrap().clone();
+    let total_ops: u64 = ops
+        .iter()
+        .filter(|(k, _)| **k != "setup")
+        .map(|(_, v)| *v)
+        .sum();
+    let total_faults: u64 = faults.values().sum();
+    let total_v: u64 = violations.values().sum();
+    let join = |m: Vec<(String, u64)>| {
+        m.into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "torture: operations: {}",
+        join(ops.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+    );
+    println!(
+        "torture: faults: {}",
+        if faults.is_empty() {
+            "none".into()
+        } else {
+            join(faults.into_iter().collect())
+        }
+    );
+    for (k, why) in ctx.tally.skipped.lock().unwrap().iter() {
+        println!("torture: SKIPPED {k}: {why}");
+    }
+    if !violations.is_empty() {
+        println!(
+            "torture: violations: {}",
+            join(violations.into_iter().collect())
+        );
+    }
+    let exempt = ctx.tally.exempt.load(Ordering::Relaxed);
+    let rss: Vec<String> = ctx
+        .cluster
+        .instances
+        .iter()
+        .map(|i| format!("{}", i.rss_peak_kib.load(Ordering::Relaxed) / 1024))
+        .collect();
+    println!(
+        "torture: {} requests exempt from the deadline (instance paused or killed in flight); peak RSS MiB per instance [{}]; {} webhook POSTs ({} same-instance overlaps); history {}{}",
+        exempt,
+        rss.join(","),
+        ctx.receiver.count.load(Ordering::Relaxed),
+        ctx.receiver.same_instance_overlaps.load(Ordering::Relaxed),
+        ctx.hist.path().display(),
+        if ctx.hist.ops_dropped() > 0 { format!(" ({} operation lines over the bound)", ctx.hist.ops_dropped()) } else { String::new() },
+    );
+    let line = format!(
+        "torture: seed={} engine={} instances={} duration={}: {} operations, {} faults, {} checks, {} violations",
+        ctx.cfg.seed,
+        ctx.cfg.engine.name(),
+        ctx.cfg.instances,
+        humantime::format_duration(ctx.cfg.duration),
+        total_ops,
+        total_faults,
+        ctx.tally.checks.load(Ordering::Relaxed),
+        total_v
+    );
+    ctx.note(&line);
+    ctx.hist.flush();
+    println!("{line}");
+    if total_v > 0 {
+        1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,486 @@
+//! The harness's webhook receiver: a small HTTP/1.1 server the orders' callbackUrl points at.
+//! It records every POST (webhook-id, which instance sent it, arrival, end), verifies the
+//! Standard Webhooks signature against the secrets the account is known to have had, and can
+//! stall (answer after 8 s, or not at all for a while) on the fault schedule's word. Two POSTs
+//! of one webhook-id from two instances that overlap in time are reported as they end.
+
+use crate::ctx::Ctx;
+use crate::history::excerpt;
+use crate::model::{overlapping_posts, Post};
+use crate::rng::Rng;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Normal,
+    /// Every POST answered after this long (an overloaded receiver).
+    Slow(Duration),
+    /// No answer until the mode changes (a receiver that hangs).
+    Hold,
+}
+
+#[derive(Clone, Debug)]
+pub struct PostRec {
+    pub instance: Option<usize>,
+    pub start_ms: u64,
+    pub end_ms: Option<u64>,
+    pub status: u16,
+    /// The pairs already reported (so each overlap is one violation).
+    pub reported: bool,
+}
+
+/// A POST whose signature matched none of the secrets known when it came: judged again at the
+/// end, once the accounts' secrets are read back.
+#[derive(Clone, Debug)]
+pub struct Unverified {
+    pub account: usize,
+    pub id: String,
+    pub timestamp: String,
+    pub body: Vec<u8>,
+    pub signatures: String,
+}
+
+pub struct Receiver {
+    pub port: u16,
+    mode: watch::Sender<Mode>,
+    pub posts: Mutex<HashMap<String, Vec<PostRec>>>,
+    pub unverified: Mutex<Vec<Unverified>>,
+    pub count: AtomicU64,
+    pub same_instance_overlaps: AtomicU64,
+    /// Off while restored backups are served: their outbox repeats the run's deliveries,
+    /// which are answered 200 and not judged.
+    pub recording: std::sync::atomic::AtomicBool,
+    rng: Mutex<Rng>,
+    ctx: Mutex<Weak<Ctx>>,
+}
+
+impl Receiver {
+    pub async fn start(seed: u64) -> std::io::Result<Arc<Receiver>> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let (mode, _) = watch::channel(Mode::Normal);
+        let r = Arc::new(Receiver {
+            port,
+            mode,
+            posts: Mutex::new(HashMap::new()),
+            unverified: Mutex::new(Vec::new()),
+            count: AtomicU64::new(0),
+            same_instance_overlaps: AtomicU64::new(0),
+            recording: std::sync::atomic::AtomicBool::new(true),
+            rng: Mutex::new(Rng::stream(seed, "receiver", 0)),
+            ctx: Mutex::new(Weak::new()),
+        });
+        let me = r.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((sock, peer)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                let me2 = me.clone();
+                tokio::spawn(async move { me2.connection(sock, peer).await });
+            }
+        });
+        Ok(r)
+    }
+
+    pub fn attach(&self, ctx: &Arc<Ctx>) {
+        *self.ctx.lock().unwrap() = Arc::downgrade(ctx);
+    }
+
+    pub fn set_mode(&self, m: Mode) {
+        self.mode.send_replace(m);
+    }
+
+    pub fn url_for(&self, account: usize) -> String {
+        format!("http://127.0.0.1:{}/hook/{account}", self.port)
+    }
+
+    pub fn received_ids(&self) -> HashSet<String> {
+        self.posts.lock().unwrap().keys().cloned().collect()
+    }
+
+    async fn connection(self: Arc<Self>, mut sock: TcpStream, peer: SocketAddr) {
+        let Some(ctx) = self.ctx.lock().unwrap().upgrade() else {
+            return;
+        };
+        let local = sock.local_addr().ok();
+        // Which instance holds the other end (read from /proc once per connection).
+        let pids: Vec<(usize, i32)> = ctx
+            .cluster
+            .instances
+            .iter()
+            .map(|i| (i.idx, i.pid()))
+            .collect();
+        let instance = match local {
+            Some(l) => tokio::task::spawn_blocking(move || owner_instance(peer, l, &pids))
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        };
+        let mut buf: Vec<u8> = Vec::with_capacity(8192);
+        loop {
+            // Read one request: head, then Content-Length bytes of body.
+            let (head_len, headers, path) = loop {
+                let mut hdrs = [httparse::EMPTY_HEADER; 64];
+                let mut req = httparse::Request::new(&mut hdrs);
+                match req.parse(&buf) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        let h: Vec<(String, String)> = req
+                            .headers
+                            .iter()
+                            .map(|h| {
+                                (
+                                    h.name.to_ascii_lowercase(),
+                                    String::from_utf8_lossy(h.value).into_owned(),
+                                )
+                            })
+                            .collect();
+                        break (n, h, req.path.unwrap_or("/").to_string());
+                    }
+                    Ok(httparse::Status::Partial) => {}
+                    Err(_) => return,
+                }
+                let mut chunk = [0u8; 8192];
+                match tokio::time::timeout(Duration::from_secs(120), sock.read(&mut chunk)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let start_ms = ctx.now_ms();
+            let get = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let len: usize = get("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_len + len {
+                let mut chunk = [0u8; 8192];
+                match tokio::time::timeout(Duration::from_secs(30), sock.read(&mut chunk)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let body: Vec<u8> = buf[head_len..head_len + len].to_vec();
+            buf.drain(..head_len + len);
+            let close = get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+            if !self.recording.load(Ordering::SeqCst) {
+                if sock
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    .await
+                    .is_err()
+                    || close
+                {
+                    return;
+                }
+                continue;
+            }
+            let id = get("webhook-id").unwrap_or_default();
+            let body_id = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["id"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let account: Option<usize> = path.strip_prefix("/hook/").and_then(|a| a.parse().ok());
+            let sig_ok = match (account, get("webhook-timestamp"), get("webhook-signature")) {
+                (Some(acc), Some(ts), Some(sigs)) => {
+                    let ok = verify(&ctx.state.secrets_of(acc), &id, &ts, &body, &sigs);
+                    if !ok {
+                        let mut u = self.unverified.lock().unwrap();
+                        if u.len() < 10_000 {
+                            u.push(Unverified {
+                                account: acc,
+                                id: id.clone(),
+                                timestamp: ts,
+                                body: body.clone(),
+                                signatures: sigs,
+                            });
+                        }
+                    }
+                    ok
+                }
+                _ => false,
+            };
+            self.count.fetch_add(1, Ordering::Relaxed);
+            let slot = {
+                let mut posts = self.posts.lock().unwrap();
+                let v = posts.entry(id.clone()).or_default();
+                v.push(PostRec {
+                    instance,
+                    start_ms,
+                    end_ms: None,
+                    status: 0,
+                    reported: false,
+                });
+                v.len() - 1
+            };
+            if id.is_empty() || account.is_none() || body_id != id {
+                ctx.violation(
+                    "webhook-shape",
+                    &format!(
+                        "a POST to {path} with webhook-id {id:?}, body id {body_id:?}: {}",
+                        excerpt(&body, 120)
+                    ),
+                );
+            }
+            // Decide the answer: the fault's mode first, then a few refusals of our own so
+            // retries and given-up deliveries happen.
+            let mut mode_rx = self.mode.subscribe();
+            let mode = *mode_rx.borrow_and_update();
+            let wait: Option<Duration> = match mode {
+                Mode::Normal => None,
+                Mode::Slow(d) => Some(d),
+                Mode::Hold => Some(Duration::from_secs(45)),
+            };
+            let mut gone = false;
+            if let Some(d) = wait {
+                let sleep = tokio::time::sleep(d);
+                tokio::pin!(sleep);
+                let mut probe = [0u8; 1024];
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        r = sock.read(&mut probe) => match r {
+                            Ok(0) | Err(_) => { gone = true; break }
+                            Ok(n) => buf.extend_from_slice(&probe[..n]),
+                        },
+                        ch = mode_rx.changed(), if mode == Mode::Hold => {
+                            if ch.is_err() || *mode_rx.borrow() != Mode::Hold { break }
+                        }
+                    }
+                }
+            }
+            let status = if gone {
+                0
+            } else {
+                let x = self.rng.lock().unwrap().below(100);
+                match x {
+                    0 => 410,
+                    1..=4 => 500,
+                    _ => 200,
+                }
+            };
+            if !gone {
+                let reason = match status {
+                    200 => "OK",
+                    410 => "Gone",
+                    _ => "Internal Server Error",
+                };
+                let resp = format!("HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\n\r\n");
+                if sock.write_all(resp.as_bytes()).await.is_err() {
+                    gone = true;
+                }
+            }
+            let end_ms = ctx.now_ms();
+            ctx.hist.op(serde_json::json!({
+                "t": "post", "id": id, "acc": account, "i": instance, "s": start_ms, "e": end_ms,
+                "st": status, "sig": sig_ok, "gone": gone,
+            }));
+            self.finish(&ctx, &id, slot, end_ms, status);
+            if gone || close {
+                return;
+            }
+        }
+    }
+
+    /// Records a POST's end and judges it against the other POSTs of its webhook-id.
+    fn finish(&self, ctx: &Arc<Ctx>, id: &str, slot: usize, end_ms: u64, status: u16) {
+        let mut posts = self.posts.lock().unwrap();
+        let Some(v) = posts.get_mut(id) else { return };
+        v[slot].end_ms = Some(end_ms);
+        v[slot].status = status;
+        if v.len() < 2 {
+            return;
+        }
+        ctx.check();
+        let now = end_ms;
+        let view: Vec<Post> = v
+            .iter()
+            .map(|p| Post {
+                instance: p.instance,
+                start_ms: p.start_ms,
+                end_ms: p.end_ms.unwrap_or(now.max(p.start_ms + 1)),
+            })
+            .collect();
+        let paused = |inst: Option<usize>, from: u64, to: u64| -> bool {
+            match inst {
+                Some(i) => ctx.cluster.instances[i].paused_during(from, to),
+                None => ctx
+                    .cluster
+                    .instances
+                    .iter()
+                    .any(|x| x.paused_during(from, to)),
+            }
+        };
+        let pairs = overlapping_posts(&view, &paused);
+        let mut lines = Vec::new();
+        for (a, b) in pairs {
+            if a != slot && b != slot {
+                continue;
+            }
+            if v[a].reported && v[b].reported {
+                continue;
+            }
+            v[a].reported = true;
+            v[b].reported = true;
+            let show = |p: &PostRec| {
+                format!(
+                    "instance {} {}..{}",
+                    p.instance
+                        .map(|i| i.to_string())
+                        .unwrap_or_else(|| "?".into()),
+                    p.start_ms,
+                    match p.end_ms {
+                        Some(e) if p.status == 0 => format!("{e} ms, the sender gone"),
+                        Some(e) => format!("{e} ms answered {}", p.status),
+                        None => "(still open) ms".into(),
+                    }
+                )
+            };
+            lines.push(format!(
+                "webhook-id {id} POSTed twice at once: {} and {}",
+                show(&v[a]),
+                show(&v[b])
+            ));
+        }
+        // The same instance twice at once: counted and written down (a redelivery racing an
+        // attempt), judged apart from the two-instance rule.
+        for (j, p) in v.iter().enumerate() {
+            if j == slot || p.instance.is_none() || p.instance != v[slot].instance {
+                continue;
+            }
+            let pe = p.end_ms.unwrap_or(now);
+            if p.start_ms < end_ms && v[slot].start_ms < pe {
+                self.same_instance_overlaps.fetch_add(1, Ordering::Relaxed);
+                ctx.note(&format!(
+                    "webhook-id {id}: two POSTs from instance {} overlap ({}..{} and {}..{})",
+                    p.instance.unwrap_or(0),
+                    p.start_ms,
+                    pe,
+                    v[slot].start_ms,
+                    end_ms
+                ));
+            }
+        }
+        drop(posts);
+        for l in lines {
+            ctx.violation("webhook-double-delivery", &l);
+        }
+    }
+}
+
+/// Standard Webhooks: HMAC-SHA256 keyed by the base64 bytes after `whsec_`, over
+/// `{id}.{timestamp}.{body}`; any `v1,` signature of the space-separated list may match.
+pub fn verify(secrets: &[String], id: &str, ts: &str, body: &[u8], signatures: &str) -> bool {
+    let given: Vec<&str> = signatures
+        .split(' ')
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .collect();
+    for secret in secrets {
+        let Some(b64) = secret.strip_prefix("whsec_") else {
+            continue;
+        };
+        let Ok(key) = base64::engine::general_purpose::STANDARD.decode(b64) else {
+            continue;
+        };
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&key) else {
+            continue;
+        };
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(ts.as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        let expected =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        if given.iter().any(|g| *g == expected) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The instance whose process owns the other end of a connection the receiver accepted:
+/// /proc/net/tcp names the socket's inode, /proc/PID/fd of each instance says who holds it.
+fn owner_instance(peer: SocketAddr, local: SocketAddr, pids: &[(usize, i32)]) -> Option<usize> {
+    let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
+        return None;
+    };
+    let hex = |a: &std::net::SocketAddrV4| {
+        let o = a.ip().octets();
+        format!(
+            "{:02X}{:02X}{:02X}{:02X}:{:04X}",
+            o[3],
+            o[2],
+            o[1],
+            o[0],
+            a.port()
+        )
+    };
+    let (want_local, want_rem) = (hex(&peer), hex(&local));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && f[1] == want_local && f[2] == want_rem).then(|| f[9].to_string())
+    })?;
+    let needle = format!("socket:[{inode}]");
+    for (idx, pid) in pids {
+        if *pid <= 0 {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == needle) {
+                return Some(*idx);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_webhooks_signatures_verify_with_either_secret() {
+        let key =
+            base64::engine::general_purpose::STANDARD.encode(b"0123456789abcdef0123456789abcdef");
+        let secret = format!("whsec_{key}");
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef0123456789abcdef").unwrap();
+        mac.update(b"evt_1.1700000000.{}");
+        let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let header = format!("v1,AAAA v1,{sig}");
+        assert!(verify(
+            std::slice::from_ref(&secret),
+            "evt_1",
+            "1700000000",
+            b"{}",
+            &header
+        ));
+        assert!(verify(
+            &["whsec_Zm9v".into(), secret.clone()],
+            "evt_1",
+            "1700000000",
+            b"{}",
+            &header
+        ));
+        assert!(!verify(&[secret], "evt_2", "1700000000", b"{}", &header));
+        assert!(!verify(&[], "evt_1", "1700000000", b"{}", &header));
+    }
+}
