@@ -532,7 +532,10 @@ impl Client {
         // balance row held past the retries (its lock is taken before the rules run).
         let busy = r.status == Some(409)
             || (r.status == Some(402) && r.error_text() == "Concurrent balance modification");
-        if r.status.is_some() && r.status != Some(want) && r.status.is_some_and(|s| s < 500) && !busy
+        if r.status.is_some()
+            && r.status != Some(want)
+            && r.status.is_some_and(|s| s < 500)
+            && !busy
         {
             self.ctx.violation(
                 "expected-refusal",
