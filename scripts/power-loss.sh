@@ -28,18 +28,40 @@ CREDIT=1000000000000
 resolve_bin
 make_work
 
-lazy=$WORK/lazy
-lazy_pid=$(bash "$SCRIPTS_DIR/lazyfs.sh" mount "$LAZYFS_BIN" "$lazy")
-BG_PIDS+=("$lazy_pid")
-UNMOUNT=$lazy/mnt
+# mount_lazyfs: a fresh LazyFS mount (the first, or the next after one died).
+mounts=0
+mount_lazyfs() {
+  mounts=$((mounts + 1))
+  lazy=$WORK/lazy-$mounts
+  lazy_pid=$(bash "$SCRIPTS_DIR/lazyfs.sh" mount "$LAZYFS_BIN" "$lazy")
+  BG_PIDS=("$lazy_pid")
+  UNMOUNT=$lazy/mnt
+}
+mount_lazyfs
 
-# power_cut: what was not fsynced is gone (waits for LazyFS to say so, <= 30 s).
+# lazyfs_died WHEN: LazyFS itself is gone (a crash of the tool, or the OOM killer): says so with
+# its last lines, rather than wait forever on a FIFO nobody reads; the caller decides.
+lazyfs_died() {
+  kill -0 "$lazy_pid" 2>/dev/null && return 1
+  log "LazyFS (pid $lazy_pid) died $1; its last lines:"
+  tail -n 15 "$lazy/lazyfs.out" >&2 || true
+  { dmesg 2>/dev/null | grep -iE 'out of memory|killed process' | tail -n 3; } >&2 || true
+  return 0
+}
+
+# power_cut: what was not fsynced is gone (waits for LazyFS to say so, <= 30 s). Status 3 when
+# LazyFS is gone; every wait here is bounded (a write to the FIFO blocks when nobody reads it).
 power_cut() {
   local before
+  lazyfs_died "before a power cut" && return 3
   before=$(grep -c "cache is cleared" "$lazy/lazyfs.out" || true)
-  echo "lazyfs::clear-cache" >"$lazy/faults.fifo"
+  timeout 10 bash -c 'echo "lazyfs::clear-cache" >"$1"' _ "$lazy/faults.fifo" || {
+    lazyfs_died "while asked for a power cut" && return 3
+    die "LazyFS did not take the power cut command within 10 s"
+  }
   for _ in $(seq 300); do
     [ "$(grep -c "cache is cleared" "$lazy/lazyfs.out" || true)" -gt "$before" ] && return 0
+    lazyfs_died "during a power cut" && return 3
     sleep 0.1
   done
   die "LazyFS did not clear its cache within 30 s"
@@ -64,8 +86,11 @@ verify() {
 
 lost_total=0
 failed=0
-for i in $(seq 1 "$N"); do
+retried=0
+i=1
+while [ "$i" -le "$N" ]; do
   dir=$WORK/trial-$i
+  rm -rf "$dir"
   mkdir -p "$dir"
   data=$lazy/mnt/trial-$i
   start_server "$data" "$dir/server-1"
@@ -78,7 +103,16 @@ for i in $(seq 1 "$N"); do
   BG_PIDS+=("$load_pid")
   kill_ms=$(random_pause)
   crash_server "$SERVER_PID"
-  power_cut
+  if ! power_cut; then
+    # The tool failed, not orderly: once per run, the trial runs again on a fresh mount.
+    [ "$retried" -eq 0 ] || die "LazyFS died a second time; the trials cannot go on"
+    retried=1
+    wait "$load_pid" || true
+    bash "$SCRIPTS_DIR/lazyfs.sh" umount "$lazy"
+    echo "trial $i: LazyFS died under it (not a result about orderly); run again on a fresh mount"
+    mount_lazyfs
+    continue
+  fi
   wait "$load_pid" || die "load client failed in trial $i"
   BG_PIDS=("$lazy_pid")
 
@@ -88,6 +122,7 @@ for i in $(seq 1 "$N"); do
     stop_server "$SERVER_PID"
     rm -rf "$data"
   fi
+  i=$((i + 1))
 done
 
 # The restore trials, from the last trial's server (still running): its backup, off the mount.
@@ -101,7 +136,7 @@ restore_pid=$!
 sleep "0.$((RANDOM % 10))"
 kill -KILL "$restore_pid" 2>/dev/null || true
 wait "$restore_pid" 2>/dev/null || true
-power_cut
+power_cut || die "LazyFS died during the restore trials"
 if [ -n "$(ls -A "$restored" 2>/dev/null)" ]; then
   echo "restore killed, then a power cut: FAILED: the target holds $(ls -A "$restored" | head -3)"
   failed=1
@@ -111,7 +146,7 @@ fi
 
 "$ORDERLY" restore --from "$backup" --data-dir "$restored" >"$WORK/restore-2.out" 2>"$WORK/restore-2.err" \
   || { cat "$WORK/restore-2.err" >&2; die "the restore after a killed one failed"; }
-power_cut
+power_cut || die "LazyFS died during the restore trials"
 start_server "$restored" "$WORK/restored"
 verify "$WORK/trial-$N" "restore finished, then a power cut"
 stop_server "$SERVER_PID"

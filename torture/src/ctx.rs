@@ -41,6 +41,8 @@ pub struct Config {
     pub clients: usize,
     pub deadline: Duration,
     pub max_rss_mib: u64,
+    /// How long the end waits for deliveries to settle (`--settle`).
+    pub settle: Duration,
     pub keep: bool,
     pub faketime_lib: PathBuf,
     pub prefill: u64,

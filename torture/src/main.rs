@@ -91,6 +91,10 @@ struct Args {
         default_value_t = 1024
     )]
     max_rss: u64,
+    /// How long the end waits for webhook deliveries to settle (none pending or retrying)
+    /// before it checks them: a delivery still retrying is left out of the end's checks.
+    #[arg(long, env = "ORDERLY_TORTURE_SETTLE", default_value = "90s")]
+    settle: String,
     /// Keep the work directory (data, logs, backups).
     #[arg(long, env = "ORDERLY_TORTURE_KEEP")]
     keep: bool,
@@ -260,6 +264,8 @@ async fn main() {
     }
     let duration = humantime::parse_duration(&args.duration)
         .unwrap_or_else(|e| usage(&format!("--duration: {e}")));
+    let settle = humantime::parse_duration(&args.settle)
+        .unwrap_or_else(|e| usage(&format!("--settle: {e}")));
     let deadline = humantime::parse_duration(&args.request_deadline)
         .unwrap_or_else(|e| usage(&format!("--request-deadline: {e}")));
     if !args.bin.exists() {
@@ -487,6 +493,7 @@ async fn main() {
         clients: args.clients,
         deadline,
         max_rss_mib: args.max_rss,
+        settle,
         keep: args.keep,
         faketime_lib: args.faketime_lib.clone(),
         prefill: drawn.prefill,
@@ -693,7 +700,7 @@ async fn quiesce(ctx: &Arc<Ctx>) {
         .build()
         .expect("client");
     let base = ctx.cluster.instances[0].url();
-    let until = Instant::now() + Duration::from_secs(90);
+    let until = Instant::now() + ctx.cfg.settle;
     loop {
         let mut busy = 0;
         for idx in 0..ctx.state.account_count() {
@@ -718,7 +725,10 @@ async fn quiesce(ctx: &Arc<Ctx>) {
         }
         if busy == 0 || Instant::now() > until {
             if busy > 0 {
-                ctx.note("deliveries still pending or retrying after 90 s of quiet");
+                ctx.note(&format!(
+                    "deliveries still pending or retrying after {} of quiet",
+                    humantime::format_duration(ctx.cfg.settle)
+                ));
             }
             return;
         }
