@@ -41,6 +41,16 @@ fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>
 }
 
 /// `GET /admin/backup`, whole (a 200 of `application/octet-stream`).
+/// A server holding one order (key "k"), and its backup.
+async fn backup_of_one_order() -> (TestApp, Vec<u8>) {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
+        .await;
+    let backup = backup_of(&app).await;
+    (app, backup)
+}
+
 async fn backup_of(app: &TestApp) -> Vec<u8> {
     let response = app
         .client
@@ -217,11 +227,7 @@ async fn a_backup_taken_under_load_restores_every_acknowledged_order_and_replays
 
 #[tokio::test]
 async fn a_truncated_or_altered_backup_restores_nothing() {
-    let app = spawn_app_with(&[]).await;
-    let p = app.partner_with_balance(10_000).await;
-    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
-        .await;
-    let backup = backup_of(&app).await;
+    let (_app, backup) = backup_of_one_order().await;
     let dir = tempfile::tempdir().unwrap();
     let mut altered = backup.clone();
     let middle = altered.len() / 2;
@@ -356,11 +362,7 @@ async fn a_backup_many_times_its_read_ahead_streams_every_record_and_leaves_no_f
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_restore_into_a_database_with_rows_is_refused_before_its_schema_is_migrated() {
-    let app = spawn_app_with(&[]).await;
-    let p = app.partner_with_balance(10_000).await;
-    app.post_order(Some(&p.api_key), Some("k"), &basket("prd_uc", 1, "p"))
-        .await;
-    let backup = backup_of(&app).await;
+    let (app, backup) = backup_of_one_order().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, backup).unwrap();

@@ -10,7 +10,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::helpers::{basket, spawn_app, spawn_app_with, Partner, TestApp, ADMIN_TOKEN};
-use crate::postgres::in_own_session;
+use crate::postgres::hold_in_session;
 
 const IN_PROGRESS: &str =
     r#"{"success":false,"error":"Duplicate request in progress, retry later"}"#;
@@ -19,20 +19,7 @@ const NEEDS_POSTGRES: &str = "needs ORDERLY_TEST_DATABASE_URL";
 /// Runs `sql` with `param` in an open transaction of a session of its own, holding what it
 /// locks until the returned sender is dropped.
 fn hold(app: &TestApp, sql: &'static str, param: String) -> mpsc::Sender<()> {
-    let (release, released) = mpsc::channel::<()>();
-    in_own_session(
-        app.database_url().expect(NEEDS_POSTGRES),
-        move |mut client, ready| async move {
-            let tx = client.transaction().await.unwrap();
-            tx.execute(sql, &[&param]).await.unwrap();
-            ready.send(()).unwrap();
-            let _ =
-                tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
-                    .await;
-            tx.rollback().await.unwrap();
-        },
-    );
-    release
+    hold_in_session(app.database_url().expect(NEEDS_POSTGRES), sql, vec![param])
 }
 
 /// Holds the lock a first use of `key` in `partner`'s account takes.

@@ -834,17 +834,11 @@ async fn a_heartbeat_held_up_past_its_lease_never_lets_two_instances_send_one_we
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // ...every renewal waits 3 s for the row a session of its own holds.
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    crate::postgres::in_own_session(pair.database_url(), move |mut client, ready| async move {
-        let tx = client.transaction().await.unwrap();
-        tx.execute("SELECT 1 FROM auth_cache_version FOR UPDATE", &[])
-            .await
-            .unwrap();
-        ready.send(()).unwrap();
-        let _ = tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
-            .await;
-        tx.rollback().await.unwrap();
-    });
+    let release = crate::postgres::hold_in_session(
+        pair.database_url(),
+        "SELECT 1 FROM auth_cache_version FOR UPDATE",
+        vec![],
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     drop(release);
 

@@ -73,23 +73,31 @@ where
     is_ready.recv().unwrap();
 }
 
-/// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
-/// until the returned sender is dropped.
-pub fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
+/// Runs `sql` with `params` in an open transaction of a session of its own, and holds what it
+/// locks until the returned sender is dropped (60 s at the most: a failed test lets go).
+pub fn hold_in_session(url: String, sql: &'static str, params: Vec<String>) -> mpsc::Sender<()> {
     let (release, released) = mpsc::channel::<()>();
     in_own_session(url, move |mut client, ready| async move {
         let tx = client.transaction().await.unwrap();
-        tx.execute(
-            "SELECT 1 FROM balances WHERE account_id = $1 FOR UPDATE",
-            &[&account],
-        )
-        .await
-        .unwrap();
+        let args: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p as _).collect();
+        tx.execute(sql, &args).await.unwrap();
         ready.send(()).unwrap();
-        let _ = tokio::task::spawn_blocking(move || released.recv()).await;
+        let _ = tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
+            .await;
         tx.rollback().await.unwrap();
     });
     release
+}
+
+/// Holds the account's balance row locked (`SELECT … FOR UPDATE` in an open transaction)
+/// until the returned sender is dropped.
+pub fn hold_balance_row(url: String, account: String) -> mpsc::Sender<()> {
+    hold_in_session(
+        url,
+        "SELECT 1 FROM balances WHERE account_id = $1 FOR UPDATE",
+        vec![account],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,24 +402,10 @@ async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_i
     let p = app.partner_with_balance(10_000).await;
     let body = basket("prd_uc", 1, "p");
     // The key's lock as another instance's first use would hold it: longer than every try.
-    let (release, released) = mpsc::channel::<()>();
-    let scoped = format!("{}busy", p.account_id);
-    in_own_session(
+    let release = hold_in_session(
         app.database_url().unwrap(),
-        move |mut client, ready| async move {
-            let tx = client.transaction().await.unwrap();
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&scoped],
-            )
-            .await
-            .unwrap();
-            ready.send(()).unwrap();
-            let _ =
-                tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
-                    .await;
-            tx.rollback().await.unwrap();
-        },
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        vec![format!("{}busy", p.account_id)],
     );
 
     let resp = app.post_order(Some(&p.api_key), Some("busy"), &body).await;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 
 use crate::helpers::{basket, metric, spawn_app, spawn_app_with, sql_on, start, Partner, TestApp};
-use crate::postgres::{cluster, hold_balance_row, in_own_session, OwnCluster};
+use crate::postgres::{cluster, hold_balance_row, hold_in_session, in_own_session, OwnCluster};
 use crate::timing::{self, assert_answered_by, at_once, keys, Answer, SLACK};
 
 /// Orders `keys` at once as `partner`; each one's answer.
@@ -63,6 +63,28 @@ async fn assert_each_intent_charged_once(
 
 async fn until_status(app: &TestApp, path: &str, status: StatusCode, within: Duration) -> Duration {
     timing::until_status(&app.client, app.url(path), status, within).await
+}
+
+/// `/readyz` turns 503 within 5 s of a hold beginning (writes or the heartbeat stop
+/// completing), and 200 again within 5 s of `release`.
+async fn readiness_follows_the_hold(app: &TestApp, release: impl FnOnce()) {
+    let stalled = until_status(
+        app,
+        "/readyz",
+        StatusCode::SERVICE_UNAVAILABLE,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        stalled <= Duration::from_secs(5) + SLACK,
+        "503 after {stalled:?}"
+    );
+    release();
+    let back = until_status(app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
+    assert!(
+        back <= Duration::from_secs(5) + SLACK,
+        "200 again after {back:?}"
+    );
 }
 
 /// orderly (`--request-deadline 3s`) on a database of a cluster of this test's own, whose
@@ -441,23 +463,7 @@ async fn readyz_is_503_within_5_s_of_writes_waiting_on_a_held_row_and_200_within
             }
         })
     };
-    let stalled = until_status(
-        &app,
-        "/readyz",
-        StatusCode::SERVICE_UNAVAILABLE,
-        Duration::from_secs(10),
-    )
-    .await;
-    assert!(
-        stalled <= Duration::from_secs(5) + SLACK,
-        "503 after {stalled:?}"
-    );
-    drop(held);
-    let back = until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
-    assert!(
-        back <= Duration::from_secs(5) + SLACK,
-        "200 again after {back:?}"
-    );
+    readiness_follows_the_hold(&app, move || drop(held)).await;
     waiting.store(false, Ordering::SeqCst);
     orders.await.unwrap();
 }
@@ -470,36 +476,10 @@ async fn readyz_is_503_within_5_s_of_writes_waiting_on_a_held_row_and_200_within
 async fn readyz_is_503_within_5_s_of_the_heartbeat_stalling_with_no_write_in_flight() {
     let app = spawn_app().await;
     until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
-    let (release, released) = mpsc::channel::<()>();
-    in_own_session(
+    let release = hold_in_session(
         app.database_url().unwrap(),
-        move |mut client, ready| async move {
-            let tx = client.transaction().await.unwrap();
-            tx.execute("SELECT 1 FROM auth_cache_version FOR UPDATE", &[])
-                .await
-                .unwrap();
-            ready.send(()).unwrap();
-            let _ =
-                tokio::task::spawn_blocking(move || released.recv_timeout(Duration::from_secs(60)))
-                    .await;
-            tx.rollback().await.unwrap();
-        },
+        "SELECT 1 FROM auth_cache_version FOR UPDATE",
+        vec![],
     );
-    let stalled = until_status(
-        &app,
-        "/readyz",
-        StatusCode::SERVICE_UNAVAILABLE,
-        Duration::from_secs(10),
-    )
-    .await;
-    assert!(
-        stalled <= Duration::from_secs(5) + SLACK,
-        "503 after {stalled:?}"
-    );
-    drop(release);
-    let back = until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(10)).await;
-    assert!(
-        back <= Duration::from_secs(5) + SLACK,
-        "200 again after {back:?}"
-    );
+    readiness_follows_the_hold(&app, move || drop(release)).await;
 }

@@ -369,6 +369,21 @@ mod tests {
         [x; 32]
     }
 
+    /// A first 200 whose bytes hash to `d(x)`.
+    fn fresh(x: u8) -> Outcome {
+        Outcome::Ok {
+            replayed: false,
+            digest: d(x),
+        }
+    }
+
+    fn refused(status: u16, token: &str) -> Outcome {
+        Outcome::Refused {
+            status,
+            token: token.into(),
+        }
+    }
+
     fn rec() -> KeyRecord {
         KeyRecord::new(
             0,
@@ -473,28 +488,10 @@ mod tests {
     #[test]
     fn a_second_fresh_200_is_a_second_execution() {
         let mut keys = Keys::default();
-        answer(
-            &mut keys,
-            Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-        );
-        let f = answer(
-            &mut keys,
-            Outcome::Ok {
-                replayed: false,
-                digest: d(2),
-            },
-        );
+        answer(&mut keys, fresh(1));
+        let f = answer(&mut keys, fresh(2));
         assert_eq!(f[0].check, "second-execution");
-        let f = answer(
-            &mut keys,
-            Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-        );
+        let f = answer(&mut keys, fresh(1));
         assert_eq!(
             f[0].check, "second-execution",
             "even the same bytes twice fresh"
@@ -504,13 +501,7 @@ mod tests {
     #[test]
     fn replays_must_be_byte_for_byte() {
         let mut keys = Keys::default();
-        answer(
-            &mut keys,
-            Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-        );
+        answer(&mut keys, fresh(1));
         assert!(answer(
             &mut keys,
             Outcome::Ok {
@@ -536,13 +527,7 @@ mod tests {
         assert!(answer(&mut keys, Outcome::InProgress).is_empty());
         // A refusal sent after the acknowledgement means the key was forgotten.
         keys.map.get_mut("k").unwrap().acked.as_mut().unwrap().at_ms = 5;
-        let f = answer(
-            &mut keys,
-            Outcome::Refused {
-                status: 402,
-                token: "Insufficient balance".into(),
-            },
-        );
+        let f = answer(&mut keys, refused(402, "Insufficient balance"));
         assert_eq!(f[0].check, "key-forgotten");
     }
 
@@ -551,29 +536,9 @@ mod tests {
         let mut keys = Keys::default();
         keys.on_send("k", rec);
         keys.on_send("k", rec);
-        keys.on_answer(
-            "k",
-            &Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-            "ord_1",
-            1,
-            0,
-            50,
-        );
+        keys.on_answer("k", &fresh(1), "ord_1", 1, 0, 50);
         // Sent at 0 with the other, refused for money before the commit, answered at 60.
-        let f = keys.on_answer(
-            "k",
-            &Outcome::Refused {
-                status: 402,
-                token: "Exceeds credit limit".into(),
-            },
-            "",
-            0,
-            0,
-            60,
-        );
+        let f = keys.on_answer("k", &refused(402, "Exceeds credit limit"), "", 0, 0, 60);
         assert!(f.is_empty(), "{f:?}");
     }
 
@@ -588,39 +553,21 @@ mod tests {
         answer(&mut keys, Outcome::Unknown);
         assert_eq!(keys.map["k"].end_expectation(), EndExpectation::Either);
         let mut keys = Keys::default();
-        answer(
-            &mut keys,
-            Outcome::Refused {
-                status: 402,
-                token: "x".into(),
-            },
-        );
+        answer(&mut keys, refused(402, "x"));
         assert_eq!(keys.map["k"].end_expectation(), EndExpectation::Either);
     }
 
     #[test]
     fn another_body_under_an_acknowledged_key_must_be_the_409() {
         let mut keys = Keys::default();
-        answer(
-            &mut keys,
-            Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-        );
+        answer(&mut keys, fresh(1));
         assert!(keys
             .on_other_body_answer("k", &Outcome::KeyConflict)
             .is_empty());
         assert!(keys
             .on_other_body_answer("k", &Outcome::NothingWritten)
             .is_empty());
-        let f = keys.on_other_body_answer(
-            "k",
-            &Outcome::Ok {
-                replayed: false,
-                digest: d(2),
-            },
-        );
+        let f = keys.on_other_body_answer("k", &fresh(2));
         assert_eq!(f[0].check, "key-reuse-accepted");
     }
 
@@ -629,30 +576,10 @@ mod tests {
         let mut keys = Keys::default();
         keys.on_send("a", rec);
         keys.on_send("b", rec);
-        keys.on_answer(
-            "b",
-            &Outcome::Ok {
-                replayed: false,
-                digest: d(1),
-            },
-            "ord_b",
-            1,
-            5,
-            5,
-        );
+        keys.on_answer("b", &fresh(1), "ord_b", 1, 5, 5);
         keys.on_answer("a", &Outcome::NothingWritten, "", 0, 6, 6);
         keys.on_send("a", rec);
-        keys.on_answer(
-            "a",
-            &Outcome::Ok {
-                replayed: false,
-                digest: d(2),
-            },
-            "ord_a",
-            1,
-            7,
-            7,
-        );
+        keys.on_answer("a", &fresh(2), "ord_a", 1, 7, 7);
         assert_eq!(keys.map["b"].acked.as_ref().unwrap().seq, 0);
         assert_eq!(keys.map["a"].acked.as_ref().unwrap().seq, 1);
         assert_eq!(keys.ack_seq, 2);

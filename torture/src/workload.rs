@@ -92,6 +92,17 @@ impl Client {
         *self.rng.pick(&live)
     }
 
+    /// A request with the operator's token, to instance `inst`.
+    fn admin_req(
+        &self,
+        inst: usize,
+        kind: &'static str,
+        method: Method,
+        path: impl Into<String>,
+    ) -> Req {
+        Req::new(kind, method, path, inst, self.idx).auth(Auth::Admin)
+    }
+
     fn api_key(&self, account: usize) -> String {
         self.ctx.state.account(account).client_keys[self.idx].clone()
     }
@@ -649,16 +660,15 @@ impl Client {
         let amount = self.rng.range(1_000, 100_000) as i64;
         let id = self.ctx.state.account(account).id;
         let inst = self.instance();
-        let req = Req::new(
-            "credit",
-            Method::POST,
-            format!("/admin/accounts/{id}/credits"),
-            inst,
-            self.idx,
-        )
-        .auth(Auth::Admin)
-        .key(key.clone())
-        .json(&json!({"amount": amount, "reason": key}));
+        let req = self
+            .admin_req(
+                inst,
+                "credit",
+                Method::POST,
+                format!("/admin/accounts/{id}/credits"),
+            )
+            .key(key.clone())
+            .json(&json!({"amount": amount, "reason": key}));
         let r = self.keyed(req, account, "credit").await;
         self.remember_key(key.clone());
         if !r.ok() && self.rng.chance(0.7) {
@@ -754,15 +764,14 @@ impl Client {
         let account = self.home;
         let acc = self.ctx.state.account(account);
         let inst = self.instance();
-        let req = Req::new(
-            "key.create",
-            Method::POST,
-            format!("/admin/accounts/{}/api-keys", acc.id),
-            inst,
-            self.idx,
-        )
-        .auth(Auth::Admin)
-        .json(&json!({"scopes": SCOPES}));
+        let req = self
+            .admin_req(
+                inst,
+                "key.create",
+                Method::POST,
+                format!("/admin/accounts/{}/api-keys", acc.id),
+            )
+            .json(&json!({"scopes": SCOPES}));
         let r = self.send(&req).await;
         self.quiet_500(&r);
         let Some(v) = r.json().filter(|_| r.ok()) else {
@@ -896,14 +905,12 @@ impl Client {
             }
         }
         let inst = self.instance();
-        let mut req = Req::new(
+        let mut req = self.admin_req(
+            inst,
             "rotate",
             Method::POST,
             format!("/admin/accounts/{}/webhook-secret", acc.id),
-            inst,
-            self.idx,
-        )
-        .auth(Auth::Admin);
+        );
         if self.rng.chance(0.5) {
             req = req.json(&json!({}));
         }
@@ -927,14 +934,12 @@ impl Client {
                     .get(&acc.idx)
                     .and_then(|s| s.current.clone());
                 let inst = self.instance();
-                let g = Req::new(
+                let g = self.admin_req(
+                    inst,
                     "rotate.check",
                     Method::GET,
                     format!("/admin/accounts/{}", acc.id),
-                    inst,
-                    self.idx,
-                )
-                .auth(Auth::Admin);
+                );
                 let c = self.send(&g).await;
                 if let (Some(known), Some(now)) = (
                     known,
@@ -969,14 +974,12 @@ impl Client {
     /// Reads the account's current secret into the model; false when the read failed.
     async fn sync_secret(&mut self, acc: &Account) -> bool {
         let inst = self.instance();
-        let g = Req::new(
+        let g = self.admin_req(
+            inst,
             "rotate.sync",
             Method::GET,
             format!("/admin/accounts/{}", acc.id),
-            inst,
-            self.idx,
-        )
-        .auth(Auth::Admin);
+        );
         let c = self.send(&g).await;
         match c
             .json()
@@ -1006,14 +1009,12 @@ impl Client {
         let id = self.rng.pick(&events).clone();
         let inst = self.instance();
         let req = if self.rng.chance(0.5) {
-            Req::new(
+            self.admin_req(
+                inst,
                 "redeliver.admin",
                 Method::POST,
                 format!("/admin/events/{id}/redeliver"),
-                inst,
-                self.idx,
             )
-            .auth(Auth::Admin)
         } else {
             Req::new(
                 "redeliver.partner",
@@ -1053,15 +1054,14 @@ impl Client {
         let acc = self.ctx.state.account(self.home);
         let inst = self.instance();
         let since = now_rfc3339(Duration::from_secs(600));
-        let req = Req::new(
-            "recover",
-            Method::POST,
-            format!("/admin/accounts/{}/deliveries/recover", acc.id),
-            inst,
-            self.idx,
-        )
-        .auth(Auth::Admin)
-        .json(&json!({"since": since}));
+        let req = self
+            .admin_req(
+                inst,
+                "recover",
+                Method::POST,
+                format!("/admin/accounts/{}/deliveries/recover", acc.id),
+            )
+            .json(&json!({"since": since}));
         let r = self.send(&req).await;
         self.quiet_500(&r);
     }
