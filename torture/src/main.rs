@@ -418,7 +418,7 @@ async fn main() {
         }
         Engine::Postgres => {
             let want_standby = faults.contains(&FaultKind::Failover);
-            let db = format!("torture_{}", seed % 1_000_000_000);
+            let db = format!("torture_{}_{}", seed % 1_000_000_000, std::process::id());
             match Pg::build(
                 &scripts,
                 &work,

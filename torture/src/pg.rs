@@ -119,7 +119,7 @@ impl Pg {
         }
         c.batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
             .await
-            .map_err(|e| format!("drop database: {e}"))?;
+            .map_err(|e| format!("drop database: {e:?}"))?;
         c.batch_execute(&format!("CREATE DATABASE {db}"))
             .await
             .map_err(|e| format!("create database: {e}"))?;

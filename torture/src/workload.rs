@@ -826,10 +826,17 @@ impl Client {
                 e.revokes
             };
             if matches!(o, Outcome::NothingWritten) && tally.must_not_show() {
-                // The revocation says nothing was changed: the key must still work.
-                let inst = self.instance();
-                let req = Req::new("key.check", Method::GET, "/b2b/balance", inst, self.idx)
-                    .auth(Auth::Key(plaintext.clone()));
+                // The revocation says nothing was changed: the key must still work, first of
+                // all on the instance that said so (the others may not have caught up with a
+                // revocation that did commit; that one knows its own writes).
+                let req = Req::new(
+                    "key.check",
+                    Method::GET,
+                    "/b2b/balance",
+                    r.instance,
+                    self.idx,
+                )
+                .auth(Auth::Key(plaintext.clone()));
                 let c = self.send(&req).await;
                 self.ctx.check();
                 if c.status == Some(401) {
