@@ -54,9 +54,22 @@ pub async fn run_schedule(ctx: Arc<Ctx>, count: u32, end_ms: u64) -> Vec<Backup>
         // proves nothing), once more after a failure it did not cause itself.
         let mut b = None;
         for _ in 0..2 {
+            // Live is not enough: a restarted process takes a moment to listen, and a retry
+            // sent before it does fails at once (seen in a 60-minute run: every retry did).
+            let http = reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()
+                .expect("client");
             for _ in 0..600 {
-                if ctx.cluster.instances[inst].is_live() || ctx.stopping.load(Ordering::SeqCst) {
+                if ctx.stopping.load(Ordering::SeqCst) {
                     break;
+                }
+                let i = &ctx.cluster.instances[inst];
+                if i.is_live() {
+                    let ready = http.get(format!("{}/readyz", i.url())).send().await;
+                    if ready.is_ok_and(|r| r.status().is_success()) {
+                        break;
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
