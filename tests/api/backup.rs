@@ -40,7 +40,6 @@ fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>
     command
 }
 
-/// `GET /admin/backup`, whole (a 200 of `application/octet-stream`).
 /// A server holding one order (key "k"), and its backup.
 async fn backup_of_one_order() -> (TestApp, Vec<u8>) {
     let app = spawn_app_with(&[]).await;
@@ -51,6 +50,7 @@ async fn backup_of_one_order() -> (TestApp, Vec<u8>) {
     (app, backup)
 }
 
+/// `GET /admin/backup`, whole (a 200 of `application/octet-stream`).
 async fn backup_of(app: &TestApp) -> Vec<u8> {
     let response = app
         .client

@@ -53,13 +53,13 @@ pub async fn run_schedule(ctx: Arc<Ctx>, count: u32, end_ms: u64) -> Vec<Backup>
         // An instance down or paused by a fault: wait for it (a backup of a dead process
         // proves nothing), once more after a failure it did not cause itself.
         let mut b = None;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
         for _ in 0..2 {
             // Live is not enough: a restarted process takes a moment to listen, and a retry
             // sent before it does fails at once (seen in a 60-minute run: every retry did).
-            let http = reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
-                .build()
-                .expect("client");
             for _ in 0..600 {
                 if ctx.stopping.load(Ordering::SeqCst) {
                     break;
