@@ -173,6 +173,15 @@ impl Tarpit {
     pub fn connections(&self) -> usize {
         self.held.lock().unwrap().len()
     }
+
+    /// Waits until at least `n` connections were accepted, or `timeout` passed; returns the count.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        while self.connections() < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.connections()
+    }
 }
 
 /// One request a `SlowReceiver` got: its `webhook-id`, and when it arrived and was answered.
