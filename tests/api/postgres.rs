@@ -510,3 +510,62 @@ async fn budget_lent_to_an_instance_and_not_drawn_goes_back_to_the_client() {
         "remaining {remaining} after {spent} requests, {came_back} back since"
     );
 }
+
+/// SPEC 23: statements are prepared and kept only where nothing can hand a server session to
+/// another client with a kept statement missing, or someone else's under its name: directly,
+/// or behind a pooler proved at start to keep statements itself (PgBouncer 1.21 and newer);
+/// behind anything else every statement goes unnamed. The log says which, and orders and
+/// their replays work either way. CI runs it direct, through PgBouncer 1.18 and through 1.25
+/// (with `ORDERLY_TEST_POOLER_KEEPS_STATEMENTS=1`).
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn the_log_says_whether_statements_are_kept_as_the_path_to_the_database_allows() {
+    let pooled = std::env::var("ORDERLY_TEST_POOLER_URL").is_ok_and(|u| !u.trim().is_empty());
+    let keeps = std::env::var("ORDERLY_TEST_POOLER_KEEPS_STATEMENTS").is_ok_and(|v| v == "1");
+    let expected = match (pooled, keeps) {
+        (false, _) => "PostgreSQL is reached directly: statements are prepared once per connection",
+        (true, true) => "keeps prepared statements itself (PgBouncer's max_prepared_statements): statements are prepared once per connection",
+        (true, false) => "does not keep prepared statements: every statement is sent unnamed",
+    };
+    let app = crate::helpers::spawn_app_logging(&[]).await;
+    // Said before the server listens; its stderr is read on a thread of its own.
+    let until = Instant::now() + Duration::from_secs(5);
+    let said = loop {
+        let said: Vec<String> = app
+            .logged()
+            .into_iter()
+            .filter(|line| line.contains("statements"))
+            .collect();
+        if !said.is_empty() || Instant::now() >= until {
+            break said;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        said.len() == 1 && said[0].contains(expected),
+        "expected one line saying {expected:?}, got {said:?}"
+    );
+
+    // Many transactions over the pool's connections, each statement run many times.
+    let p = app.partner_with_balance(1_000_000).await;
+    for round in 0..2 {
+        let answers = futures::future::join_all((0..40).map(|i| {
+            let body = basket("prd_uc", 1, "p");
+            let (app, key) = (&app, p.api_key.clone());
+            async move {
+                app.post_order(Some(&key), Some(&format!("k-{i}")), &body)
+                    .await
+            }
+        }))
+        .await;
+        for resp in answers {
+            assert_eq!(resp.status(), StatusCode::OK);
+            let replayed = resp.headers().get("Idempotency-Replayed").is_some();
+            assert_eq!(replayed, round == 1, "round {round}");
+        }
+    }
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        1_000_000 - 40 * 999
+    );
+}

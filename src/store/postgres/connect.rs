@@ -23,6 +23,7 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::tx::Reach;
 use crate::bounds::CONNECT_TIMEOUT;
 
 /// What stops orderly before it has tried to connect: the URL, or this process's machinery.
@@ -114,6 +115,9 @@ pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
                 "{target} does not exist ({said}): create it, or name another in --database-url"
             )
         }
+        c if *c == SqlState::PROTOCOL_VIOLATION && said.contains("statement pooling mode") => {
+            statement_mode(&target, said)
+        }
         c if *c == SqlState::PROTOCOL_VIOLATION && said.contains("startup parameter") => {
             format!("a connection pooler in front of {target} refused a startup parameter ({said}): orderly needs none, so take it out of --database-url, or add it to the pooler's ignore_startup_parameters")
         }
@@ -130,20 +134,21 @@ pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
     }
 }
 
+/// A pooler that allows no transaction, as the operator fixes it.
+fn statement_mode(target: &str, said: &str) -> String {
+    format!("a connection pooler in front of {target} runs in statement pooling mode, where a transaction cannot run ({said}): set its pool_mode to transaction or session")
+}
+
 /// Refuses a database that cannot take writes (a standby given alone, or a read-only
 /// default), with what to give orderly instead, and a pooler that allows no transactions
 /// (PgBouncer's `statement` mode): it asks inside a transaction of its own, opened by a
 /// message of its own, as every write of orderly's is.
 pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
-    let refused = |e: tokio_postgres::Error| {
-        match e.as_db_error() {
-        Some(db) if db.message().contains("statement pooling mode") => format!(
-            "a connection pooler in front of {} runs in statement pooling mode, where a transaction cannot run ({}): set its pool_mode to transaction or session",
-            target(url),
-            db.message()
-        ),
+    let refused = |e: tokio_postgres::Error| match e.as_db_error() {
+        Some(db) if db.message().contains("statement pooling mode") => {
+            statement_mode(&target(url), db.message())
+        }
         _ => format!("{}: {}", target(url), super::tx::describe(&e)),
-    }
     };
     client.simple_query("BEGIN").await.map_err(refused)?;
     let shown = client
@@ -257,10 +262,8 @@ pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool
                 .post_create(Hook::async_fn(move |client, _| {
                     let hosts = Arc::clone(&hosts);
                     Box::pin(async move {
-                        let direct = reached_directly(client, &hosts)
-                            .await
-                            .map_err(HookError::Backend)?;
-                        super::tx::statements_on(direct);
+                        let reach = reach(client, &hosts).await.map_err(HookError::Backend)?;
+                        super::tx::statements_on(reach);
                         Ok(())
                     })
                 }))
@@ -298,6 +301,75 @@ fn endpoints(config: &tokio_postgres::Config) -> Vec<(String, u16)> {
             .map(|(i, addr)| (addr.to_string(), port(i))),
     );
     endpoints
+}
+
+/// How this connection reaches PostgreSQL, for its statements (`tx::Reach`).
+async fn reach(
+    client: &tokio_postgres::Client,
+    hosts: &[(String, u16)],
+) -> Result<Reach, tokio_postgres::Error> {
+    if reached_directly(client, hosts).await? {
+        return Ok(Reach::Direct);
+    }
+    Ok(if pooler_keeps_statements(client).await? {
+        Reach::PoolerKeepsStatements
+    } else {
+        Reach::Pooled
+    })
+}
+
+/// Whether what stands between this connection and PostgreSQL keeps named statements itself,
+/// proved rather than configured: inside one transaction (which a transaction pooler serves
+/// on one server session) this client prepares a statement of a text of its own under the
+/// name its driver gives (`s` and a number) and asks the server under which name that
+/// session holds it. A pooler that keeps statements (PgBouncer 1.21 and newer,
+/// `max_prepared_statements` above 0) prepares it on the server under a name of its own
+/// (`PGBOUNCER_…`); one that passes names through (older PgBouncer, or the feature off)
+/// leaves the driver's, as does PostgreSQL itself behind a socket or proxy. Anything
+/// unclear counts as passing names through, which only costs the statements' reuse. The
+/// statement is closed inside the transaction, which is rolled back: nothing is left on the
+/// server session.
+async fn pooler_keeps_statements(
+    client: &tokio_postgres::Client,
+) -> Result<bool, tokio_postgres::Error> {
+    let text = format!(
+        "SELECT 1 AS orderly_probe_{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    let probed = async {
+        client.batch_execute("BEGIN").await?;
+        let statement = client.prepare(&text).await?;
+        let names = client
+            .simple_query(&format!(
+                "SELECT name FROM pg_prepared_statements WHERE statement = '{text}'"
+            ))
+            .await;
+        // Dropping it sends its Close at once, ahead of the ROLLBACK, on the same session.
+        drop(statement);
+        let names: Vec<String> = names?
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .collect();
+        Ok::<_, tokio_postgres::Error>(renamed_by_a_pooler(&names))
+    }
+    .await;
+    // A pooler in statement mode refuses the BEGIN and closes the connection: that refusal
+    // is the error (`cannot_connect` names the pool mode to set), not the ROLLBACK's.
+    let rolled_back = client.batch_execute("ROLLBACK").await;
+    let renamed = probed?;
+    rolled_back.map(|_| renamed)
+}
+
+/// The server holds the probe under one name only, and not a driver's (`s` and digits).
+fn renamed_by_a_pooler(names: &[String]) -> bool {
+    let drivers = |name: &str| {
+        name.strip_prefix('s')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    matches!(names, [name] if !drivers(name))
 }
 
 /// Whether this connection reaches PostgreSQL itself, with nothing in between that could
@@ -399,6 +471,16 @@ impl ServerCertVerifier for EncryptOnly {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_probe_held_under_a_name_not_the_drivers_was_renamed_by_a_pooler() {
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(renamed_by_a_pooler(&names(&["PGBOUNCER_17"])));
+        assert!(!renamed_by_a_pooler(&names(&["s42"])));
+        assert!(!renamed_by_a_pooler(&names(&[])));
+        assert!(!renamed_by_a_pooler(&names(&["PGBOUNCER_1", "s3"])));
+    }
+
     use super::*;
 
     #[test]

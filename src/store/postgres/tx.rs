@@ -109,30 +109,57 @@ fn typed<'a>(params: Params<'a>) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
         .collect()
 }
 
+/// How a new connection reaches PostgreSQL, as far as its statements are concerned
+/// (`connect::reach`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// PostgreSQL itself: a statement prepared on the connection stays the connection's.
+    Direct,
+    /// A pooler that keeps named statements itself (PgBouncer 1.21 and newer with
+    /// `max_prepared_statements` above 0): it gives each a name of its own and prepares it
+    /// on whichever server session runs it, so a kept statement is never missing there nor
+    /// another client's.
+    PoolerKeepsStatements,
+    /// Anything else in between: a pooler that passes names through, a proxy, or a Unix
+    /// socket that cannot say.
+    Pooled,
+}
+
 /// How this process's connections reach the database, as the first of them found (see
 /// `statements_on`).
 static REACH: AtomicU8 = AtomicU8::new(UNKNOWN);
 const UNKNOWN: u8 = 0;
 const DIRECT: u8 = 1;
 const POOLED: u8 = 2;
+const POOLER_KEEPS: u8 = 3;
 
-/// Records how a new connection reaches the database (`connect::reached_directly`), before it
-/// runs anything. Statements are prepared once per connection and kept only while every
-/// connection so far reached PostgreSQL directly: a kept statement outlives its transaction,
-/// and behind a transaction pooler the next transaction may run on a server session that
-/// never prepared it (or one where another client used that name for another statement).
-/// One connection found behind a pooler makes every statement unnamed from then on, for good.
-pub fn statements_on(direct: bool) {
-    if direct {
-        let _ = REACH.compare_exchange(UNKNOWN, DIRECT, Ordering::SeqCst, Ordering::SeqCst);
-    } else if REACH.swap(POOLED, Ordering::SeqCst) != POOLED && opened() {
-        log::info!("{}", how_statements_go());
+/// Records how a new connection reaches the database, before it runs anything. Statements
+/// are prepared once per connection and kept only while no connection so far was found
+/// behind something that could hand its server session to another client with the
+/// statement missing or someone else's under its name: a kept statement outlives its
+/// transaction, and behind a transaction pooler that does not keep statements itself the
+/// next transaction may run on a server session that never prepared it (or one where
+/// another client used that name for another statement). One such connection makes every
+/// statement unnamed from then on, for good.
+pub fn statements_on(reach: Reach) {
+    match reach {
+        Reach::Direct => keep_if_first(DIRECT),
+        Reach::PoolerKeepsStatements => keep_if_first(POOLER_KEEPS),
+        Reach::Pooled => {
+            if REACH.swap(POOLED, Ordering::SeqCst) != POOLED && opened() {
+                log::info!("{}", how_statements_go());
+            }
+        }
     }
 }
 
-/// Whether statements are prepared and kept (direct) or sent unnamed each time (pooled).
+fn keep_if_first(reach: u8) {
+    let _ = REACH.compare_exchange(UNKNOWN, reach, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// Whether statements are prepared and kept, or sent unnamed each time.
 fn kept() -> bool {
-    REACH.load(Ordering::SeqCst) == DIRECT
+    matches!(REACH.load(Ordering::SeqCst), DIRECT | POOLER_KEEPS)
 }
 
 /// Set once the engine is open: a change of how statements go is news from then on (before,
@@ -146,10 +173,12 @@ fn opened() -> bool {
 /// How statements go, for the log: said by `open` once the engine is open.
 pub fn how_statements_go() -> &'static str {
     OPENED.store(true, Ordering::SeqCst);
-    if kept() {
-        "PostgreSQL is reached directly: statements are prepared once per connection"
-    } else {
-        "PostgreSQL is reached through a pooler or a proxy: every statement is sent unnamed"
+    match REACH.load(Ordering::SeqCst) {
+        DIRECT => "PostgreSQL is reached directly: statements are prepared once per connection",
+        POOLER_KEEPS => {
+            "PostgreSQL is reached through a pooler that keeps prepared statements itself (PgBouncer's max_prepared_statements): statements are prepared once per connection"
+        }
+        _ => "PostgreSQL is reached through a pooler or a proxy that does not keep prepared statements: every statement is sent unnamed",
     }
 }
 
