@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Does orderly keep its speed, size, memory and restart time as its store grows to about a
+# million orders? Prints a Markdown table for BENCHMARKS.md.
+#
+#   ORDERLY_BIN=path/to/orderly scripts/scale.sh [--database-url URL]
+#
+# On a fresh store (a sled data dir, or with --database-url a fresh database of that PostgreSQL
+# server, dropped afterwards): 100 accounts with a balance of 10^12 and one product priced 1, then
+#   1. new orders over the 100 accounts, MEASURE_SECONDS (10) at CONNS (64): the empty figure;
+#   2. FILL_SECONDS (150) more of the same: the fill;
+#   3. step 1 again: the full figure;
+#   4. the store's size (`du` of the data dir, or pg_database_size) over the orders stored, the
+#      server's resident memory now and at its peak (VmRSS, VmHWM);
+#   5. kill -9, start again on the same store, and the time to the first /readyz 200;
+#   6. every account's ledger against its balance;
+#   7. sled only, with COPY=1 and --database-url: the server stopped, `orderly copy` of the store
+#      into a fresh database, its wall time and peak resident memory (/usr/bin/time).
+# PROFILE=1 records `perf record -g` of the server during steps 1 and 3 (files kept in the
+# scratch dir, which is then kept). SERVE_FLAGS adds serve flags.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+DATABASE_URL=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --database-url) DATABASE_URL=${2:?--database-url needs a URL}; shift 2 ;;
+    *) echo "usage: scale.sh [--database-url URL]" >&2; exit 2 ;;
+  esac
+done
+FILL_SECONDS=${FILL_SECONDS:-150}
+MEASURE_SECONDS=${MEASURE_SECONDS:-10}
+CONNS=${CONNS:-64}
+resolve_bin
+ensure_wrk
+make_work
+[ "${PROFILE:-0}" = 1 ] && KEEP_WORK=1
+
+# with_database NAME: the URL of database NAME on the server of $DATABASE_URL.
+with_database() {
+  python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$DATABASE_URL" "$1"
+}
+psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 "$@"; }
+
+engine=() scale_db=
+if [ -n "$DATABASE_URL" ]; then
+  scale_db=orderly_scale_$$
+  psql_admin -c "DROP DATABASE IF EXISTS $scale_db" -c "CREATE DATABASE $scale_db" >/dev/null
+  engine=(--database-url "$(with_database "$scale_db")")
+fi
+drop_databases() {
+  [ -n "$DATABASE_URL" ] || return 0
+  psql_admin -c "DROP DATABASE IF EXISTS $scale_db WITH (FORCE)" \
+    -c "DROP DATABASE IF EXISTS ${scale_db}_copy WITH (FORCE)" >/dev/null || true
+}
+trap 'drop_databases; cleanup' EXIT
+
+# shellcheck disable=SC2086  # SERVE_FLAGS is a list of flags
+serve_flags=(--fulfillment-delay 1h ${SERVE_FLAGS:-})
+start_server "$WORK/db" "$WORK/server" "${engine[@]}" "${serve_flags[@]}"
+log "server $SERVER_PID at $BASE_URL; creating 100 accounts"
+"${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 100 --out "$WORK/accounts.tsv"
+
+# new_orders LABEL SECONDS: wrk new orders over the accounts; leaves wrk's output in WORK.
+run_id=$(date +%s)-$$
+new_orders() {
+  local label=$1 secs=$2 perf_pid=
+  if [ "${PROFILE:-0}" = 1 ] && [ "$label" != fill ]; then
+    perf record -g -F 499 -p "$SERVER_PID" -o "$WORK/perf-$label.data" -- sleep "$secs" \
+      >"$WORK/perf-$label.log" 2>&1 &
+    perf_pid=$!
+  fi
+  timeout $((secs + 30)) wrk -t2 -c"$CONNS" -d"${secs}s" --latency -s "$SCRIPTS_DIR/orders.lua" \
+    "$BASE_URL/b2b/orders" -- new "$WORK/accounts.tsv" - "s-$run_id-$label" >"$WORK/wrk-$label.txt" 2>&1 \
+    || { cat "$WORK/wrk-$label.txt" >&2; die "wrk failed ($label)"; }
+  [ -z "$perf_pid" ] || wait "$perf_pid" || true
+  grep -q '^RESULT ' "$WORK/wrk-$label.txt" || { cat "$WORK/wrk-$label.txt" >&2; die "no RESULT from wrk ($label)"; }
+  local bad=$(( $(result_field non200 "$WORK/wrk-$label.txt") + $(result_field sock_errors "$WORK/wrk-$label.txt") ))
+  [ "$bad" -eq 0 ] || die "$bad errors during $label"
+}
+orders_placed=0
+placed() { orders_placed=$(( orders_placed + $(result_field requests "$WORK/wrk-$1.txt") )); }
+
+log "new orders on the empty store, ${MEASURE_SECONDS}s"
+new_orders empty "$MEASURE_SECONDS"; placed empty
+log "filling for ${FILL_SECONDS}s"
+new_orders fill "$FILL_SECONDS"; placed fill
+log "new orders on the full store (${orders_placed} orders), ${MEASURE_SECONDS}s"
+new_orders full "$MEASURE_SECONDS"; placed full
+
+if [ -n "$DATABASE_URL" ]; then
+  bytes=$(psql_admin -c "SELECT pg_database_size('$scale_db')")
+else
+  bytes=$(du -sb "$WORK/db" | cut -f1)
+fi
+rss_now=$(rss_kib "$SERVER_PID")
+rss_peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status")
+
+log "kill -9 and restart"
+crash_server "$SERVER_PID"
+restart_started=$(date +%s.%N)
+start_server "$WORK/db" "$WORK/server-2" "${engine[@]}" "${serve_flags[@]}"
+ready=0
+for _ in $(seq 1 600); do
+  if curl -sf -o /dev/null "$BASE_URL/readyz"; then ready=1; break; fi
+  sleep 0.05
+done
+[ "$ready" = 1 ] || die "no /readyz 200 within 30 s of the restart"
+restart_s=$(awk -v a="$restart_started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+
+log "checking every account's ledger against its balance"
+"${CLIENT[@]}" verify --base "$BASE_URL" --accounts "$WORK/accounts.tsv" >"$WORK/verify.txt" \
+  || { cat "$WORK/verify.txt" >&2; die "ledger does not match the balance"; }
+stop_server "$SERVER_PID"
+
+copy_row=
+if [ "${COPY:-0}" = 1 ]; then
+  [ -n "${COPY_DATABASE_URL:-}" ] || die "COPY=1 needs COPY_DATABASE_URL (a PostgreSQL maintenance URL)"
+  [ -z "$DATABASE_URL" ] || die "COPY=1 copies a sled store: run without --database-url"
+  copy_db=orderly_scale_copy_$$
+  PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 \
+    -c "DROP DATABASE IF EXISTS $copy_db" -c "CREATE DATABASE $copy_db" >/dev/null
+  copy_url=$(DATABASE_URL=$COPY_DATABASE_URL; with_database "$copy_db")
+  log "orderly copy into $copy_db"
+  /usr/bin/time -f '%e %M' -o "$WORK/copy.time" "$ORDERLY" copy --from-data-dir "$WORK/db" \
+    --to-database-url "$copy_url" >"$WORK/copy.out" 2>&1 || { tail "$WORK/copy.out" >&2; die "orderly copy failed"; }
+  PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt \
+    -c "DROP DATABASE IF EXISTS $copy_db WITH (FORCE)" >/dev/null || true
+  read -r copy_s copy_kib <"$WORK/copy.time"
+  copy_row="| \`orderly copy\` of the store: wall time, peak resident memory | ${copy_s} s, $((copy_kib / 1024)) MiB |"
+fi
+
+fig() { result_field "$1" "$WORK/wrk-$2.txt"; }
+echo
+echo "orderly at scale, $(date -u +%Y-%m-%d), $(basename "$ORDERLY") on" \
+  "$([ -n "$DATABASE_URL" ] && echo PostgreSQL || echo sled), $(nproc) CPUs, wrk -c$CONNS on the same host," \
+  "fill ${FILL_SECONDS}s, measures ${MEASURE_SECONDS}s"
+echo
+echo "| measure | figure |"
+echo "|---|---:|"
+# Orders stored: the ledger's entries less the 100 credits (wrk counts only the answers it read).
+stored=$(( $(sed -n 's/^ledger check: [0-9]* accounts, \([0-9]*\) ledger entries.*/\1/p' "$WORK/verify.txt") - 100 ))
+echo "| orders stored (100 accounts) | $stored |"
+echo "| new orders/s, empty store (p99 ms) | $(fig rps empty) ($(fig p99_ms empty)) |"
+echo "| new orders/s, full store (p99 ms) | $(fig rps full) ($(fig p99_ms full)) |"
+echo "| full / empty | $(awk -v a="$(fig rps empty)" -v b="$(fig rps full)" 'BEGIN { printf "%.2fx", b / a }') |"
+echo "| store size, bytes per order | $((bytes / 1024 / 1024)) MiB, $((bytes / stored)) |"
+echo "| resident memory at the end, peak | $((rss_now / 1024)) MiB, $((rss_peak / 1024)) MiB |"
+echo "| kill -9 to /readyz 200 | ${restart_s} s |"
+[ -z "$copy_row" ] || echo "$copy_row"
+echo
+tail -1 "$WORK/verify.txt"
+[ "${PROFILE:-0}" != 1 ] || echo "profiles: $WORK/perf-empty.data $WORK/perf-full.data"
