@@ -138,7 +138,11 @@ async fn a_delivery_that_failed_before_a_crash_arrives_after_the_restart() {
 
     let app = app.crash_and_restart(&flags);
     let restarted = std::time::Instant::now();
-    let got = receiver.wait_for(2, Duration::from_secs(15)).await;
+    // The kill may land after the receiver answered and before the outcome was settled: on
+    // PostgreSQL the attempt's claim then holds its whole attempt lease (20 s, fenced so that
+    // no second instance sends meanwhile), and the work of an instance that died is taken
+    // over within 30 s (SPEC 17). Seen: 1 run in 6 waited past 15 s.
+    let got = receiver.wait_for(2, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 2, "the event arrived after the restart");
     assert!(
         got[1].at > restarted,
