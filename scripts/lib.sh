@@ -53,7 +53,10 @@ cleanup() {
   done
   wait 2>/dev/null || true
   # A filesystem mounted inside the scratch directory (disk-full.sh) goes before it does.
-  [ -z "${UNMOUNT:-}" ] || umount "$UNMOUNT" 2>/dev/null || true
+  # Bounded: a FUSE mount whose daemon stopped answering (LazyFS) would hold a plain umount;
+  # then it is detached lazily.
+  [ -z "${UNMOUNT:-}" ] || timeout 10 umount "$UNMOUNT" 2>/dev/null \
+    || umount -l "$UNMOUNT" 2>/dev/null || true
   if [ "$rc" -ne 0 ] || [ "$KEEP_WORK" = 1 ]; then
     log "scratch directory kept: $WORK"
   else
