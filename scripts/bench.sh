@@ -54,7 +54,7 @@ if [ -n "$DATABASE_URL" ]; then
   bench_db=orderly_bench_$$
   PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 \
     -c "DROP DATABASE IF EXISTS $bench_db" -c "CREATE DATABASE $bench_db" >/dev/null
-  engine=(--database-url "$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$DATABASE_URL" "$bench_db")")
+  engine=(--database-url "$(database_url "$DATABASE_URL" "$bench_db")")
 fi
 ORDERLY_WRAP=("${server_pin[@]}")
 BASE_URLS=()

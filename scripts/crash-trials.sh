@@ -36,7 +36,7 @@ CREDIT=1000000000000
 # trial_db NAME: a fresh database on the server of $DATABASE_URL; prints its URL.
 trial_db() {
   PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
-  python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$DATABASE_URL" "$1"
+  database_url "$DATABASE_URL" "$1"
 }
 resolve_bin
 make_work

@@ -112,6 +112,11 @@ crash_server() {
   forget_pid "$1"
 }
 
+# database_url SERVER_URL NAME: the URL of database NAME on the PostgreSQL server of SERVER_URL.
+database_url() {
+  python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
+}
+
 # rss_kib PID: resident set size from /proc (0 when gone).
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 

@@ -35,24 +35,21 @@ ensure_wrk
 make_work
 [ "${PROFILE:-0}" = 1 ] && KEEP_WORK=1
 
-# with_database NAME: the URL of database NAME on the server of $DATABASE_URL.
-with_database() {
-  python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$DATABASE_URL" "$1"
-}
 psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 "$@"; }
 
-engine=() scale_db=
+engine=() scale_db= copy_db=
 if [ -n "$DATABASE_URL" ]; then
   scale_db=orderly_scale_$$
   psql_admin -c "DROP DATABASE IF EXISTS $scale_db" -c "CREATE DATABASE $scale_db" >/dev/null
-  engine=(--database-url "$(with_database "$scale_db")")
+  engine=(--database-url "$(database_url "$DATABASE_URL" "$scale_db")")
 fi
+# The databases this run made, whatever ended it; cleanup then sees the run's own status.
 drop_databases() {
-  [ -n "$DATABASE_URL" ] || return 0
-  psql_admin -c "DROP DATABASE IF EXISTS $scale_db WITH (FORCE)" \
-    -c "DROP DATABASE IF EXISTS ${scale_db}_copy WITH (FORCE)" >/dev/null || true
+  [ -z "$scale_db" ] || psql_admin -c "DROP DATABASE IF EXISTS $scale_db WITH (FORCE)" >/dev/null || true
+  [ -z "$copy_db" ] || PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt \
+    -c "DROP DATABASE IF EXISTS $copy_db WITH (FORCE)" >/dev/null || true
 }
-trap 'drop_databases; cleanup' EXIT
+trap 'rc=$?; drop_databases; (exit "$rc"); cleanup' EXIT
 
 # shellcheck disable=SC2086  # SERVE_FLAGS is a list of flags
 serve_flags=(--fulfillment-delay 1h ${SERVE_FLAGS:-})
@@ -119,12 +116,10 @@ if [ "${COPY:-0}" = 1 ]; then
   copy_db=orderly_scale_copy_$$
   PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt -v ON_ERROR_STOP=1 \
     -c "DROP DATABASE IF EXISTS $copy_db" -c "CREATE DATABASE $copy_db" >/dev/null
-  copy_url=$(DATABASE_URL=$COPY_DATABASE_URL; with_database "$copy_db")
+  copy_url=$(database_url "$COPY_DATABASE_URL" "$copy_db")
   log "orderly copy into $copy_db"
   /usr/bin/time -f '%e %M' -o "$WORK/copy.time" "$ORDERLY" copy --from-data-dir "$WORK/db" \
     --to-database-url "$copy_url" >"$WORK/copy.out" 2>&1 || { tail "$WORK/copy.out" >&2; die "orderly copy failed"; }
-  PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt \
-    -c "DROP DATABASE IF EXISTS $copy_db WITH (FORCE)" >/dev/null || true
   read -r copy_s copy_kib <"$WORK/copy.time"
   copy_row="| \`orderly copy\` of the store: wall time, peak resident memory | ${copy_s} s, $((copy_kib / 1024)) MiB |"
 fi
