@@ -871,7 +871,10 @@ async fn a_heartbeat_held_up_past_its_lease_never_lets_two_instances_send_one_we
 /// made them and whatever made them (orders, credits, cancels): each entry's `balanceAfter` is
 /// the one before it plus its amount. Entry ids are made under the balance row's lock, after
 /// the account's newest entry; made before the wait, a credit that waited behind orders
-/// listed before them.
+/// listed before them. Read before the lock, the newest entry misses what committed while
+/// the lock was awaited: on a fresh connection the read went out ahead of the lock while
+/// the lock's statement was being prepared (1 run in about 40 on a loaded machine, before
+/// statements went out in the order they were asked for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL and libfaketime: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn an_accounts_ledger_lists_its_entries_in_the_order_its_balance_moved_across_instances() {
@@ -908,22 +911,36 @@ async fn an_accounts_ledger_lists_its_entries_in_the_order_its_balance_moved_acr
             let app = if i % 2 == 0 { &pair.a } else { &pair.b };
             let (body, p) = (&body, &p);
             async move {
-                if i % 3 == 0 {
-                    let resp = app
-                        .client
-                        .post(app.url(&format!("/admin/accounts/{}/credits", p.account_id)))
-                        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-                        .header("X-Idempotency-Key", format!("credit-{round}-{i}"))
-                        .json(&json!({ "amount": 100 + i }))
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(resp.status(), StatusCode::OK);
-                } else {
-                    let key = format!("order-{round}-{i}");
-                    let (status, _, _) = order(app, &p.api_key, &key, body).await.unwrap();
-                    assert_eq!(status, StatusCode::OK);
+                // What a partner does with an answer that is not final (a lost race, a
+                // deadline, an outcome unknown): the same request under the same key. This
+                // test is about the order of what was written, not about load.
+                for _ in 0..20 {
+                    let (status, text) = if i % 3 == 0 {
+                        let resp = app
+                            .client
+                            .post(app.url(&format!("/admin/accounts/{}/credits", p.account_id)))
+                            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+                            .header("X-Idempotency-Key", format!("credit-{round}-{i}"))
+                            .json(&json!({ "amount": 100 + i }))
+                            .send()
+                            .await
+                            .unwrap();
+                        (resp.status(), resp.text().await.unwrap())
+                    } else {
+                        let key = format!("order-{round}-{i}");
+                        let (status, _, bytes) = order(app, &p.api_key, &key, body).await.unwrap();
+                        (status, String::from_utf8_lossy(&bytes).into_owned())
+                    };
+                    let retry = status.is_server_error()
+                        || text.contains("Concurrent balance modification")
+                        || text.contains("in progress");
+                    if status == StatusCode::OK {
+                        return;
+                    }
+                    assert!(retry, "round {round}, request {i}: {status} {text}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                panic!("round {round}, request {i}: no final answer in 20 tries");
             }
         });
         join_all(sends).await;
@@ -935,7 +952,8 @@ async fn an_accounts_ledger_lists_its_entries_in_the_order_its_balance_moved_acr
         assert_eq!(
             after["balanceAfter"].as_i64().unwrap(),
             before["balanceAfter"].as_i64().unwrap() + after["amount"].as_i64().unwrap(),
-            "listed in another order than the balance moved: {before} then {after}"
+            "listed in another order than the balance moved ({} entries): {before} then {after}",
+            entries.len()
         );
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::Object;
 use futures_util::future::try_join_all;
 use tokio_postgres::{IsolationLevel, Row};
 
@@ -15,7 +15,7 @@ use super::codec;
 use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
-use super::tx::{query_opt, Fault};
+use super::tx::{query_opt, Fault, Tx};
 use crate::bounds::BACKUP_READER_PATIENCE;
 use crate::store::records::{verify_counts, Tally};
 use crate::store::{Producer, Record, RestoreCounts, Snapshot, StoreError};
@@ -189,7 +189,7 @@ async fn stream_tables(client: &mut Object, producer: &Producer) -> Result<bool,
     Ok(true)
 }
 
-async fn write(tx: &Transaction<'_>, record: &Record) -> Result<(), Fault> {
+async fn write(tx: &Tx<'_>, record: &Record) -> Result<(), Fault> {
     match record {
         Record::Account { account, balance } => rows::insert_account(tx, account, *balance).await,
         Record::ApiKey { hash, record } => rows::insert_api_key(tx, hash, record).await,
@@ -251,7 +251,7 @@ pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<Res
 }
 
 /// What was written matches what was meant: as many rows of each kind as its records.
-async fn verify(tx: &Transaction<'_>, expected: &RestoreCounts) -> Result<(), Fault> {
+async fn verify(tx: &Tx<'_>, expected: &RestoreCounts) -> Result<(), Fault> {
     let found = row_counts(tx).await?;
     let kinds = TABLES
         .iter()

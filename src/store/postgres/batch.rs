@@ -21,7 +21,6 @@
 use std::pin::pin;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use deadpool_postgres::Transaction;
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
@@ -29,7 +28,7 @@ use super::codec;
 use super::db::{self, Bound, Conn, Db};
 use super::orders::{catalog, write_decisions, PRODUCTS_SQL};
 use super::rows::{txn_id, NEWEST_TXNS_SQL};
-use super::tx::{first_cause, query, retried, Fault, MAX_TRIES};
+use super::tx::{first_cause, query, retried, Fault, Tx, MAX_TRIES};
 use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
 use crate::domain::ids::AccountId;
 use crate::domain::time::now_millis;
@@ -314,11 +313,7 @@ static KEY_ROWS_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// The batch's view in one round trip, its locks taken in one order, behind the
 /// transaction's bounds.
-async fn read_view(
-    tx: &Transaction<'_>,
-    gate: &db::Gate,
-    wants: &Wants,
-) -> Result<OrderView, Fault> {
+async fn read_view(tx: &Tx<'_>, gate: &db::Gate, wants: &Wants) -> Result<OrderView, Fault> {
     let accounts: Vec<String> = wants.accounts.iter().map(|a| a.to_string()).collect();
     let key_accounts: Vec<String> = wants.keys.iter().map(|(a, _)| a.to_string()).collect();
     let keys: Vec<&str> = wants.keys.iter().map(|(_, k)| k.as_str()).collect();

@@ -16,11 +16,11 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use deadpool_postgres::{GenericClient as _, Object, Pool, Transaction};
+use deadpool_postgres::{GenericClient as _, Object, Pool};
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, IsolationLevel};
 
-use super::tx::{query_opt, Fault, Preparing, Session};
+use super::tx::{query_opt, Fault, Preparing, Session, Tx};
 use crate::bounds::{
     Deadline, COMMIT_PATIENCE, EDGE_MARGIN, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT,
 };
@@ -217,7 +217,7 @@ impl Conn {
     /// money is serialized by orderly's row locks, and under REPEATABLE READ each race on a
     /// hot account would be a serialization failure), and the gate its COMMIT goes through.
     /// The transaction's first statements must be sent with `Gate::limit_waits`.
-    pub async fn begin(&mut self) -> Result<(Transaction<'_>, Gate), Fault> {
+    pub async fn begin(&mut self) -> Result<(Tx<'_>, Gate), Fault> {
         let gate = Gate {
             bound: self.bound.clone(),
         };
@@ -226,7 +226,7 @@ impl Conn {
             .isolation_level(IsolationLevel::ReadCommitted)
             .start()
             .await?;
-        Ok((tx, gate))
+        Ok((Tx::new(tx), gate))
     }
 }
 
@@ -272,7 +272,7 @@ impl Gate {
     /// COMMITs `tx` when its write may still be sent (its deadline has not passed, its caller
     /// still waits), counted in flight until the database confirms it; otherwise rolls it
     /// back (`TimedOut`: nothing of it is ever written).
-    pub async fn commit(self, tx: Transaction<'_>) -> Result<(), Fault> {
+    pub async fn commit(self, tx: Tx<'_>) -> Result<(), Fault> {
         if let Some(ticket) = &self.bound.ticket {
             if !ticket.send(self.bound.deadline) {
                 return Err(Fault::Store(not_sent()));

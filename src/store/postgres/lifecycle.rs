@@ -4,7 +4,6 @@
 //! are locked for it (`FOR UPDATE`), so a cancel and a completion of one order cannot both
 //! happen and no other write moves the balance between the read and the write.
 
-use deadpool_postgres::Transaction;
 use futures_util::future::try_join_all;
 
 use super::codec;
@@ -14,7 +13,7 @@ use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
-use super::tx::{first_cause, query, query_opt, Fault};
+use super::tx::{first_cause, query, query_opt, Fault, Tx};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
@@ -26,7 +25,7 @@ use crate::store::{KeyClaim, StoreError};
 use tokio_postgres::error::SqlState;
 
 /// The order, locked until the commit.
-async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>, Fault> {
+async fn lock_order(tx: &Tx<'_>, id: &OrderId) -> Result<Option<Order>, Fault> {
     let sql = format!(
         "SELECT {} FROM orders WHERE id = $1 FOR UPDATE",
         codec::ORDER
@@ -43,7 +42,7 @@ async fn lock_order(tx: &Transaction<'_>, id: &OrderId) -> Result<Option<Order>,
 /// claim's, or without a claim `LOCK_TIMEOUT`). The stamp is made once they are all held.
 /// `None` when a lock was held elsewhere past that bound: busy, nothing written.
 async fn lock_view(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     gate: &Gate,
     order: &OrderId,
     account: &AccountId,
@@ -75,7 +74,7 @@ async fn lock_view(
 }
 
 /// Writes the event and, when it has one, its first callback.
-async fn insert_emitted(tx: &Transaction<'_>, emitted: &Emitted) -> Result<(), Fault> {
+async fn insert_emitted(tx: &Tx<'_>, emitted: &Emitted) -> Result<(), Fault> {
     let event: &Event = &emitted.event;
     match &emitted.delivery {
         Some(delivery) => {
@@ -93,7 +92,7 @@ async fn insert_emitted(tx: &Transaction<'_>, emitted: &Emitted) -> Result<(), F
 /// Writes a decided change, sent as one pipeline: the order, the refund, the money, the
 /// event, and the key's row.
 async fn write_change(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     account: &AccountId,
     claim: Option<&KeyClaim>,
     decided: &Decided<Change>,

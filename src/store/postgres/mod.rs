@@ -36,6 +36,7 @@ mod outbox;
 mod rate_limit;
 mod reads;
 mod rows;
+mod send_order;
 mod shared_cache;
 mod tx;
 mod webhook_ops;

@@ -9,13 +9,11 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use deadpool_postgres::Transaction;
-
 use super::codec;
 use super::db::Conn;
 use super::locks::key_taken;
 use super::rows::{insert_key_rows, insert_ledger, insert_orders, lock_balance, set_balances};
-use super::tx::{first_cause, query, Fault};
+use super::tx::{first_cause, query, Fault, Tx};
 use crate::domain::order::Order;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
@@ -80,7 +78,7 @@ pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>,
 
 /// The accepted orders' rows and each account's final balance: four statements, whatever
 /// the batch's size, sent as one pipeline.
-pub async fn write_decisions(tx: &Transaction<'_>, decisions: &Decisions) -> Result<(), Fault> {
+pub async fn write_decisions(tx: &Tx<'_>, decisions: &Decisions) -> Result<(), Fault> {
     let accepted = &decisions.accepted;
     if accepted.is_empty() {
         return Ok(());

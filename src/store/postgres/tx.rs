@@ -17,6 +17,7 @@ use tokio_postgres::types::{Json, ToSql, Type};
 
 use tokio_postgres::{GenericClient, Row, RowStream, Statement};
 
+use super::send_order::{SendOrder, Turn};
 use crate::domain::money::Cents;
 use crate::store::StoreError;
 
@@ -187,6 +188,11 @@ pub trait Session: Sync {
     fn session(&self) -> &(impl GenericClient + Sync);
     /// The connection's prepared statement for `sql`, prepared on first use and kept.
     fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a>;
+    /// The place of a statement asked for now in the order statements go out
+    /// (`send_order`): kept within a transaction, whose pipelines rely on it.
+    fn turn(&self) -> Turn<'_> {
+        Turn::free()
+    }
 }
 
 pub type Preparing<'a> =
@@ -207,6 +213,37 @@ impl Session for Transaction<'_> {
     }
     fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
         Box::pin(self.prepare_typed_cached(sql, types))
+    }
+}
+
+/// A transaction whose statements go out in the order they are asked for (`Conn::begin`).
+pub struct Tx<'a> {
+    inner: Transaction<'a>,
+    order: SendOrder,
+}
+
+impl<'a> Tx<'a> {
+    pub fn new(inner: Transaction<'a>) -> Self {
+        Tx {
+            inner,
+            order: SendOrder::default(),
+        }
+    }
+
+    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+        self.inner.commit().await
+    }
+}
+
+impl Session for Tx<'_> {
+    fn session(&self) -> &(impl GenericClient + Sync) {
+        &*self.inner
+    }
+    fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a> {
+        Box::pin(self.inner.prepare_typed_cached(sql, types))
+    }
+    fn turn(&self) -> Turn<'_> {
+        self.order.turn()
     }
 }
 
@@ -320,9 +357,16 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+    let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
-        Some(statement) => c.session().query(&statement, &untyped(params)).await?,
-        None => c.session().query_typed(sql, &typed(params)).await?,
+        Some(statement) => {
+            turn.send(c.session().query(&statement, &untyped(params)))
+                .await?
+        }
+        None => {
+            turn.send(c.session().query_typed(sql, &typed(params)))
+                .await?
+        }
     })
 }
 
@@ -331,16 +375,30 @@ pub async fn query_opt<C: Session>(
     sql: &str,
     params: Params<'_>,
 ) -> Result<Option<Row>, Fault> {
+    let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
-        Some(statement) => c.session().query_opt(&statement, &untyped(params)).await?,
-        None => c.session().query_typed_opt(sql, &typed(params)).await?,
+        Some(statement) => {
+            turn.send(c.session().query_opt(&statement, &untyped(params)))
+                .await?
+        }
+        None => {
+            turn.send(c.session().query_typed_opt(sql, &typed(params)))
+                .await?
+        }
     })
 }
 
 pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
+    let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
-        Some(statement) => c.session().execute(&statement, &untyped(params)).await?,
-        None => c.session().execute_typed(sql, &typed(params)).await?,
+        Some(statement) => {
+            turn.send(c.session().execute(&statement, &untyped(params)))
+                .await?
+        }
+        None => {
+            turn.send(c.session().execute_typed(sql, &typed(params)))
+                .await?
+        }
     })
 }
 
@@ -387,9 +445,16 @@ pub async fn query_stream<C: Session>(
     sql: &str,
     params: Params<'_>,
 ) -> Result<RowStream, Fault> {
+    let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
-        Some(statement) => c.session().query_raw(&statement, untyped(params)).await?,
-        None => c.session().query_typed_raw(sql, typed(params)).await?,
+        Some(statement) => {
+            turn.send(c.session().query_raw(&statement, untyped(params)))
+                .await?
+        }
+        None => {
+            turn.send(c.session().query_typed_raw(sql, typed(params)))
+                .await?
+        }
     })
 }
 
