@@ -243,17 +243,18 @@ pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::
             "the body did not arrive by the deadline".into(),
         )));
     };
+    // The outer result is the limit's, the inner one the read's.
     match read {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(_)) => Err(ApiError::validation(
-            vec!["body".into()],
-            "the body is larger than 1 MiB",
-            "too_large",
-        )),
-        Err(e) => Err(ApiError::validation(
+        Ok(Err(e)) => Err(ApiError::validation(
             vec!["body".into()],
             format!("the body could not be read: {e}"),
             "body_error",
+        )),
+        Err(_) => Err(ApiError::validation(
+            vec!["body".into()],
+            "the body is larger than 1 MiB",
+            "too_large",
         )),
     }
 }
@@ -287,7 +288,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// The path of the first string (a key or a value) that holds U+0000, if any. This is the
 /// one place that refuses it, for every field of every body and so for every engine:
 /// PostgreSQL's text and jsonb cannot store it, and the same input must get the same answer
-/// everywhere, before anything is stored (SPEC 20).
+/// everywhere, before anything is stored (contract §20).
 fn nul_path(bytes: &[u8]) -> Option<Vec<serde_json::Value>> {
     // JSON carries U+0000 only as the escape `\u0000`, so a body without those six bytes
     // (nearly every body) has none and is not parsed again.

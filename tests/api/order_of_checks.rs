@@ -1,4 +1,4 @@
-//! SPEC section 4: auth, then schema, then the idempotency key; a refused call changes nothing.
+//! contract §4: auth, then schema, then the idempotency key; a refused call changes nothing.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -262,7 +262,7 @@ async fn schema_violations_name_their_field() {
 }
 
 #[tokio::test]
-async fn a_body_over_one_mebibyte_is_refused_without_a_5xx() {
+async fn a_body_over_one_mebibyte_is_a_422_that_says_so() {
     let app = spawn_app().await;
     let p = app.partner_with_balance(0).await;
     let huge = format!("{{\"items\":[],\"pad\":\"{}\"}}", "x".repeat(1_100_000));
@@ -276,9 +276,10 @@ async fn a_body_over_one_mebibyte_is_refused_without_a_5xx() {
         .send()
         .await
         .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = resp.json().await.unwrap();
     assert!(
-        matches!(resp.status().as_u16(), 413 | 422),
-        "{}",
-        resp.status()
+        body.to_string().contains("the body is larger than 1 MiB"),
+        "{body}"
     );
 }
