@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# LazyFS (../shared/tools/lazyfs, MIT): a FUSE file system that keeps written data until it is
+# LazyFS (MIT, github.com/dsrhaslab/lazyfs): a FUSE file system that keeps written data until it is
 # fsynced and drops the rest on `lazyfs::clear-cache` (a power cut on demand); stopped with
 # SIGSTOP, it is a disk that stops answering. Built from a copy of its sources in a scratch
-# directory (nothing in this checkout or in ../shared is written).
+# directory (nothing in this checkout or in the source tree is written).
 #   scripts/lazyfs.sh build DIR       copies the sources to DIR/src, installs Debian's build
 #                                     packages when missing, builds; prints the binary's path
 #   scripts/lazyfs.sh mount BIN DIR   mounts DIR/mnt over DIR/root (faults FIFO DIR/faults.fifo),
 #                                     in the background; prints the LazyFS process's pid
 #   scripts/lazyfs.sh umount DIR      unmounts DIR/mnt (continuing a stopped LazyFS first)
-# Env: LAZYFS_SRC (../shared/tools/lazyfs), LAZYFS_CACHE (1gb: unsynced data it may hold)
+# Env: LAZYFS_SRC (LazyFS's source tree, needed by build: exit 3 without it, which CI reports as
+# SKIPPED), LAZYFS_CACHE (1gb: unsynced data it may hold)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:?usage: lazyfs.sh build DIR | mount BIN DIR | umount DIR}
@@ -16,8 +17,9 @@ cmd=${1:?usage: lazyfs.sh build DIR | mount BIN DIR | umount DIR}
 case $cmd in
   build)
     dir=${2:?usage: lazyfs.sh build DIR}
-    src=${LAZYFS_SRC:-$here/../shared/tools/lazyfs}
-    [ -d "$src/lazyfs" ] || { echo "lazyfs: no sources at $src" >&2; exit 2; }
+    src=${LAZYFS_SRC:-}
+    [ -n "$src" ] && [ -d "$src/lazyfs" ] \
+      || { echo "lazyfs: no LazyFS sources (set LAZYFS_SRC to its source tree; now: '${src}')" >&2; exit 3; }
     missing=()
     for pkg in cmake g++ libfuse3-dev fuse3 libtoml11-dev libspdlog-dev; do
       dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

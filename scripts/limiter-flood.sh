@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# What a flood of unauthenticated clients costs partner orders on PostgreSQL (SPEC 17:
+# What a flood of unauthenticated clients costs partner orders on PostgreSQL (contract §17:
 # unauthenticated traffic costs the database bounded work). One throwaway cluster, one
-# instance with --trusted-proxies 127.0.0.1/32; partner orders (../shared/perf's wrk
+# instance with --trusted-proxies 127.0.0.1/32; partner orders (perf/'s wrk
 # new_order.lua, 16 connections) run quiet, then again while 2,000 connections send one
 # unauthenticated request a second each, each request from the next of 2,000 distinct
 # X-Forwarded-For addresses (scripts/wrk/flood.lua). Prints both runs, the ratios, the 500s,
 # and the database's transactions a second (pg_stat_database) and the limiter's statements a
 # second (orderly_rate_limit_statements_total) in each phase.
 # Usage: scripts/limiter-flood.sh [ORDERLY_BIN]   (default target/release/orderly)
-# Env: DURATION (10s) CONC (16) FLOOD_CONC (2000) FLOOD_CLIENTS (2000) PERF (../shared/perf)
+# Env: DURATION (10s) CONC (16) FLOOD_CONC (2000) FLOOD_CLIENTS (2000) PERF (perf/ in this checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/orderly}
 [[ -x $BIN ]] || { echo "limiter-flood: build it first: cargo build --release" >&2; exit 2; }
-PERF=${PERF:-../shared/perf}
+PERF=${PERF:-$(cd "$(dirname "$0")/../perf" && pwd)}
 [[ -f $PERF/wrk/new_order.lua ]] || { echo "limiter-flood: no $PERF/wrk/new_order.lua" >&2; exit 2; }
 DURATION=${DURATION:-10s}; CONC=${CONC:-16}; FLOOD_CONC=${FLOOD_CONC:-2000}
 export FLOOD_CLIENTS=${FLOOD_CLIENTS:-2000}

@@ -7,9 +7,8 @@
 #   scripts/pgbouncer.sh stop DIR
 #   scripts/pgbouncer.sh build DIR
 #       PgBouncer built from its source release in DIR (its build packages installed when
-#       missing; about a minute); prints the binary's path. The release is PGBOUNCER_SRC, by
-#       default pgbouncer-1.25.2.tar.gz in ../shared/tools/pgbouncer beside this checkout; exit
-#       3 when there is none there (CI then says SKIPPED).
+#       missing; about a minute); prints the binary's path. The release is PGBOUNCER_SRC (a
+#       pgbouncer-X.Y.Z.tar.gz); exit 3 when it is unset or missing (CI then says SKIPPED).
 # Installs Debian's pgbouncer when it is missing. PgBouncer will not run as root, so it runs as
 # the postgres user. Env: POOL_SIZE (40: server connections per database and user),
 # MAX_CLIENTS (2000), PGBOUNCER_BIN (a pgbouncer binary to run instead of Debian's: one built
@@ -73,9 +72,9 @@ netloc = (u.username + '@' if u.username else '') + '127.0.0.1:' + sys.argv[2]
 print(urllib.parse.urlunparse(u._replace(netloc=netloc)))" "$server" "$listen"
     ;;
   build)
-    here=$(cd "$(dirname "$0")/.." && pwd)
-    src=${PGBOUNCER_SRC:-$here/../shared/tools/pgbouncer/pgbouncer-1.25.2.tar.gz}
-    [ -f "$src" ] || { echo "pgbouncer: no source release at $src" >&2; exit 3; }
+    src=${PGBOUNCER_SRC:-}
+    [ -n "$src" ] && [ -f "$src" ] \
+      || { echo "pgbouncer: no source release (set PGBOUNCER_SRC to a pgbouncer-X.Y.Z.tar.gz; now: '${src}')" >&2; exit 3; }
     missing=()
     for pkg in autoconf automake libtool pkg-config libevent-dev libssl-dev make gcc; do
       dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -2,7 +2,7 @@
 # Throughput and p99 against connections, orderly beside the ceiling server, as SVG.
 #
 #   ORDERLY_BIN=target/release/orderly scripts/plot-bench.sh [OUT_DIR]      (default docs/bench)
-#   env: CONNS ("1 16 64"), RUNS (1), DURATION (5s): passed to ../shared/perf/compare.sh
+#   env: CONNS ("1 16 64"), RUNS (1), DURATION (5s): passed to perf/compare.sh
 #        PLOT_ONLY=1: skip the runs and redraw from the JSON already in OUT_DIR
 #
 # For each connection count it runs compare.sh (the harness: ceiling and orderly back to back,
@@ -16,7 +16,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 OUT=${1:-$ROOT/docs/bench}
 CONNS=${CONNS:-1 16 64}
-COMPARE=${COMPARE:-$ROOT/../shared/perf/compare.sh}
+COMPARE=${COMPARE:-$ROOT/perf/compare.sh}
 mkdir -p "$OUT"
 
 if [[ ${PLOT_ONLY:-0} != 1 ]]; then

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # orderly on PostgreSQL through PgBouncer against orderly on the same server direct, in one
-# run (SPEC 23: a pooler in between changes nothing, and should cost little). One throwaway
+# run (contract §23: a pooler in between changes nothing, and should cost little). One throwaway
 # cluster, PgBouncer in front of it (scripts/pgbouncer.sh, pool_mode transaction unless
 # POOL_MODE says session), one orderly on a database of its own through each path, both seeded
-# by ../shared/perf/orderly-setup.py; then, alternating (direct, pooled, direct, ...), new
-# orders over 100 accounts and replays with ../shared/perf's wrk scripts. Prints the medians,
+# by perf/orderly-setup.py; then, alternating (direct, pooled, direct, ...), new
+# orders over 100 accounts and replays with perf/'s wrk scripts. Prints the medians,
 # the ratios pooled/direct, both ledgers verified, and a one-line summary last.
 # Usage: scripts/pooler-compare.sh [ORDERLY_BIN]   (default target/release/orderly)
-# Env: RUNS (3) DURATION (10s) CONC (64) POOL_MODE (transaction) PERF (../shared/perf)
+# Env: RUNS (3) DURATION (10s) CONC (64) POOL_MODE (transaction) PERF (perf/ in this checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/orderly}
 [[ -x $BIN ]] || { echo "pooler-compare: build it first: cargo build --release" >&2; exit 2; }
-PERF=${PERF:-../shared/perf}
+PERF=${PERF:-$(cd "$(dirname "$0")/../perf" && pwd)}
 RUNS=${RUNS:-3}; DURATION=${DURATION:-10s}; CONC=${CONC:-64}; POOL_MODE=${POOL_MODE:-transaction}
 command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } >&2
 

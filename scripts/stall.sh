@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A storage that stops answering under full load, as an operator meets it (SPEC 23), on either
-# engine, one instance, 64 connections of new orders (../shared/perf's wrk new_order.lua, 100
+# A storage that stops answering under full load, as an operator meets it (contract §23), on either
+# engine, one instance, 64 connections of new orders (perf/'s wrk new_order.lua, 100
 # accounts, wrk's own timeout 30 s):
 #   postgres  one throwaway cluster whose every COMMIT waits for a synchronous standby that
 #             does not exist (synchronous_standby_names = 'nobody', then reset)
@@ -17,14 +17,14 @@
 # then every account's ledger is checked against its balance (nothing charged twice, nothing
 # half-written). Prints one line per phase and a summary line last.
 # Usage: scripts/stall.sh postgres|sled [ORDERLY_BIN]   (default target/release/orderly)
-# Env: QUIET (10) STALL (60) BACK (10) CONC (64) DEADLINE (10s) PERF (../shared/perf)
+# Env: QUIET (10) STALL (60) BACK (10) CONC (64) DEADLINE (10s) PERF (perf/ in this checkout)
 #      LAZYFS_BIN (sled: a built LazyFS; else scripts/lazyfs.sh builds one in the scratch dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENGINE=${1:?usage: stall.sh postgres|sled [ORDERLY_BIN]}
 BIN=${2:-target/release/orderly}
 [[ -x $BIN ]] || { echo "stall: build it first: cargo build --release" >&2; exit 2; }
-PERF=${PERF:-../shared/perf}
+PERF=${PERF:-$(cd "$(dirname "$0")/../perf" && pwd)}
 QUIET=${QUIET:-10}; STALL=${STALL:-60}; BACK=${BACK:-10}; CONC=${CONC:-64}; DEADLINE=${DEADLINE:-10s}
 command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } >&2
 
@@ -145,7 +145,7 @@ limit_ms=$(python3 -c "import re; d='$DEADLINE'; s=float(re.sub('[^0-9.]','',d))
 echo "stall summary ($ENGINE): slowest answer ${max_ms} ms (limit ${limit_ms})," \
   "memory +$(( (rss_peak - rss_before) / 1024 )) MiB, readyz 503 ${unready} s into the stall," \
   "SIGTERM to exit ${took} s (status $code), $ledgers"
-# The goals of SPEC 23 (issue 34): each missed one is named, and the exit status is 1.
+# The goals of contract §23 (issue 34): each missed one is named, and the exit status is 1.
 failed=()
 python3 -c "import sys; sys.exit(0 if float('${max_ms:-inf}') <= $limit_ms else 1)" \
   || failed+=("an answer came ${max_ms} ms after its request, past the deadline + 1 s")

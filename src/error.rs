@@ -66,7 +66,7 @@ pub struct RateLimited<'a> {
 
 /// Every refusal of the HTTP surface, named for what happened. Each variant's status, token
 /// and sentence are decided below (`status_code`, `message`) and nowhere else; the wire
-/// format is SPEC 8's, byte for byte.
+/// format is contract §8's, byte for byte.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("invalid or missing API key")]
@@ -110,7 +110,7 @@ pub enum ApiError {
     InvalidKey { reason: &'static str },
     #[error("invalid callbackUrl: {reason}")]
     InvalidCallbackUrl { reason: CallbackRefusal },
-    /// A basket rule (SPEC 5 step 4).
+    /// A basket rule (contract §5 step 4).
     #[error("basket refused: {0:?}")]
     Basket(BasketRejection),
     #[error("currency mismatch")]
@@ -121,7 +121,7 @@ pub enum ApiError {
     /// The key was used before for another request (`other_operation`: another kind).
     #[error("idempotency key reused")]
     KeyReused { other_operation: bool },
-    /// The key's first use is still in flight past the wait (SPEC 5).
+    /// The key's first use is still in flight past the wait (contract §5).
     #[error("duplicate request in progress")]
     InProgress,
     #[error("order not cancellable: {}", status.as_str())]
@@ -144,7 +144,7 @@ pub enum ApiError {
     /// The storage does not answer (`/readyz`).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
-    /// The port failed; by its kind in the log, the opaque 500 on the wire (SPEC 20).
+    /// The port failed; by its kind in the log, the opaque 500 on the wire (contract §20).
     #[error("storage: {0}")]
     Storage(#[from] StoreError),
     /// An invariant of orderly's own that did not hold; the opaque 500.
@@ -250,7 +250,7 @@ impl ApiError {
     }
 }
 
-/// The sentence of each basket rule (SPEC 5 step 4), its token first.
+/// The sentence of each basket rule (contract §5 step 4), its token first.
 fn basket_message(rejection: &BasketRejection) -> String {
     match rejection {
         BasketRejection::TooManyItems => {

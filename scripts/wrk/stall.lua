@@ -1,7 +1,7 @@
--- wrk script for scripts/stall.sh: new orders exactly as ../shared/perf/wrk/new_order.lua sends
+-- wrk script for scripts/stall.sh: new orders exactly as perf/wrk/new_order.lua sends
 -- them (PERF_WRK names that directory), and the count of each answer's status, printed after
 -- its RESULT line as "STATUSES 200:N 500:N 503:N ...".
-local perf = os.getenv("PERF_WRK") or "../shared/perf/wrk/"
+local perf = os.getenv("PERF_WRK") or "perf/wrk/"
 dofile(perf .. "new_order.lua")
 
 local inner_setup, inner_done = setup, done

@@ -1,4 +1,4 @@
-//! SPEC section 14: the operator's API.
+//! contract §14: the operator's API.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};

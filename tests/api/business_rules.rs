@@ -1,4 +1,4 @@
-//! SPEC section 5.4: each business rule is a 400 with its token, and charges nothing.
+//! contract §5.4: each business rule is a 400 with its token, and charges nothing.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

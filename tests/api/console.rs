@@ -1,4 +1,4 @@
-//! SPEC section 18: the console page and the admin reads it uses.
+//! contract §18: the console page and the admin reads it uses.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! SPEC sections 2 and 16 (Demo): `--demo` seeds data/demo.json into an empty database only,
+//! contract §§2 and 16 (Demo): `--demo` seeds data/demo.json into an empty database only,
 //! and prints the keys and the admin token it runs with.
 
 use reqwest::{Method, StatusCode};

@@ -1,4 +1,4 @@
-//! SPEC sections 4.1 and 9: the Origin check before the limiter, and the limiter's arithmetic.
+//! contract §§4.1 and 9: the Origin check before the limiter, and the limiter's arithmetic.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! SPEC section 10: expired rows decide until the sweeper deletes them; then the key is new.
+//! contract §10: expired rows decide until the sweeper deletes them; then the key is new.
 
 use std::time::{Duration, Instant};
 

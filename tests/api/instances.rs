@@ -1,4 +1,4 @@
-//! SPEC section 17 across instances: two (or more) `orderly serve` processes on one
+//! contract §17 across instances: two (or more) `orderly serve` processes on one
 //! PostgreSQL database, tested where only many instances can fail: one key, one rate budget,
 //! one revocation, one migration, claimed work taken over after a kill -9, one credit per
 //! provider notification, and no acknowledged order lost with an instance. Each runs only

@@ -1,4 +1,4 @@
-//! SPEC sections 11 and 12: fulfillment, cancel, refunds and the event list.
+//! contract §§11 and 12: fulfillment, cancel, refunds and the event list.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! SPEC sections 2 and 15: metrics, the OpenAPI document, flags, and a graceful stop.
+//! contract §§2 and 15: metrics, the OpenAPI document, flags, and a graceful stop.
 
 use std::collections::HashMap;
 use std::process::Command;

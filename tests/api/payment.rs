@@ -1,4 +1,4 @@
-//! SPEC section 5.5: the 402s roll everything back and leave the key free.
+//! contract §5.5: the 402s roll everything back and leave the key free.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

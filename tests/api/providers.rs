@@ -1,4 +1,4 @@
-//! SPEC section 13: provider notifications credit exactly once, however often they arrive.
+//! contract §13: provider notifications credit exactly once, however often they arrive.
 
 use futures::future::join_all;
 use hmac::{Hmac, Mac};

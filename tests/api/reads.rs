@@ -1,4 +1,4 @@
-//! SPEC sections 11 and 16: the read endpoints, their scopes, lists and cursors.
+//! contract §§11 and 16: the read endpoints, their scopes, lists and cursors.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! SPEC sections 5.3 and 6: replays are byte for byte, conflicts are 409, and the fingerprint
+//! contract §§5.3 and 6: replays are byte for byte, conflicts are 409, and the fingerprint
 //! covers the normalized basket only.
 
 use reqwest::StatusCode;

@@ -140,7 +140,7 @@ async fn take(ctx: &Arc<Ctx>, n: usize, instance: usize) -> Backup {
     })
     .await;
     b.done_ms = ctx.now_ms();
-    // SPEC 23: a streamed answer is bounded by its start (status and first bytes within the
+    // contract §23: a streamed answer is bounded by its start (status and first bytes within the
     // deadline), whatever became of the rest.
     let first = match first_byte.load(Ordering::SeqCst) {
         0 => b.done_ms,

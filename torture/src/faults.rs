@@ -452,7 +452,7 @@ fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> Str
     }
 }
 
-/// SPEC 23: a stop is bounded (30 s) whatever the storage does.
+/// contract §23: a stop is bounded (30 s) whatever the storage does.
 fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
     ctx.check();
     let took = t.elapsed();
@@ -469,7 +469,7 @@ fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
     }
 }
 
-/// A full disk (SPEC 20): the instance restarted under a file-size limit a little above its
+/// A full disk (contract §20): the instance restarted under a file-size limit a little above its
 /// store, writes go on until one is refused, and the process must exit with status 1 within
 /// 5 s of the first refusal; then it restarts without the limit (every acknowledged key is
 /// checked at the end).
@@ -554,7 +554,7 @@ fn largest_file(dir: &std::path::Path) -> u64 {
     max
 }
 
-/// Watches /readyz on every instance while a storage fault holds and after it ends (SPEC 23):
+/// Watches /readyz on every instance while a storage fault holds and after it ends (contract §23):
 /// 503 no later than 5.5 s after writes stopped completing, 200 again within 5 s (+1.5 s for
 /// polling and the backlog) of the fault's end.
 pub struct ReadyWatch {

@@ -1,6 +1,6 @@
 //! One request of the workload, from send to history line: which instance it went to, when it
 //! was sent and answered, what the answer says (model::Outcome), whether it ended by the
-//! deadline (SPEC 23), and whether it is exempt from that because its instance was paused,
+//! deadline (contract §23), and whether it is exempt from that because its instance was paused,
 //! killed or restarted while it was in flight.
 
 use crate::ctx::Ctx;
@@ -258,7 +258,7 @@ pub async fn send(ctx: &Arc<Ctx>, http: &reqwest::Client, req: &Req) -> Resp {
     };
     ctx.count_op(req.kind);
 
-    // SPEC 23: every request ends by its deadline (the streamed backup is bounded elsewhere).
+    // contract §23: every request ends by its deadline (the streamed backup is bounded elsewhere).
     let elapsed = end_ms - start_ms;
     let refused = resp.failure == Some(Failure::Connect);
     if !refused {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub enum Outcome {
     /// A 2xx: `replayed` is the `Idempotency-Replayed: true` header; `digest` the body's SHA-256.
     Ok { replayed: bool, digest: [u8; 32] },
-    /// A 503 on a write: SPEC 23, "dropped before it is sent (nothing of it is ever written
+    /// A 503 on a write: contract §23, "dropped before it is sent (nothing of it is ever written
     /// afterwards)".
     NothingWritten,
     /// A 500, a timeout, a connection dropped after the request was sent: the outcome is open.
@@ -302,7 +302,7 @@ pub struct Post {
 }
 
 /// Two POSTs of one webhook-id overlapping in time, from two instances, are a second delivery
-/// while the first is on the wire (SPEC 17: one piece of work, one instance at a time),
+/// while the first is on the wire (contract §17: one piece of work, one instance at a time),
 /// unless the first sender was paused during its POST (a process paused past its lease may
 /// finish a POST it had begun). `paused(instance, from, to)` says whether that instance was
 /// stopped at some point in the interval. Returns the pairs (earlier, later) that violate.
@@ -339,7 +339,7 @@ pub fn overlapping_posts(
     out
 }
 
-/// The readiness rule (SPEC 23): `/readyz` must be 503 once no write has completed for 5 s
+/// The readiness rule (contract §23): `/readyz` must be 503 once no write has completed for 5 s
 /// while writes were waiting. `oldest_pending_ms` is the send time of the oldest write still
 /// waiting, `last_done_ms` the last write that completed (a 200), `slack_ms` the polling and
 /// scheduling allowance. Returns how long writes have not completed when a 200 was wrong.
@@ -355,7 +355,7 @@ pub fn stale_ready(
     (stuck > 5_000 + slack_ms).then_some(stuck)
 }
 
-/// SPEC 23: every request is answered within the deadline of its arrival; the client allows
+/// contract §23: every request is answered within the deadline of its arrival; the client allows
 /// 0.5 s for the network and its own scheduling.
 pub fn over_deadline(elapsed_ms: u64, deadline_ms: u64) -> bool {
     elapsed_ms > deadline_ms + 500
