@@ -100,6 +100,11 @@ pub const WORKER_CALL: Duration = Duration::from_secs(10);
 /// that stalls for a minute is not taking a backup anyone can use either.
 pub const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How long an instance may take at start to read every API key that can authenticate
+/// (PostgreSQL: `known_keys.rs`): about a second per million keys on a loaded database, so a
+/// minute is a database that is not answering.
+pub const KEYS_LOAD_WITHIN: Duration = Duration::from_secs(60);
+
 /// The deadline of a command run from the shell (`restore`, `copy`, `stats`): the operator
 /// watches it and can stop it; nothing waits on it but them.
 pub const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);

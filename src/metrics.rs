@@ -65,6 +65,12 @@ pub struct Metrics {
     /// lent budget that lapsed unused and was given back.
     pub rate_limit_lent: Counter,
     pub rate_limit_returned: Counter,
+    /// API keys looked up in the database (PostgreSQL): a key this instance has no copy of
+    /// and that it knows exists, or any key while it is not caught up. A key it knows does
+    /// not exist costs none.
+    pub api_key_reads: Counter,
+    /// API keys that can authenticate, as this instance knows them (PostgreSQL).
+    pub api_keys_known: Gauge,
 }
 
 impl Default for Metrics {
@@ -202,7 +208,21 @@ impl Default for Metrics {
             "Lent budget of the shared rate limit that lapsed unused and was given back",
             rate_limit_returned.clone(),
         );
+        let api_key_reads = Counter::default();
+        registry.register(
+            "api_key_reads",
+            "API keys looked up in the database; a key known not to exist costs none",
+            api_key_reads.clone(),
+        );
+        let api_keys_known = Gauge::default();
+        registry.register(
+            "api_keys_known",
+            "API keys that can authenticate, as this instance knows them (PostgreSQL)",
+            api_keys_known.clone(),
+        );
         Metrics {
+            api_key_reads,
+            api_keys_known,
             rate_limit_statements,
             rate_limit_buckets_spent,
             rate_limit_lent,

@@ -206,6 +206,25 @@ async fn an_api_key_revoked_through_one_instance_is_401_on_the_other_at_once() {
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_key_created_through_one_instance_authenticates_on_the_other_as_soon_as_it_is_answered() {
+    // The other instance refuses keys it does not know from memory: it must have learned of
+    // each one before its creation is answered, whichever instance is asked first.
+    let pair = two_instances(&[]);
+    let account = pair.a.create_account(true, 0, "EU").await;
+    for i in 0..20 {
+        let (through, other) = if i % 2 == 0 {
+            (&pair.a, &pair.b)
+        } else {
+            (&pair.b, &pair.a)
+        };
+        let key = through.create_key(&account, &["balance:read"]).await;
+        let answer = other.get(&key, "/b2b/balance").await;
+        assert_eq!(answer.status(), StatusCode::OK, "key {i}");
+    }
+}
+
 /// A key of its own for the account, with every scope: (the key, its id).
 async fn key_with_id(app: &TestApp, account: &str) -> (String, String) {
     let created: Value = app

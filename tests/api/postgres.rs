@@ -569,3 +569,46 @@ async fn the_log_says_whether_statements_are_kept_as_the_path_to_the_database_al
         1_000_000 - 40 * 999
     );
 }
+
+/// A key made up by the caller (valid in form, never created).
+fn made_up_key(i: u64) -> String {
+    format!("gc_live_{:032x}", 0x5eed_0000_0000u64 + i * 7919)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn keys_that_do_not_exist_are_refused_from_memory_with_no_lookup_and_no_growth() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(0).await;
+    // A key that exists and has no copy here yet is looked up once: the counter counts.
+    let before = app.text("/metrics").await;
+    let reads_before = metric(&before, "orderly_api_key_reads_total");
+    let known = metric(&before, "orderly_api_keys_known");
+    assert!(known >= 1.0, "the partner's key is known: {known}");
+    let fresh = app.create_key(&p.account_id, &["balance:read"]).await;
+    assert_eq!(
+        app.get(&fresh, "/b2b/balance").await.status(),
+        StatusCode::OK
+    );
+    let text = app.text("/metrics").await;
+    assert_eq!(
+        metric(&text, "orderly_api_key_reads_total"),
+        reads_before + 1.0
+    );
+    assert_eq!(metric(&text, "orderly_api_keys_known"), known + 1.0);
+
+    // A thousand made-up keys, a new one each time, then one of them repeated: every one a
+    // 401, none looked up, nothing remembered.
+    let reads = metric(&text, "orderly_api_key_reads_total");
+    for round in 0..2u64 {
+        let answers = futures::future::join_all((0..500u64).map(|i| {
+            let (key, app) = (made_up_key(if round == 0 { i } else { 7 }), &app);
+            async move { app.get(&key, "/b2b/balance").await.status() }
+        }))
+        .await;
+        assert!(answers.iter().all(|s| *s == StatusCode::UNAUTHORIZED));
+    }
+    let after = app.text("/metrics").await;
+    assert_eq!(metric(&after, "orderly_api_key_reads_total"), reads);
+    assert_eq!(metric(&after, "orderly_api_keys_known"), known + 1.0);
+}

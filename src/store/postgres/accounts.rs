@@ -30,16 +30,34 @@ pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), 
     gate.commit(tx).await
 }
 
-/// A new API key.
+/// A new API key, with the change every instance must learn of before it is answered
+/// (`shared_cache::bump`): the change's number goes into the key's row, from which the
+/// instances catch up.
 pub async fn create_api_key(
     client: &mut Conn,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
-) -> Result<(), Fault> {
+) -> Result<i64, Fault> {
     let (tx, gate) = client.begin().await?;
-    futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record))
-        .await?;
-    gate.commit(tx).await
+    let ((), ()) =
+        futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record))
+            .await?;
+    let version = bump(&tx).await?;
+    mark_changed(&tx, "hash", &&hash[..], version).await?;
+    gate.commit(tx).await?;
+    Ok(version)
+}
+
+/// Records in a key's row (found by `column`) the change that created or revoked it.
+async fn mark_changed(
+    tx: &impl super::tx::Session,
+    column: &str,
+    value: &(dyn super::tx::Param + Sync),
+    version: i64,
+) -> Result<(), Fault> {
+    let sql = format!("UPDATE api_keys SET changed_in = $1 WHERE {column} = $2");
+    execute(tx, &sql, &[&version, value]).await?;
+    Ok(())
 }
 
 /// A product created or replaced.
@@ -141,6 +159,7 @@ pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64
         return Ok(None);
     }
     let version = bump(&tx).await?;
+    mark_changed(&tx, "id", &key_id.to_string(), version).await?;
     gate.commit(tx).await?;
     Ok(Some(version))
 }

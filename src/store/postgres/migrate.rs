@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("migrations/0004_limiter_ticks.sql")),
     (5, include_str!("migrations/0005_cache_leases.sql")),
     (6, include_str!("migrations/0006_fenced_deliveries.sql")),
+    (7, include_str!("migrations/0007_known_keys.sql")),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

@@ -27,6 +27,8 @@ mod clock;
 mod codec;
 mod connect;
 mod db;
+mod key_reads;
+mod known_keys;
 mod lifecycle;
 mod limiter_loans;
 mod locks;
@@ -67,6 +69,7 @@ use crate::store::{
     RestoreCounts, SharedRateLimit, Snapshot, Stopped, Store, StoreError,
 };
 use db::{Bound, Db};
+use key_reads::KeyReads;
 use tx::{retried, Fault};
 
 pub struct Options {
@@ -193,6 +196,12 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     clock::report(skew);
     let clock = tokio::spawn(clock::follow_the_database(pool.clone()));
     let cache = Arc::new(shared_cache::SharedCache::default());
+    // Every key that can authenticate, before anything is served (`known_keys.rs`).
+    cache.know(known_keys::at_open(&pool).await?);
+    options
+        .metrics
+        .api_keys_known
+        .set(cache.known_keys() as i64);
     // The heartbeat's commits count among the commits in flight (`/readyz`): an instance
     // whose own renewals stall has a storage that stopped completing writes, even while no
     // request writes.
@@ -202,6 +211,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         lease,
         instance.clone(),
         Arc::clone(&commits),
+        Arc::clone(&options.metrics),
     ));
     let db = Arc::new(Db {
         pool,
@@ -215,6 +225,7 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         cache,
         limiter: Arc::new(rate_limit::PgRateLimit::new(limiter, options.metrics)),
         orders: batch::Batcher::new(Arc::clone(&db)),
+        key_reads: KeyReads::new(options.pool_size),
         instance,
         db,
     }))
@@ -234,6 +245,10 @@ struct PgStore {
     /// Names this process in the outbox claims it holds (unique per start) and in the cache
     /// lease it renews, by which the others know it is alive.
     instance: String,
+    /// The share of the pool that API key lookups may hold at once: whatever arrives with
+    /// keys this instance cannot answer from memory, the connections partner writes wait for
+    /// stay free.
+    key_reads: KeyReads,
 }
 
 impl Drop for PgStore {
@@ -245,6 +260,22 @@ impl Drop for PgStore {
 }
 
 impl PgStore {
+    /// Before an API key is looked up in the database: `None` when no key with this hash can
+    /// authenticate, as this instance knows without a statement (the 401); otherwise a place
+    /// among the lookups in flight (`key_reads.rs`), held for the lookup, which is counted.
+    async fn key_lookup(
+        &self,
+        deadline: Deadline,
+        hash: &[u8; 32],
+    ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, StoreError> {
+        if self.cache.surely_unknown(hash) {
+            return Ok(None);
+        }
+        let share = self.key_reads.enter(deadline).await?;
+        self.db.metrics.api_key_reads.inc();
+        Ok(Some(share))
+    }
+
     /// Returns once no instance serves a copy of an API key or account from before change
     /// `version` (`shared_cache.rs`): only then may the change be reported done. The change
     /// is committed already, so a wait cut short by the deadline leaves it in doubt.
@@ -324,6 +355,9 @@ impl Store for PgStore {
         if let Some(hit) = self.cache.api_key(&key_hash) {
             return Ok(Some(hit));
         }
+        let Some(_share) = self.key_lookup(deadline, &key_hash).await? else {
+            return Ok(None);
+        };
         let generation = self.cache.auth_generation();
         let found = read!(self, deadline, |c| reads::authenticate(&c, &key_hash))?;
         if let Some(found) = &found {
@@ -360,6 +394,9 @@ impl Store for PgStore {
                 }));
             }
         }
+        let Some(_share) = self.key_lookup(deadline, &key_hash).await? else {
+            return Ok(None);
+        };
         let generation = self.cache.auth_generation();
         let found = read!(self, deadline, |c| reads::authenticate_with_key(
             &c, &key_hash, &key
@@ -402,9 +439,11 @@ impl Store for PgStore {
         key_hash: [u8; 32],
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
-        write!(self, deadline, None, |c| accounts::create_api_key(
+        let version = write!(self, deadline, None, |c| accounts::create_api_key(
             &mut c, &key_hash, &record
-        ))
+        ))?;
+        // Answered once every instance knows the key: from then on each authenticates it.
+        self.acknowledged(deadline, version).await
     }
 
     async fn revoke_api_key(&self, deadline: Deadline, key_id: Id) -> Result<bool, StoreError> {

@@ -23,8 +23,10 @@
 //!   for it to commit, and then finds its lease. A lapsed lease needs nothing: copies are not
 //!   served without one, and a change made meanwhile is newer than what was purged.
 //!
-//! Misses are never remembered (a key created later is found at once), and a read that
-//! straddles a purge is not remembered either (`cache::Cache`).
+//! A key that cannot authenticate is not a copy: this instance knows every key that can
+//! (`known_keys.rs`, caught up by the same renewals before they acknowledge), and refuses one
+//! it does not know without a statement while its lease holds. A read that straddles a purge
+//! is not remembered (`cache::Cache`).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,11 +34,13 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 
+use super::known_keys::{self, KnownKeys};
 use super::tx::{alone, query_opt, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
 use crate::domain::time::{now_millis, Millis};
+use crate::metrics::Metrics;
 use crate::store::admission::InFlight;
 use crate::store::cache::Cache;
 use crate::store::{KeyRecord, StoreError};
@@ -136,6 +140,9 @@ pub struct SharedCache {
     epoch: Instant,
     /// The newest change whose copies are purged.
     purged: AtomicI64,
+    /// Every key that can authenticate; `None` until loaded (`PgStore::open` loads it before
+    /// it serves).
+    known: std::sync::RwLock<Option<KnownKeys>>,
 }
 
 /// A key row may be served until shortly before its expiry.
@@ -151,6 +158,7 @@ impl Default for SharedCache {
             lease_until: AtomicU64::new(0),
             epoch: Instant::now(),
             purged: AtomicI64::new(0),
+            known: std::sync::RwLock::new(None),
         }
     }
 }
@@ -167,6 +175,42 @@ impl SharedCache {
             return None;
         }
         self.auth.get(hash)
+    }
+
+    /// True when no key with this hash can authenticate, as this instance knows while its
+    /// lease holds: every creation answered so far was acknowledged here, after the key was
+    /// added (`known_keys.rs`). False when the key may exist, or when this instance cannot
+    /// tell (no lease, nothing loaded): the database is asked then.
+    pub fn surely_unknown(&self, hash: &[u8; 32]) -> bool {
+        if !self.leased() {
+            return false;
+        }
+        let known = self.known.read().expect("the known keys");
+        known.as_ref().is_some_and(|known| !known.contains(hash))
+    }
+
+    /// The keys known when the store opens.
+    pub fn know(&self, keys: KnownKeys) {
+        *self.known.write().expect("the known keys") = Some(keys);
+    }
+
+    /// How many keys can authenticate, as known here.
+    pub fn known_keys(&self) -> usize {
+        let known = self.known.read().expect("the known keys");
+        known.as_ref().map_or(0, KnownKeys::len)
+    }
+
+    /// The newest change the known keys are current to.
+    fn known_synced(&self) -> Option<i64> {
+        let known = self.known.read().expect("the known keys");
+        known.as_ref().map(KnownKeys::synced)
+    }
+
+    fn learn(&self, changes: Vec<([u8; 32], bool)>, version: i64) {
+        let mut known = self.known.write().expect("the known keys");
+        if let Some(known) = known.as_mut() {
+            known.apply(changes, version);
+        }
     }
 
     /// Where a read of API keys starts: handed back to `remember_api_key`.
@@ -228,6 +272,7 @@ pub async fn renew_leases(
     pool: Pool,
     instance: String,
     commits: Arc<InFlight>,
+    metrics: Arc<Metrics>,
 ) {
     let mut ticks = tokio::time::interval(RENEW);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -244,6 +289,14 @@ pub async fn renew_leases(
                 .await?
                 .pop()
                 .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
+            let version: i64 = row.get(0);
+            // Caught up with the keys created and revoked before this version is
+            // acknowledged (the next renewal sends it): see `known_keys.rs`.
+            if let Some(synced) = cache.known_synced().filter(|synced| version > *synced) {
+                let changes = known_keys::changed_after(&client, synced).await?;
+                cache.learn(changes, version);
+                metrics.api_keys_known.set(cache.known_keys() as i64);
+            }
             if renewals % PRUNE_EVERY == 0 {
                 query_opt(
                     &client,
@@ -254,7 +307,7 @@ pub async fn renew_leases(
                 )
                 .await?;
             }
-            Ok::<i64, Fault>(row.get(0))
+            Ok::<i64, Fault>(version)
         };
         match tokio::time::timeout(LEASE - SAFETY, renewal).await {
             Ok(Ok(version)) => {
@@ -326,6 +379,31 @@ mod tests {
         // A read that started before the purge is not kept after it.
         cache.remember_api_key(read_started, [1; 32], (record, account));
         assert!(cache.api_key(&[1; 32]).is_none());
+    }
+
+    #[test]
+    fn a_key_is_refused_from_memory_only_while_the_lease_holds_and_the_keys_are_loaded() {
+        let cache = SharedCache::default();
+        cache.renewed(0, Instant::now());
+        assert!(
+            !cache.surely_unknown(&[9; 32]),
+            "nothing loaded: ask the database"
+        );
+        let mut keys = KnownKeys::empty(0);
+        keys.apply(vec![([1; 32], false)], 0);
+        cache.know(keys);
+        assert!(cache.surely_unknown(&[9; 32]));
+        assert!(
+            !cache.surely_unknown(&[1; 32]),
+            "a key that exists is looked up"
+        );
+        cache.learn(vec![([9; 32], false)], 1);
+        assert!(!cache.surely_unknown(&[9; 32]), "created since");
+        cache.give_up();
+        assert!(
+            !cache.surely_unknown(&[8; 32]),
+            "no lease: ask the database"
+        );
     }
 
     #[test]

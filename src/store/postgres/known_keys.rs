@@ -1,0 +1,141 @@
+//! Every API key that can authenticate, known to this instance by its hash, so that a key
+//! it does not know is refused with no statement at all: a flood of made-up keys, one
+//! repeated or a new one each time, costs the database nothing (contract §17).
+//!
+//! Exact under change, by the cache lease of `shared_cache.rs`: a creation or a revocation
+//! bumps `auth_cache_version` and writes that change's number into the key's row
+//! (`changed_in`), then waits until every live lease has acknowledged it. A renewal that
+//! finds a newer version reads the rows changed after the last change applied here and
+//! applies them before it acknowledges the new version. So once a creation is answered,
+//! every instance whose lease is live knows the key; an instance whose lease lapsed does not
+//! answer from what it knows, it asks the database (`SharedCache::surely_unknown`).
+//!
+//! Memory: 32 bytes of hash per key that can authenticate, in a hash set (33 bytes a slot, a
+//! power of two of slots at most 7/8 full: between 38 and 75 bytes a key, at most 75 MB for a
+//! million keys). It grows only with the keys the operator creates, never with what requests
+//! send.
+
+use std::collections::HashSet;
+
+use deadpool_postgres::Pool;
+
+use super::tx::{query, query_opt, Fault, Session};
+use super::OpenError;
+use crate::bounds::KEYS_LOAD_WITHIN;
+use crate::store::StoreError;
+
+/// The keys known when an instance opens, read within `KEYS_LOAD_WITHIN`.
+pub async fn at_open(pool: &Pool) -> Result<KnownKeys, OpenError> {
+    let loading = async {
+        let client = pool.get().await.map_err(Fault::from)?;
+        KnownKeys::load(&client).await
+    };
+    tokio::time::timeout(KEYS_LOAD_WITHIN, loading)
+        .await
+        .map_err(|_| OpenError::Database("reading the API keys took too long".into()))?
+        .map_err(|e| OpenError::Database(format!("reading the API keys: {}", StoreError::from(e))))
+}
+
+/// The hashes, and the newest change applied to them.
+pub struct KnownKeys {
+    hashes: HashSet<[u8; 32]>,
+    synced: i64,
+}
+
+impl KnownKeys {
+    /// Every key that can authenticate now, and the change they are current to: the version is
+    /// read first, so a change that commits meanwhile is newer and is read again later
+    /// (applying a row twice leaves it as it is).
+    pub async fn load(c: &impl Session) -> Result<KnownKeys, Fault> {
+        let version: i64 = query_opt(c, "SELECT version FROM auth_cache_version", &[])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?
+            .get(0);
+        let rows = query(c, "SELECT hash FROM api_keys WHERE NOT revoked", &[]).await?;
+        let mut hashes = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            hashes.insert(hash_of(row)?);
+        }
+        Ok(KnownKeys {
+            hashes,
+            synced: version,
+        })
+    }
+
+    /// No key, current to change `version`.
+    #[cfg(test)]
+    pub fn empty(version: i64) -> KnownKeys {
+        KnownKeys {
+            hashes: HashSet::new(),
+            synced: version,
+        }
+    }
+
+    /// The newest change applied.
+    pub fn synced(&self) -> i64 {
+        self.synced
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn contains(&self, hash: &[u8; 32]) -> bool {
+        self.hashes.contains(hash)
+    }
+
+    /// Applies `changes` (each key changed after `synced`, as it is now) and notes that the
+    /// set is current to `version`.
+    pub fn apply(&mut self, changes: Vec<([u8; 32], bool)>, version: i64) {
+        for (hash, revoked) in changes {
+            if revoked {
+                self.hashes.remove(&hash);
+            } else {
+                self.hashes.insert(hash);
+            }
+        }
+        self.synced = self.synced.max(version);
+    }
+}
+
+/// The keys changed (created or revoked) after change `after`, each as it is now.
+pub async fn changed_after(c: &impl Session, after: i64) -> Result<Vec<([u8; 32], bool)>, Fault> {
+    let rows = query(
+        c,
+        "SELECT hash, revoked FROM api_keys WHERE changed_in > $1",
+        &[&after],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| Ok((hash_of(row)?, row.get::<_, bool>("revoked"))))
+        .collect()
+}
+
+fn hash_of(row: &tokio_postgres::Row) -> Result<[u8; 32], Fault> {
+    let bytes: &[u8] = row.get("hash");
+    bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt("an API key's hash is not 32 bytes".into()).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revocation_applied_after_the_creation_leaves_the_key_unknown() {
+        let mut known = KnownKeys {
+            hashes: HashSet::new(),
+            synced: 3,
+        };
+        known.apply(vec![([1; 32], false), ([2; 32], false)], 5);
+        assert!(known.contains(&[1; 32]) && known.contains(&[2; 32]));
+        known.apply(vec![([1; 32], true)], 6);
+        assert!(!known.contains(&[1; 32]));
+        assert_eq!((known.len(), known.synced()), (1, 6));
+        // A row read again (a change that committed between a version's read and its rows')
+        // changes nothing, and the version never goes back.
+        known.apply(vec![([2; 32], false)], 4);
+        assert_eq!((known.len(), known.synced()), (1, 6));
+    }
+}
