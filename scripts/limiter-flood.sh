@@ -94,18 +94,27 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 python3 - "$(field rps "$quiet")" "$(field p99_ms "$quiet")" "$(field rps "$flooded")" \
   "$(field p99_ms "$flooded")" "$(field non2xx "$flooded")" "$(field cpu_ms_per_s "$quiet")" \
   "$(field cpu_ms_per_s "$flooded")" "${flood_requests:-0}" "$(( secs + 15 ))" \
-  "$(field key_reads_per_s "$flooded")" "$ENGINE" "$FLOOD_KEY" <<'PY'
+  "$(field key_reads_per_s "$flooded")" "$(field db_xacts_per_s "$quiet")" \
+  "$(field db_xacts_per_s "$flooded")" "$(field limiter_statements_per_s "$quiet")" \
+  "$(field limiter_statements_per_s "$flooded")" "$ENGINE" "$FLOOD_KEY" <<'PY'
 import sys
-q_rps, q_p99, f_rps, f_p99, f_errors, q_cpu, f_cpu, flood_n, flood_s, reads = map(float, sys.argv[1:11])
-engine, key = sys.argv[11:13]
+(q_rps, q_p99, f_rps, f_p99, f_errors, q_cpu, f_cpu, flood_n, flood_s, reads, q_x, f_x, q_lim,
+ f_lim) = map(float, sys.argv[1:15])
+engine, key = sys.argv[15:17]
 flood_rps = flood_n / flood_s if flood_s else 0
 # What the flood added: the flooded phase's CPU less what its orders cost at the quiet rate.
 added_ms = f_cpu - q_cpu * (f_rps / q_rps if q_rps else 0)
 per_flood_us = added_ms * 1000 / flood_rps if flood_rps else 0
 per_100 = reads * 100 / flood_rps if flood_rps else 0
+# The database's transactions the flood added: the flooded phase's, less its orders' at the
+# quiet phase's rate per order, less the limiter's own statements (which the rule allows).
+ratio = f_rps / q_rps if q_rps else 0
+extra = max(0.0, f_x - q_x * ratio - max(0.0, f_lim - q_lim * ratio))
+extra_per_100 = extra * 100 / flood_rps if flood_rps else 0
 print(f"summary ({engine}, flood key {key}): quiet {q_rps:.0f}/s p99 {q_p99:.1f} ms; "
       f"flooded {f_rps:.0f}/s p99 {f_p99:.1f} ms; p99 {f_p99 / q_p99:.2f}x (goal <= 2x), "
       f"throughput {f_rps / q_rps:.2f}x (goal >= 0.8x), non-2xx orders {f_errors:.0f} (goal 0); "
-      f"flood {flood_rps:.0f} requests/s, API key lookups {per_100:.2f} per 100 of them "
-      f"(goal <= 1), orderly CPU {per_flood_us:.0f} us per flood request")
+      f"flood {flood_rps:.0f} requests/s; per 100 of them: database transactions beyond the "
+      f"orders' and the limiter's {extra_per_100:.2f} (goal <= 1), API key lookups {per_100:.2f}; "
+      f"orderly CPU {per_flood_us:.0f} us per flood request")
 PY

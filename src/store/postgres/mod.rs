@@ -382,11 +382,12 @@ impl Store for PgStore {
             }));
         };
         // A replay from memory: no round trip at all.
-        if let Some((record, account)) = self.cache.api_key(&key_hash) {
+        let copy = self.cache.api_key(&key_hash);
+        if let Some((record, account)) = &copy {
             if let Some(row) = self.cache.key_row(&account.id, &key) {
                 return Ok(Some(Authenticated {
-                    record,
-                    account,
+                    record: record.clone(),
+                    account: account.clone(),
                     prefetched: Prefetched::Read {
                         key,
                         row: Some(row),
@@ -394,8 +395,14 @@ impl Store for PgStore {
                 }));
             }
         }
-        let Some(_share) = self.key_lookup(deadline, &key_hash).await? else {
-            return Ok(None);
+        // With the API key in memory, the statement below is the idempotency key's lookup
+        // (a new order's, which every engine makes); without it, it is an API key's too.
+        let _share = match copy {
+            Some(_) => None,
+            None => match self.key_lookup(deadline, &key_hash).await? {
+                None => return Ok(None),
+                share => share,
+            },
         };
         let generation = self.cache.auth_generation();
         let found = read!(self, deadline, |c| reads::authenticate_with_key(

@@ -82,6 +82,19 @@ impl Trees {
     }
 
     /// The live key and its account, or `None` for an unknown or revoked key.
+    /// The hash of every API key stored, revoked ones too: what a store knows at open.
+    pub fn api_key_hashes(&self) -> Result<std::collections::HashSet<[u8; 32]>, StoreError> {
+        self.api_keys
+            .iter()
+            .keys()
+            .map(|hash| {
+                let hash = hash?;
+                <[u8; 32]>::try_from(&hash[..])
+                    .map_err(|_| StoreError::Corrupt("an API key's hash is not 32 bytes".into()))
+            })
+            .collect()
+    }
+
     pub fn authenticate(
         &self,
         hash: &[u8; 32],

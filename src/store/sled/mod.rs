@@ -27,9 +27,10 @@ mod visibility;
 mod webhook_ops;
 mod writer;
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 
@@ -52,8 +53,8 @@ use crate::store::writes::OrderChange;
 use crate::store::{
     CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
     KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Progress, ProviderCredit, ProviderRefusal,
-    Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped, Store,
-    StoreError,
+    Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped,
+    Store, StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
@@ -99,6 +100,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     upgrade::merge_split_key_rows(&trees, &options.path)?;
     // Ids and times never go back past what the store holds, whatever the clock says now.
     crate::domain::time::never_before(trees.newest_time()?);
+    let known_keys = trees.api_key_hashes()?;
     let trees = Arc::new(trees);
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;
@@ -130,6 +132,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         reads: Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)),
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
+        known_keys: Arc::new(RwLock::new(known_keys)),
         before_walk: options.before_walk,
     }))
 }
@@ -155,6 +158,11 @@ struct SledStore {
     /// Key rows already read (a replay is the hottest read there is); only a sweep or a
     /// restore deletes one, and each runs inside its `around`.
     replay_cache: Arc<Cache<Vec<u8>, Arc<KeyRecord>>>,
+    /// The hash of every API key the trees hold or a write is adding, revoked ones too (a
+    /// hash goes in before its write, and never out): a hash not here is in no tree and in
+    /// no write in flight, so its 401 needs no read and no wait (`authenticate`). It grows
+    /// only with the keys created, about 75 bytes each at most.
+    known_keys: Arc<RwLock<HashSet<[u8; 32]>>>,
     /// `Options::before_walk`.
     before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -244,6 +252,14 @@ impl Store for SledStore {
         if let Some(hit) = self.auth_cache.get(&key_hash) {
             return Ok(Some(hit));
         }
+        if !self
+            .known_keys
+            .read()
+            .expect("the known keys")
+            .contains(&key_hash)
+        {
+            return Ok(None);
+        }
         let generation = self.auth_cache.generation();
         let Some(found) = self
             .read(deadline, move |t| t.authenticate(&key_hash))
@@ -291,6 +307,12 @@ impl Store for SledStore {
         record: ApiKeyRecord,
     ) -> Result<(), StoreError> {
         let cache = Arc::clone(&self.auth_cache);
+        // Known before it is written: a request with it is then looked up (and waits for
+        // the write like any other read), never refused for being unknown.
+        self.known_keys
+            .write()
+            .expect("the known keys")
+            .insert(key_hash);
         self.writer
             .write(deadline, move |b| {
                 b.touches(Stripe::profile(&record.account_id));
@@ -719,6 +741,7 @@ impl Store for SledStore {
     ) -> Result<RestoreCounts, StoreError> {
         let cache = Arc::clone(&self.auth_cache);
         let replays = Arc::clone(&self.replay_cache);
+        let known_keys = Arc::clone(&self.known_keys);
         // One writer job that takes the records as they come (the writer thread may wait on
         // the stream; nothing else writes into a store being restored).
         self.writer
@@ -732,6 +755,9 @@ impl Store for SledStore {
                     while let Some(record) = records.blocking_next() {
                         let record = record?;
                         tally.add(&record);
+                        if let Record::ApiKey { hash, .. } = &record {
+                            known_keys.write().expect("the known keys").insert(*hash);
+                        }
                         b.trees.write_records(std::slice::from_ref(&record))?;
                         written += 1;
                         // sled evicts only pages its log holds: a flush now and then keeps
