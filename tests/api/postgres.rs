@@ -612,3 +612,42 @@ async fn keys_that_do_not_exist_are_refused_from_memory_with_no_lookup_and_no_gr
     assert_eq!(metric(&after, "orderly_api_key_reads_total"), reads);
     assert_eq!(metric(&after, "orderly_api_keys_known"), known + 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_key_an_older_binary_writes_is_learned_within_a_renewal() {
+    // An instance of an older version, still running during a rolling upgrade, inserts its
+    // keys without knowing of `changed_in`: the table's trigger records the change anyway.
+    use sha2::Digest;
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(0).await;
+    let key = made_up_key(424_242);
+    let hash: String = sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let url = app.database_url().expect("a PostgreSQL server");
+    sql_on(
+        url,
+        format!(
+            "INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at)
+             SELECT '\\x{hash}', 'key_{hash:.32}', account_id, scopes, false, created_at
+             FROM api_keys WHERE account_id = '{}' LIMIT 1",
+            p.account_id
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    loop {
+        let status = app.get(&key, "/b2b/balance").await.status();
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "still {status} after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -17,7 +17,9 @@ use crate::domain::ids::{Id, IdKind};
 use crate::domain::money::Cents;
 use crate::domain::product::Product;
 use crate::domain::time::now_millis;
-use crate::store::{CreditRefusal, NewCredit, ProviderCredit, ProviderRefusal, Recorded};
+use crate::store::{
+    CreditRefusal, NewCredit, ProviderCredit, ProviderRefusal, Recorded, StoreError,
+};
 
 /// A new account with a balance of 0.
 pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), Fault> {
@@ -30,9 +32,9 @@ pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), 
     gate.commit(tx).await
 }
 
-/// A new API key, with the change every instance must learn of before it is answered
-/// (`shared_cache::bump`): the change's number goes into the key's row, from which the
-/// instances catch up.
+/// A new API key, and the change every instance must learn of before it is answered: the
+/// table's trigger (migration 0007) bumps `auth_cache_version` and records the change in the
+/// key's row, from which the instances catch up (`known_keys.rs`).
 pub async fn create_api_key(
     client: &mut Conn,
     hash: &[u8; 32],
@@ -42,22 +44,16 @@ pub async fn create_api_key(
     let ((), ()) =
         futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record))
             .await?;
-    let version = bump(&tx).await?;
-    mark_changed(&tx, "hash", &&hash[..], version).await?;
+    let version = query_opt(
+        &tx,
+        "SELECT changed_in FROM api_keys WHERE hash = $1",
+        &[&&hash[..]],
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt("an API key just inserted is not there".into()))?
+    .get(0);
     gate.commit(tx).await?;
     Ok(version)
-}
-
-/// Records in a key's row (found by `column`) the change that created or revoked it.
-async fn mark_changed(
-    tx: &impl super::tx::Session,
-    column: &str,
-    value: &(dyn super::tx::Param + Sync),
-    version: i64,
-) -> Result<(), Fault> {
-    let sql = format!("UPDATE api_keys SET changed_in = $1 WHERE {column} = $2");
-    execute(tx, &sql, &[&version, value]).await?;
-    Ok(())
 }
 
 /// A product created or replaced.
@@ -158,8 +154,9 @@ pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64
     if changed == 0 {
         return Ok(None);
     }
+    // The trigger recorded the change in the key's row; this one, after it, is what every
+    // instance acknowledges (its copies of the key and its account).
     let version = bump(&tx).await?;
-    mark_changed(&tx, "id", &key_id.to_string(), version).await?;
     gate.commit(tx).await?;
     Ok(Some(version))
 }

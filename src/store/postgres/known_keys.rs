@@ -2,9 +2,10 @@
 //! it does not know is refused with no statement at all: a flood of made-up keys, one
 //! repeated or a new one each time, costs the database nothing (contract §17).
 //!
-//! Exact under change, by the cache lease of `shared_cache.rs`: a creation or a revocation
-//! bumps `auth_cache_version` and writes that change's number into the key's row
-//! (`changed_in`), then waits until every live lease has acknowledged it. A renewal that
+//! Exact under change, by the cache lease of `shared_cache.rs`: every creation or revocation
+//! of a key bumps `auth_cache_version` and writes that change's number into the key's row
+//! (`changed_in`; the table's trigger does both, for any binary, migration 0007), and
+//! orderly's answer waits until every live lease has acknowledged it. A renewal that
 //! finds a newer version reads the rows changed after the last change applied here and
 //! applies them before it acknowledges the new version. So once a creation is answered,
 //! every instance whose lease is live knows the key; an instance whose lease lapsed does not
