@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A linter nobody here wrote, as a partner's tooling would run it: Redocly CLI (pinned, from
-# npm) with its recommended rules, against the /openapi.json a release server serves.
+# npm) with its recommended rules, against the /openapi.json a release server serves; then the
+# same tool renders that document into one browsable HTML page, the API reference
+# (API_REFERENCE, default target/api-reference.html; nothing tracked).
 #
 #   bash scripts/openapi-lint.sh            # builds the release binary unless ORDERLY_BIN is set
 set -euo pipefail
@@ -33,3 +35,8 @@ base=$(sed -n 's/^orderly listening on //p' "$scratch/out" | head -1)
 curl -sf "$base/openapi.json" -o "$scratch/openapi.json"
 "$tools/node_modules/.bin/redocly" lint --format=summary "$scratch/openapi.json" 2>&1 \
   | grep -v '[║╔╚]'
+reference=${API_REFERENCE:-target/api-reference.html}
+mkdir -p "$(dirname "$reference")"
+"$tools/node_modules/.bin/redocly" build-docs "$scratch/openapi.json" -o "$reference" >/dev/null 2>&1 \
+  || { echo "redocly build-docs failed"; exit 1; }
+echo "the API reference, rendered from /openapi.json: $reference ($(wc -c <"$reference") bytes)"
