@@ -10,8 +10,7 @@ use super::rows::{
     insert_account, insert_api_key, insert_key_rows, insert_provider_payment, lock_balance,
     move_money, upsert_product,
 };
-use super::shared_cache::bump;
-use super::tx::{execute, query_opt, Fault};
+use super::tx::{query_opt, Fault};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::money::Cents;
@@ -142,21 +141,20 @@ pub async fn record_provider_payment(
 /// (`shared_cache::bump`); `None` when there is no such key.
 pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64>, Fault> {
     let (tx, gate) = client.begin().await?;
+    // The table's trigger bumps `auth_cache_version` and records the change in the key's row
+    // (migration 0007): that change is what every instance acknowledges.
     let ((), changed) = futures_util::future::try_join(
         gate.limit_waits(&tx),
-        execute(
+        query_opt(
             &tx,
-            "UPDATE api_keys SET revoked = true WHERE id = $1",
+            "UPDATE api_keys SET revoked = true WHERE id = $1 RETURNING changed_in",
             &[&key_id.to_string()],
         ),
     )
     .await?;
-    if changed == 0 {
+    let Some(row) = changed else {
         return Ok(None);
-    }
-    // The trigger recorded the change in the key's row; this one, after it, is what every
-    // instance acknowledges (its copies of the key and its account).
-    let version = bump(&tx).await?;
+    };
     gate.commit(tx).await?;
-    Ok(Some(version))
+    Ok(Some(row.get(0)))
 }
