@@ -33,6 +33,7 @@ mod lifecycle;
 mod limiter_loans;
 mod locks;
 mod migrate;
+mod order_rows;
 mod orders;
 mod outbox;
 mod rate_limit;

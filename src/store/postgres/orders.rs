@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 use super::codec;
 use super::db::Conn;
 use super::locks::key_taken;
-use super::rows::{insert_key_rows, insert_ledger, insert_orders, lock_balance, set_balances};
+use super::order_rows::write_orders;
+use super::rows::lock_balance;
 use super::tx::{first_cause, query, Fault, Tx};
 use crate::domain::order::Order;
 use crate::domain::product::Product;
@@ -76,8 +77,8 @@ pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>,
         .collect()
 }
 
-/// The accepted orders' rows and each account's final balance: four statements, whatever
-/// the batch's size, sent as one pipeline.
+/// The accepted orders' rows and each account's final balance: one statement, whatever the
+/// batch's size.
 pub async fn write_decisions(tx: &Tx<'_>, decisions: &Decisions) -> Result<(), Fault> {
     let accepted = &decisions.accepted;
     if accepted.is_empty() {
@@ -92,12 +93,5 @@ pub async fn write_decisions(tx: &Tx<'_>, decisions: &Decisions) -> Result<(), F
         .iter()
         .map(|a| (&a.order.account_id, a.key_name.as_str(), &a.key))
         .collect();
-    futures_util::future::try_join4(
-        set_balances(tx, &decisions.balances),
-        insert_orders(tx, &orders),
-        insert_ledger(tx, &entries),
-        insert_key_rows(tx, &keys),
-    )
-    .await?;
-    Ok(())
+    write_orders(tx, &decisions.balances, &orders, &entries, &keys).await
 }

@@ -4,6 +4,7 @@
 use tokio_postgres::types::Json;
 
 use super::codec::{tag, time};
+pub use super::order_rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
 use super::tx::{execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
@@ -14,7 +15,7 @@ use crate::domain::order::{Order, Refund};
 use crate::domain::product::Product;
 use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
-use crate::store::{KeyRecord, ProviderPaymentRecord, StoreError};
+use crate::store::{ProviderPaymentRecord, StoreError};
 
 pub async fn insert_account<C: Session>(
     c: &C,
@@ -84,37 +85,6 @@ pub async fn upsert_product<C: Session>(c: &C, product: &Product) -> Result<(), 
             &Json(&product.delivery_fields),
             &product.active,
             &time(product.updated_at),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// New orders, as one statement whatever their number (a batch's, or one alone).
-pub async fn insert_orders<C: Session>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
-    let column = |f: fn(&Order) -> String| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
-    let number = |f: fn(&Order) -> i64| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
-    let optional = |f: fn(&Order) -> Option<&str>| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
-    let items: Vec<Json<&Vec<crate::domain::order::OrderLine>>> =
-        orders.iter().map(|o| Json(&o.items)).collect();
-    execute(
-        c,
-        "INSERT INTO orders (id, account_id, status, items, total, currency, callback_url,
-             external_order_id, refunded, created_at, updated_at)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bigint[],
-             $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[])",
-        &[
-            &column(|o| o.id.to_string()),
-            &column(|o| o.account_id.to_string()),
-            &column(|o| tag(&o.status)),
-            &items,
-            &number(|o| o.total.0),
-            &column(|o| o.currency.clone()),
-            &optional(|o| o.callback_url.as_deref()),
-            &optional(|o| o.external_order_id.as_deref()),
-            &number(|o| o.refunded.0),
-            &number(|o| time(o.created_at)),
-            &number(|o| time(o.updated_at)),
         ],
     )
     .await?;
@@ -198,50 +168,6 @@ pub async fn move_money<C: Session>(
     futures_util::future::try_join(
         set_balances(c, &[(*account, entry.balance_after)]),
         insert_ledger(c, &[(account, entry)]),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Balances as decisions left them, as one statement; the caller holds their rows' locks
-/// (`lock_balance`, or a batch's view).
-pub async fn set_balances<C: Session>(c: &C, balances: &[(AccountId, Cents)]) -> Result<(), Fault> {
-    let accounts: Vec<String> = balances.iter().map(|(a, _)| a.to_string()).collect();
-    let available: Vec<i64> = balances.iter().map(|(_, b)| b.0).collect();
-    execute(
-        c,
-        "UPDATE balances b SET available = u.available
-         FROM unnest($1::text[], $2::bigint[]) AS u(account_id, available)
-         WHERE b.account_id = u.account_id",
-        &[&accounts, &available],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Ledger entries of any accounts, as one statement.
-pub async fn insert_ledger<C: Session>(
-    c: &C,
-    entries: &[(&AccountId, &LedgerEntry)],
-) -> Result<(), Fault> {
-    let column = |f: fn(&AccountId, &LedgerEntry) -> String| {
-        entries.iter().map(|(a, e)| f(a, e)).collect::<Vec<_>>()
-    };
-    let number = |f: fn(&LedgerEntry) -> i64| entries.iter().map(|(_, e)| f(e)).collect::<Vec<_>>();
-    execute(
-        c,
-        "INSERT INTO ledger (id, account_id, amount, reason, reference, balance_after, created_at)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-             $6::bigint[], $7::bigint[])",
-        &[
-            &column(|_, e| e.id.clone()),
-            &column(|a, _| a.to_string()),
-            &number(|e| e.amount.0),
-            &column(|_, e| tag(&e.reason)),
-            &column(|_, e| e.reference.clone()),
-            &number(|e| e.balance_after.0),
-            &number(|e| time(e.created_at)),
-        ],
     )
     .await?;
     Ok(())
@@ -348,41 +274,6 @@ pub async fn insert_provider_payment<C: Session>(
             &p.account.to_string(),
             &p.amount,
             &time(p.received_at),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Key rows (account, key, row) of first uses, as one statement.
-pub async fn insert_key_rows<C: Session>(
-    c: &C,
-    rows: &[(&AccountId, &str, &KeyRecord)],
-) -> Result<(), Fault> {
-    let column = |f: fn(&AccountId, &str, &KeyRecord) -> String| {
-        rows.iter().map(|(a, k, r)| f(a, k, r)).collect::<Vec<_>>()
-    };
-    let bytes = |f: fn(&KeyRecord) -> &[u8]| rows.iter().map(|(_, _, r)| f(r)).collect::<Vec<_>>();
-    let expires: Vec<i64> = rows.iter().map(|(_, _, r)| time(r.expires_at)).collect();
-    let statuses: Vec<i32> = rows
-        .iter()
-        .map(|(_, _, r)| i32::from(r.response.status))
-        .collect();
-    execute(
-        c,
-        "INSERT INTO idempotency_keys (account_id, key, operation, fingerprint, expires_at,
-             status, content_type, body)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
-             $6::integer[], $7::text[], $8::bytea[])",
-        &[
-            &column(|a, _, _| a.to_string()),
-            &column(|_, k, _| k.to_string()),
-            &column(|_, _, r| tag(&r.operation)),
-            &bytes(|r| &r.fingerprint.0[..]),
-            &expires,
-            &statuses,
-            &column(|_, _, r| r.response.content_type.clone()),
-            &bytes(|r| &r.response.body),
         ],
     )
     .await?;
