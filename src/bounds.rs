@@ -105,6 +105,13 @@ pub const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
 /// minute is a database that is not answering.
 pub const KEYS_LOAD_WITHIN: Duration = Duration::from_secs(60);
 
+/// How long sled's oldest commit (a batch applied, or its flush) may have been in flight for
+/// the writer to count as flowing: a first use is then left to decide its key without a
+/// lookup first (`Prefetched::LeftToFirstUse`). A group flush takes a few milliseconds on any
+/// disk that keeps up; past this the disk is slow, and a retry is looked up first, so that a
+/// durable row still replays from memory instead of queueing behind the slow flush.
+pub const WRITES_FLOWING_WITHIN: Duration = Duration::from_millis(100);
+
 /// The deadline of a command run from the shell (`restore`, `copy`, `stats`): the operator
 /// watches it and can stop it; nothing waits on it but them.
 pub const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);

@@ -99,8 +99,8 @@ async fn lookup(
 
 /// Replays the key's stored answer, refuses a different request under a used key, or runs
 /// `first_use` and returns its answer once durable. `prefetched` is what the port read of the
-/// key with the API key: when it is this key's row (or its absence), the first lookup is
-/// decided on it, moved, not read again.
+/// key with the API key: when it is this key's row (or its absence), or the port left the key
+/// to its first use, the first lookup is decided on it, not read again.
 pub async fn run_once<F, Fut>(
     store: &dyn Store,
     metrics: &Metrics,
@@ -114,6 +114,8 @@ where
 {
     let mut prefetched = match prefetched {
         Prefetched::Read { key, row } if key == write.key => Some(row),
+        // Decided by the first use, which replays a taken key's durable row (`KeyTaken`).
+        Prefetched::LeftToFirstUse { key } if key == write.key => Some(None),
         _ => None,
     };
     for _ in 0..FIRST_USE_TRIES {

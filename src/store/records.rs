@@ -66,13 +66,19 @@ pub enum Prefetched {
     /// Not read: the handler looks the key up (`replay_lookup`), as on sled, where a lookup
     /// waits for a first use of the key that is being flushed.
     NotRead,
-    /// Read in the same statement as the API key (PostgreSQL, which only ever shows committed
-    /// rows): the key's durable row, or `None` when it had none then (a first use decides
-    /// under the key's lock, and finds a row committed since).
+    /// Read with the API key: the key's durable row (PostgreSQL reads it in the same
+    /// statement, and only ever shows committed rows; sled finds it in its replay cache), or
+    /// `None` when it had none then (a first use decides under the key's lock, and finds a
+    /// row committed since).
     Read {
         key: IdempotencyKey,
         row: Option<KeyRecord>,
     },
+    /// Not read, because its first use decides as well as a lookup would (sled): no write of
+    /// the key is waiting for its flush and writes are completing, so the first use reads the
+    /// key where it writes, refuses a taken key with its row, and answers only once that row
+    /// is durable. A lookup first would only hand the request to a reading thread and back.
+    LeftToFirstUse { key: IdempotencyKey },
 }
 
 /// A first use of a key, recorded by the operation's own transaction when it succeeds.

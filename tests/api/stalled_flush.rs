@@ -222,3 +222,58 @@ async fn one_write_more_than_max_pending_writes_is_a_503_at_once_and_writes_noth
     let balance = app.get_json(&api_key, "/b2b/balance").await;
     assert_eq!(balance["balance"]["available"], 100_000 - 4 * 999);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_durable_key_while_a_flush_is_held_replays_its_first_answer_at_once() {
+    let app = start(&[]);
+    let api_key = app.partner().await;
+    let body = basket("prd_uc", 1, "p");
+    let first = app
+        .order(&app.client, &api_key, "paid", &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let first = first.bytes().await.unwrap();
+
+    app.gate.close();
+    // Another order rides the held flush: writes have stopped completing.
+    let held = tokio::spawn({
+        let request = app.order(&app.client, &api_key, "held", &body);
+        async move { request.send().await.unwrap().status() }
+    });
+    app.gate.until_a_flush_waits().await;
+    let stalled = orderly::bounds::WRITES_FLOWING_WITHIN.as_secs_f64();
+    let since = Instant::now();
+    while app.metric("orderly_oldest_commit_in_flight_seconds").await <= stalled {
+        assert!(
+            since.elapsed() < DEADLINE,
+            "the held flush's age never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The key's row is durable: its retry is looked up and replayed, never queued behind
+    // the held flush (where it would wait out its deadline for a 500 or a 503).
+    let started = Instant::now();
+    let retry = app
+        .order(&app.client, &api_key, "paid", &body)
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let status = retry.status();
+    let replayed = retry.headers().contains_key("Idempotency-Replayed");
+    let again = retry.bytes().await.unwrap();
+    app.gate.open();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&again)
+    );
+    assert!(replayed, "the stored answer");
+    assert_eq!(again, first, "byte for byte");
+    assert!(took < DEADLINE / 2, "answered after {took:?}");
+    held.await.unwrap();
+}

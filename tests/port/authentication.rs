@@ -1,13 +1,14 @@
 //! Authentication with the request's idempotency key: where the engine reads the key's row
-//! with the API key (PostgreSQL, one round trip) it is that key's durable row in the API
-//! key's own account and nobody else's; where it does not (sled) it says so, and the handler
-//! looks the key up.
+//! with the API key (PostgreSQL, one round trip; sled, from memory) it is that key's durable
+//! row in the API key's own account and nobody else's; where it does not it says so, and the
+//! handler looks the key up, or leaves it to the first use (sled), which then decides as a
+//! lookup would.
 
 use orderly::domain::account::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
 use orderly::domain::idempotency_key::IdempotencyKey;
 use orderly::domain::ids::{Id, IdKind};
 use orderly::domain::time::now_millis;
-use orderly::store::{Prefetched, Store};
+use orderly::store::{OrderRefusal, Prefetched, Store};
 
 use crate::conformance;
 use crate::fixtures::*;
@@ -38,22 +39,32 @@ fn key(text: &str) -> IdempotencyKey {
     IdempotencyKey::parse(text.as_bytes()).unwrap()
 }
 
-/// What the port read of `idempotency_key` with `plaintext`, as (read, the row's body).
-async fn prefetched(
-    store: &dyn Store,
-    plaintext: &str,
-    idempotency_key: &str,
-) -> Option<Option<Vec<u8>>> {
+/// What the port read of `idempotency_key` with `plaintext`.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    /// Left to the handler's lookup.
+    NotRead,
+    /// Read: the row's body, or none.
+    Read(Option<Vec<u8>>),
+    /// Left to the first use, which must then decide as a lookup would.
+    LeftToFirstUse,
+}
+
+async fn prefetched(store: &dyn Store, plaintext: &str, idempotency_key: &str) -> Seen {
     let found = store
         .authenticate_with_key(soon(), hash_api_key(plaintext), Some(key(idempotency_key)))
         .await
         .unwrap()
         .expect("a live key authenticates");
     match found.prefetched {
-        Prefetched::NotRead => None,
+        Prefetched::NotRead => Seen::NotRead,
         Prefetched::Read { key: read, row } => {
             assert_eq!(read, key(idempotency_key), "the row of the key asked for");
-            Some(row.map(|r| r.response.body))
+            Seen::Read(row.map(|r| r.response.body))
+        }
+        Prefetched::LeftToFirstUse { key: left } => {
+            assert_eq!(left, key(idempotency_key), "the key asked for");
+            Seen::LeftToFirstUse
         }
     }
 }
@@ -70,23 +81,32 @@ async fn a_key_read_with_the_api_key_is_that_accounts_durable_row_or_none(store:
         .unwrap();
 
     match prefetched(store, &my_key, "k-1").await {
-        // sled: the handler's lookup waits for a flush in flight; nothing is read here.
-        None => {
-            assert_eq!(prefetched(store, &their_key, "k-1").await, None);
+        Seen::Read(row) => assert_eq!(row, Some(body), "the answer's own bytes"),
+        // sled, the handler's lookup waits for a flush in flight: nothing read here.
+        Seen::NotRead => {}
+        // sled, no write of the key in flight: its first use finds the durable row and
+        // refuses with it, which the handler replays.
+        Seen::LeftToFirstUse => {
+            let before = store.balance(soon(), mine.id).await.unwrap();
+            let retried = store.place_order(soon(), order(&mine, "k-1", 1)).await;
+            match retried.unwrap() {
+                Err(OrderRefusal::KeyTaken(Some(row))) => {
+                    assert_eq!(row.response.body, body, "the first answer's own bytes")
+                }
+                other => panic!("a first use of a used key must return its row: {other:?}"),
+            }
+            let after = store.balance(soon(), mine.id).await.unwrap();
+            assert_eq!(before, after, "charged once");
         }
-        Some(row) => {
-            assert_eq!(row, Some(body), "the answer's own bytes");
-            assert_eq!(
-                prefetched(store, &my_key, "k-2").await,
-                Some(None),
-                "an unused key has no row"
-            );
-            assert_eq!(
-                prefetched(store, &their_key, "k-1").await,
-                Some(None),
-                "another account's use of the same key is not this account's"
-            );
-        }
+    }
+    for seen in [
+        prefetched(store, &my_key, "k-2").await,
+        prefetched(store, &their_key, "k-1").await,
+    ] {
+        assert!(
+            matches!(seen, Seen::NotRead | Seen::Read(None) | Seen::LeftToFirstUse),
+            "an unused key (another account's use of the same key is not this account's) has no row: {seen:?}"
+        );
     }
 }
 

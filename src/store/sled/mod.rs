@@ -35,7 +35,7 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use super::records::{verify_counts, Tally};
-use crate::bounds::{Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT};
+use crate::bounds::{Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT, WRITES_FLOWING_WITHIN};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -51,10 +51,10 @@ use crate::store::admission::InFlight;
 use crate::store::cache::Cache;
 use crate::store::writes::OrderChange;
 use crate::store::{
-    CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
-    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Progress, ProviderCredit, ProviderRefusal,
-    Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts, Snapshot, Stopped,
-    Store, StoreError,
+    Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
+    DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress,
+    ProviderCredit, ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest,
+    RestoreCounts, Snapshot, Stopped, Store, StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
@@ -239,6 +239,30 @@ impl SledStore {
             )),
         }
     }
+
+    /// What a keyed write needs looked up before its first use: its row when memory has it
+    /// (durable, as everything the replay cache holds); nothing, when a lookup could only
+    /// find a durable row the first use finds too: no write of the key waits for its
+    /// flush (whose row a retry must wait for, up to the in-progress 409, and never queue
+    /// behind), and the writer's commits complete (a retry of a durable key replays at once
+    /// rather than waiting behind a slow flush). The lookup's hand-off to a reading thread
+    /// and back is then saved on every new key.
+    fn key_prefetch(&self, account: &AccountId, key: IdempotencyKey) -> Prefetched {
+        let scoped = keys::scoped_key(&account.bytes(), &key);
+        if let Some(hit) = self.replay_cache.get(&scoped) {
+            let row = Some(KeyRecord::clone(&hit));
+            return Prefetched::Read { key, row };
+        }
+        let flowing = self
+            .commits
+            .oldest()
+            .is_none_or(|age| age < WRITES_FLOWING_WITHIN);
+        if flowing && !self.visibility.pending(Stripe::key(account, &key)) {
+            Prefetched::LeftToFirstUse { key }
+        } else {
+            Prefetched::NotRead
+        }
+    }
 }
 
 #[async_trait]
@@ -274,6 +298,26 @@ impl Store for SledStore {
         self.auth_cache
             .remember(generation, key_hash, found.clone());
         Ok(Some(found))
+    }
+
+    async fn authenticate_with_key(
+        &self,
+        deadline: Deadline,
+        key_hash: [u8; 32],
+        key: Option<IdempotencyKey>,
+    ) -> Result<Option<Authenticated>, StoreError> {
+        let Some((record, account)) = self.authenticate(deadline, key_hash).await? else {
+            return Ok(None);
+        };
+        let prefetched = match key {
+            Some(key) => self.key_prefetch(&account.id, key),
+            None => Prefetched::NotRead,
+        };
+        Ok(Some(Authenticated {
+            record,
+            account,
+            prefetched,
+        }))
     }
 
     async fn account(
@@ -425,7 +469,17 @@ impl Store for SledStore {
         deadline: Deadline,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        self.writer.place_order(deadline, order).await
+        // A taken key's row, answered after its batch's flush, is durable: remembered as a
+        // read's would be (unless a sweep or a restore began since), so the next retry of
+        // the key replays from memory.
+        let generation = self.replay_cache.generation();
+        let scoped = keys::scoped_key(&order.account.id.bytes(), &order.claim.key);
+        let placed = self.writer.place_order(deadline, order).await?;
+        if let Err(OrderRefusal::KeyTaken(Some(row))) = &placed {
+            self.replay_cache
+                .remember(generation, scoped, Arc::new(KeyRecord::clone(row)));
+        }
+        Ok(placed)
     }
 
     async fn cancel_order(

@@ -151,6 +151,11 @@ impl Visibility {
         }
     }
 
+    /// Whether a write in `stripe` is applied and not yet on disk (a collision says yes).
+    pub fn pending(&self, stripe: Stripe) -> bool {
+        self.cell(stripe).load(Ordering::SeqCst) > self.durable.load(Ordering::SeqCst)
+    }
+
     /// Call after reading: resolves once whatever the read may have seen in `stripe` is on
     /// disk, at once when no write there is in flight.
     pub async fn settled(&self, stripe: Stripe) -> Result<(), StoreError> {
