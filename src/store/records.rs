@@ -74,10 +74,13 @@ pub enum Prefetched {
         key: IdempotencyKey,
         row: Option<KeyRecord>,
     },
-    /// Not read, because its first use decides as well as a lookup would (sled): no write of
-    /// the key is waiting for its flush and writes are completing, so the first use reads the
-    /// key where it writes, refuses a taken key with its row, and answers only once that row
-    /// is durable. A lookup first would only hand the request to a reading thread and back.
+    /// Not read, because its first use decides as well as a lookup would: it reads the key
+    /// where it writes, refuses a taken key with its durable row (which the handler replays)
+    /// and waits for a first use in flight as a lookup would. PostgreSQL leaves every key it
+    /// has no copy of to its first use once the API key is in memory (the first use takes
+    /// the key's lock and reads its committed row; a lookup would be one more statement per
+    /// order); sled, when no write of the key waits for its flush and writes are completing
+    /// (a lookup would hand the request to a reading thread and back).
     LeftToFirstUse { key: IdempotencyKey },
 }
 

@@ -1,8 +1,8 @@
 //! Authentication with the request's idempotency key: where the engine reads the key's row
-//! with the API key (PostgreSQL, one round trip; sled, from memory) it is that key's durable
+//! with the API key (in one round trip, or from memory) it is that key's durable
 //! row in the API key's own account and nobody else's; where it does not it says so, and the
-//! handler looks the key up, or leaves it to the first use (sled), which then decides as a
-//! lookup would.
+//! handler looks the key up, or leaves it to the first use, which then decides as a lookup
+//! would.
 
 use orderly::domain::account::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
 use orderly::domain::idempotency_key::IdempotencyKey;
@@ -84,8 +84,8 @@ async fn a_key_read_with_the_api_key_is_that_accounts_durable_row_or_none(store:
         Seen::Read(row) => assert_eq!(row, Some(body), "the answer's own bytes"),
         // sled, the handler's lookup waits for a flush in flight: nothing read here.
         Seen::NotRead => {}
-        // sled, no write of the key in flight: its first use finds the durable row and
-        // refuses with it, which the handler replays.
+        // Left to the first use, which must find the durable row and refuse with it, for
+        // the handler to replay.
         Seen::LeftToFirstUse => {
             let before = store.balance(soon(), mine.id).await.unwrap();
             let retried = store.place_order(soon(), order(&mine, "k-1", 1)).await;

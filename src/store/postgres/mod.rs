@@ -382,28 +382,28 @@ impl Store for PgStore {
                 prefetched: Prefetched::NotRead,
             }));
         };
-        // A replay from memory: no round trip at all.
-        let copy = self.cache.api_key(&key_hash);
-        if let Some((record, account)) = &copy {
-            if let Some(row) = self.cache.key_row(&account.id, &key) {
-                return Ok(Some(Authenticated {
-                    record: record.clone(),
-                    account: account.clone(),
-                    prefetched: Prefetched::Read {
-                        key,
-                        row: Some(row),
-                    },
-                }));
-            }
+        // With the API key in memory, no round trip at all: a replay from memory, or the key
+        // left to its first use, which takes the key's lock and reads its committed row in
+        // the same transaction (a batch's view, or `key_taken` alone), refuses a taken key
+        // with that row, and so decides as the lookup would have; the lookup would be one
+        // more statement for every new order.
+        if let Some((record, account)) = self.cache.api_key(&key_hash) {
+            let prefetched = match self.cache.key_row(&account.id, &key) {
+                Some(row) => Prefetched::Read {
+                    key,
+                    row: Some(row),
+                },
+                None => Prefetched::LeftToFirstUse { key },
+            };
+            return Ok(Some(Authenticated {
+                record,
+                account,
+                prefetched,
+            }));
         }
-        // With the API key in memory, the statement below is the idempotency key's lookup
-        // (a new order's, which every engine makes); without it, it is an API key's too.
-        let _share = match copy {
-            Some(_) => None,
-            None => match self.key_lookup(deadline, &key_hash).await? {
-                None => return Ok(None),
-                share => share,
-            },
+        // Without it, the API key and the idempotency key in one statement.
+        let Some(_share) = self.key_lookup(deadline, &key_hash).await? else {
+            return Ok(None);
         };
         let generation = self.cache.auth_generation();
         let found = read!(self, deadline, |c| reads::authenticate_with_key(
@@ -519,7 +519,13 @@ impl Store for PgStore {
         deadline: Deadline,
         order: NewOrder,
     ) -> Result<Result<Vec<u8>, OrderRefusal>, StoreError> {
-        self.orders.place(deadline, order).await
+        let (account, key) = (order.account.id, order.claim.key.clone());
+        let placed = self.orders.place(deadline, order).await?;
+        // A taken key's row, as its batch read it: committed, and so kept as a read's is.
+        if let Err(OrderRefusal::KeyTaken(Some(row))) = &placed {
+            self.cache.remember_key_row(&account, &key, row);
+        }
+        Ok(placed)
     }
 
     async fn cancel_order(
