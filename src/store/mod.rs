@@ -182,9 +182,10 @@ pub trait Store: Send + Sync + 'static {
         deadline: Deadline,
         key_hash: [u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError>;
-    /// `authenticate`, and the row of `key` (the request's idempotency key) in the key's
-    /// account where the engine reads both in one round trip; by default the key is not read
-    /// (`Prefetched::NotRead`) and the handler looks it up.
+    /// `authenticate`, and what the engine can say of `key` (the request's idempotency key)
+    /// in the key's account without a lookup of its own: its row (read in the same round trip,
+    /// or from memory), or that its first use decides it (`Prefetched`). By default the key is
+    /// not read (`Prefetched::NotRead`) and the handler looks it up.
     async fn authenticate_with_key(
         &self,
         deadline: Deadline,
