@@ -192,15 +192,23 @@ pub trait Store: Send + Sync + 'static {
         key_hash: [u8; 32],
         key: Option<IdempotencyKey>,
     ) -> Result<Option<Authenticated>, StoreError> {
-        let _ = key;
         Ok(self
             .authenticate(deadline, key_hash)
             .await?
             .map(|(record, account)| Authenticated {
+                prefetched: key.map_or(Prefetched::NotRead, |key| {
+                    self.prefetch_without_reading(&account.id, key)
+                }),
                 record,
                 account,
-                prefetched: Prefetched::NotRead,
             }))
+    }
+    /// What the default `authenticate_with_key` says of a key without reading the storage
+    /// (a row in memory, or that its first use decides it); by default nothing, and the
+    /// handler looks the key up.
+    fn prefetch_without_reading(&self, account: &AccountId, key: IdempotencyKey) -> Prefetched {
+        let _ = (account, key);
+        Prefetched::NotRead
     }
     /// The account as last committed; `None` when there is no such account.
     async fn account(

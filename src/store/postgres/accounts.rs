@@ -137,8 +137,8 @@ pub async fn record_provider_payment(
     Ok(Ok(Recorded::Credited))
 }
 
-/// Marks the key revoked, with the change every instance's copies must acknowledge
-/// (`shared_cache::bump`); `None` when there is no such key.
+/// Marks the key revoked; the change every instance's copies must acknowledge is the one the
+/// table's trigger made (migration 0007); `None` when there is no such key.
 pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64>, Fault> {
     let (tx, gate) = client.begin().await?;
     // The table's trigger bumps `auth_cache_version` and records the change in the key's row

@@ -51,10 +51,10 @@ use crate::store::admission::InFlight;
 use crate::store::cache::Cache;
 use crate::store::writes::OrderChange;
 use crate::store::{
-    Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome,
-    DueDelivery, KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress,
-    ProviderCredit, ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest,
-    RestoreCounts, Snapshot, Stopped, Store, StoreError,
+    CancelRefusal, CancelRequest, CreditRefusal, DeliveryFilter, DeliveryOutcome, DueDelivery,
+    KeyRecord, NewCredit, NewOrder, OrderRefusal, Page, Prefetched, Progress, ProviderCredit,
+    ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
+    Snapshot, Stopped, Store, StoreError,
 };
 use blobs::BlobFiles;
 use events::Due;
@@ -239,30 +239,6 @@ impl SledStore {
             )),
         }
     }
-
-    /// What a keyed write needs looked up before its first use: its row when memory has it
-    /// (durable, as everything the replay cache holds); nothing, when a lookup could only
-    /// find a durable row the first use finds too: no write of the key waits for its
-    /// flush (whose row a retry must wait for, up to the in-progress 409, and never queue
-    /// behind), and the writer's commits complete (a retry of a durable key replays at once
-    /// rather than waiting behind a slow flush). The lookup's hand-off to a reading thread
-    /// and back is then saved on every new key.
-    fn key_prefetch(&self, account: &AccountId, key: IdempotencyKey) -> Prefetched {
-        let scoped = keys::scoped_key(&account.bytes(), &key);
-        if let Some(hit) = self.replay_cache.get(&scoped) {
-            let row = Some(KeyRecord::clone(&hit));
-            return Prefetched::Read { key, row };
-        }
-        let flowing = self
-            .commits
-            .oldest()
-            .is_none_or(|age| age < WRITES_FLOWING_WITHIN);
-        if flowing && !self.visibility.pending(Stripe::key(account, &key)) {
-            Prefetched::LeftToFirstUse { key }
-        } else {
-            Prefetched::NotRead
-        }
-    }
 }
 
 #[async_trait]
@@ -300,24 +276,28 @@ impl Store for SledStore {
         Ok(Some(found))
     }
 
-    async fn authenticate_with_key(
-        &self,
-        deadline: Deadline,
-        key_hash: [u8; 32],
-        key: Option<IdempotencyKey>,
-    ) -> Result<Option<Authenticated>, StoreError> {
-        let Some((record, account)) = self.authenticate(deadline, key_hash).await? else {
-            return Ok(None);
-        };
-        let prefetched = match key {
-            Some(key) => self.key_prefetch(&account.id, key),
-            None => Prefetched::NotRead,
-        };
-        Ok(Some(Authenticated {
-            record,
-            account,
-            prefetched,
-        }))
+    /// What a keyed write needs looked up before its first use: its row when memory has it
+    /// (durable, as everything the replay cache holds); nothing, when a lookup could only
+    /// find a durable row the first use finds too: no write of the key waits for its
+    /// flush (whose row a retry must wait for, up to the in-progress 409, and never queue
+    /// behind), and the writer's commits complete (a retry of a durable key replays at once
+    /// rather than waiting behind a slow flush). The lookup's hand-off to a reading thread
+    /// and back is then saved on every new key.
+    fn prefetch_without_reading(&self, account: &AccountId, key: IdempotencyKey) -> Prefetched {
+        let scoped = keys::scoped_key(&account.bytes(), &key);
+        if let Some(hit) = self.replay_cache.get(&scoped) {
+            let row = Some(KeyRecord::clone(&hit));
+            return Prefetched::Read { key, row };
+        }
+        let flowing = self
+            .commits
+            .oldest()
+            .is_none_or(|age| age < WRITES_FLOWING_WITHIN);
+        if flowing && !self.visibility.pending(Stripe::key(account, &key)) {
+            Prefetched::LeftToFirstUse { key }
+        } else {
+            Prefetched::NotRead
+        }
     }
 
     async fn account(
