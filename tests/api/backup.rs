@@ -366,18 +366,22 @@ async fn a_restore_into_a_database_with_rows_is_refused_before_its_schema_is_mig
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, backup).unwrap();
-    // The database as an older orderly left it: without the latest migration.
+    // The database as an older orderly left it: without the latest migration (0008's index).
     let url = app.database_url().expect("on PostgreSQL");
     let latest = sql_i64(
         url.clone(),
         "SELECT max(version)::bigint FROM orderly_schema_migrations".into(),
     )
     .unwrap();
+    assert_eq!(
+        latest, 8,
+        "this test undoes migration 8: make it undo the latest one"
+    );
     crate::helpers::sql_on(
         url.clone(),
         format!(
-            "ALTER TABLE outbox DROP COLUMN claim, DROP COLUMN attempting;
-             DROP SEQUENCE outbox_claims;
+            "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
+             DROP INDEX orders_processing_due;
              DELETE FROM orderly_schema_migrations WHERE version = {latest}"
         ),
     )

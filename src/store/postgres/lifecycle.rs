@@ -146,9 +146,10 @@ pub async fn change_order<C: OrderChange>(
     Ok(Ok(decided.body))
 }
 
-/// Completes up to `max` due `processing` orders in one transaction, each with its
-/// `order.completed` event. Orders another transaction holds (a cancel) are skipped, not
-/// waited for: the next pass sees what became of them.
+/// Completes up to `max` due `processing` orders in one transaction, oldest first, each with
+/// its `order.completed` event. Orders another transaction holds (a cancel) are skipped, not
+/// waited for: the next pass sees what became of them. The read walks the queue's index by
+/// creation time (migration 0008), so a pass reads the due orders only, however many wait.
 pub async fn complete_due_orders(
     client: &mut Conn,
     created_by: crate::domain::time::Millis,
@@ -157,7 +158,7 @@ pub async fn complete_due_orders(
     let (tx, gate) = client.begin().await?;
     let sql = format!(
         "SELECT {} FROM orders WHERE status = 'Processing' AND created_at <= $1
-         ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
+         ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
         codec::ORDER
     );
     let ((), rows) = futures_util::future::try_join(

@@ -19,6 +19,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("migrations/0005_cache_leases.sql")),
     (6, include_str!("migrations/0006_fenced_deliveries.sql")),
     (7, include_str!("migrations/0007_known_keys.sql")),
+    (
+        8,
+        include_str!("migrations/0008_processing_by_due_time.sql"),
+    ),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").
