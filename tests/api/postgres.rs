@@ -651,3 +651,67 @@ async fn a_key_an_older_binary_writes_is_learned_within_a_renewal() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Orders left waiting for fulfillment by a schema before migration 8 (the queue's index on id
+/// alone) are completed once a newer binary has applied it: the upgrade moves the queue to the
+/// index on creation time without losing an order from it.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn orders_waiting_under_the_schema_before_the_due_time_index_are_completed_after_the_upgrade()
+{
+    let mut app = spawn_app_with(&["--fulfillment-delay", "1h"]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let mut ids = Vec::new();
+    for key in ["wait-1", "wait-2", "wait-3"] {
+        let resp = app
+            .post_order(Some(&p.api_key), Some(key), &basket("prd_uc", 1, "p"))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body: Value = resp.json().await.unwrap();
+        ids.push(body["order"]["id"].as_str().unwrap().to_string());
+    }
+    let url = app.database_url().expect("on PostgreSQL");
+    assert!(app.signal("TERM", Duration::from_secs(20)).is_some());
+    let latest = "SELECT max(version)::bigint FROM orderly_schema_migrations";
+    assert_eq!(sql_i64(url.clone(), latest.into()).unwrap(), 8);
+    // The database as the binary before migration 8 left it, its orders still waiting.
+    sql_on(
+        url.clone(),
+        "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
+         DROP INDEX orders_processing_due;
+         DELETE FROM orderly_schema_migrations WHERE version = 8"
+            .into(),
+    )
+    .unwrap();
+
+    let app = app.restart(&["--fulfillment-delay", "100ms"]);
+    assert_eq!(sql_i64(url.clone(), latest.into()).unwrap(), 8);
+    let index = |name: &str| {
+        sql_i64(
+            url.clone(),
+            format!("SELECT count(*) FROM pg_indexes WHERE indexname = '{name}'"),
+        )
+        .unwrap()
+    };
+    assert_eq!(index("orders_processing_due"), 1);
+    assert_eq!(index("orders_processing"), 0);
+    let started = Instant::now();
+    for id in &ids {
+        loop {
+            let order = app.get_json(&p.api_key, &format!("/b2b/orders/{id}")).await;
+            if order["order"]["status"] == "completed" {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{id} still {} after the upgrade",
+                order["order"]["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 3 * 999
+    );
+}
