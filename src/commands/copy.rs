@@ -9,7 +9,7 @@ use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use std::path::Path;
 
 use super::progress::{self, Progress};
-use super::{block_on, print_counts, Failure, COMMAND_CACHE_BYTES};
+use super::{block_on, print_counts, Failure, WALK_CACHE_BYTES};
 use crate::config::CopyArgs;
 use crate::store::{self, open_embedded, Engine, OpenError, RestoreCounts, Store, StoreError};
 
@@ -53,7 +53,7 @@ pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> 
             StoreError::Refused("no sled database there".into()),
         ));
     }
-    let source_store = open_embedded(from, COMMAND_CACHE_BYTES)
+    let source_store = open_embedded(from, WALK_CACHE_BYTES)
         .await
         .map_err(|e| CopyError::Snapshot(source.clone(), e))?;
     let copied = into(&*source_store, &source, to_url, deadline).await;

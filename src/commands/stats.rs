@@ -21,7 +21,7 @@ pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
         },
         None => Engine::Embedded {
             path: args.data_dir.clone(),
-            cache_bytes: 16 << 20,
+            cache_bytes: super::WALK_CACHE_BYTES,
             flush_hook: None,
             before_walk: None,
         },
