@@ -28,7 +28,7 @@ use super::codec;
 use super::db::{self, Bound, Conn, Db};
 use super::orders::{catalog, write_decisions, PRODUCTS_SQL};
 use super::rows::{txn_id, NEWEST_TXNS_SQL};
-use super::tx::{first_cause, query, retried, Fault, Tx, MAX_TRIES};
+use super::tx::{first_cause, query, query_planned, retried, Fault, Tx, MAX_TRIES};
 use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
 use crate::domain::ids::AccountId;
 use crate::domain::time::now_millis;
@@ -346,7 +346,8 @@ async fn read_view(tx: &Tx<'_>, gate: &db::Gate, wants: &Wants) -> Result<OrderV
         futures_util::future::join3(
             // Once the balance rows are locked: every entry committed before is seen.
             query(tx, NEWEST_TXNS_SQL, &[&accounts]),
-            query(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
+            // Planned each time: its best plan depends on the table's size (`query_planned`).
+            query_planned(tx, &KEY_ROWS_SQL, &[&key_accounts, &keys]),
             query(tx, &PRODUCTS_SQL, &[&wants.products]),
         ),
     )

@@ -370,6 +370,24 @@ pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<V
     })
 }
 
+/// `query`, but always sent unnamed, and so planned each time for its own parameters and the
+/// table as it is now. For a read whose best plan changes as a table grows: a kept statement
+/// is planned for any parameters once it has run a few times, and that plan stays with the
+/// connection. Made while `idempotency_keys` held about a thousand rows, a batch's read of
+/// its key rows kept a hash join over a scan of the whole table (40 to 121 ms a batch, tens
+/// of thousands of rows later), and new orders through PgBouncer 1.25 fell from 5,578 to
+/// 3,151/s over three 10 s runs (`scripts/pooler-compare.sh`; half of the runs, by chance).
+pub async fn query_planned<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
+    let turn = c.turn();
+    Ok(turn
+        .send(c.session().query_typed(sql, &typed(params)))
+        .await?)
+}
+
 pub async fn query_opt<C: Session>(
     c: &C,
     sql: &str,
