@@ -59,8 +59,8 @@ const COMMAND_CACHE_BYTES: u64 = 16 << 20;
 /// sled's page cache for the commands that only walk a store (`copy`, `stats`): each page is
 /// read once, in order. sled counts a page by its size on disk, several times smaller than
 /// the page in memory, so even a small cache held tens of MiB: at 1.23 million orders
-/// `copy` peaked at 463 MiB with 16 MiB and 379 MiB with 1 MiB, in 125 s rather than 133 s
-/// (`stats` 410 and 366 MiB). What remains is sled's page table, which it loads whole.
+/// `copy` peaked at 466 MiB with 16 MiB and 391 MiB with 1 MiB (`stats` 404 and 353 MiB).
+/// Most of what remains is sled's bookkeeping of every page, built whole at open (303 MiB).
 const WALK_CACHE_BYTES: u64 = 1 << 20;
 
 /// The async part of a command, on a runtime of its own.
