@@ -8,6 +8,9 @@
 # the ratios pooled/direct, both ledgers verified, and a one-line summary last.
 # Usage: scripts/pooler-compare.sh [ORDERLY_BIN]   (default target/release/orderly)
 # Env: RUNS (3) DURATION (10s) CONC (64) POOL_MODE (transaction) PERF (perf/ in this checkout)
+#      AUTO_EXPLAIN (e.g. 40ms: the server logs the plan of every statement that took longer,
+#      and the end prints how many, by statement; the server's log is kept as
+#      AUTO_EXPLAIN_LOG, /tmp/pooler-compare-pg.log by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/orderly}
@@ -24,11 +27,17 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   bash scripts/pgbouncer.sh stop "$bouncer_dir" >/dev/null 2>&1 || true
+  [[ -z ${AUTO_EXPLAIN:-} ]] || cp "$pg_dir/log" "${AUTO_EXPLAIN_LOG:-/tmp/pooler-compare-pg.log}" 2>/dev/null || true
   bash scripts/pg-cluster.sh stop "$pg_dir" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 pg=$(bash scripts/pg-cluster.sh start "$pg_dir" | tail -n 1)
+if [[ -n ${AUTO_EXPLAIN:-} ]]; then # loaded by every session that starts from now on
+  printf "session_preload_libraries = 'auto_explain'\nauto_explain.log_min_duration = '%s'\n" \
+    "$AUTO_EXPLAIN" >>"$pg_dir/data/postgresql.conf"
+  psql -X -q "$pg" -c "SELECT pg_reload_conf()" >/dev/null
+fi
 bouncer=$(bash scripts/pgbouncer.sh start "$bouncer_dir" "$pg" "$POOL_MODE" | tail -n 1)
 psql -X -q "$pg" -c "CREATE DATABASE orderly_direct" -c "CREATE DATABASE orderly_pooled"
 
@@ -80,6 +89,11 @@ done
 verify() { python3 "$PERF/orderly-setup.py" --url "$1" --keys-file "$work/$2-keys.txt" --verify | tail -n 1; }
 direct_ledger=$(verify "$direct_url" direct)
 pooled_ledger=$(verify "$pooled_url" pooled)
+if [[ -n ${AUTO_EXPLAIN:-} ]]; then
+  slow=$(sed -n 's/^[[:space:]]*Query Text: //p' "$pg_dir/log" | cut -c1-100 | sort | uniq -c | sort -rn || true)
+  echo "statements over $AUTO_EXPLAIN (auto_explain; the log: ${AUTO_EXPLAIN_LOG:-/tmp/pooler-compare-pg.log}): $(printf '%s' "$slow" | awk '{n += $1} END {print n + 0}')"
+  [[ -z $slow ]] || printf '%s\n' "$slow" | head -n 5
+fi
 python3 - "$work/results" "$direct_ledger" "$pooled_ledger" "$POOL_MODE" <<'PY'
 import re, statistics, sys
 path, direct_ledger, pooled_ledger, mode = sys.argv[1:5]
