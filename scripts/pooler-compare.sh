@@ -92,7 +92,7 @@ pooled_ledger=$(verify "$pooled_url" pooled)
 if [[ -n ${AUTO_EXPLAIN:-} ]]; then
   slow=$(sed -n 's/^[[:space:]]*Query Text: //p' "$pg_dir/log" | cut -c1-100 | sort | uniq -c | sort -rn || true)
   echo "statements over $AUTO_EXPLAIN (auto_explain; the log: ${AUTO_EXPLAIN_LOG:-/tmp/pooler-compare-pg.log}): $(printf '%s' "$slow" | awk '{n += $1} END {print n + 0}')"
-  [[ -z $slow ]] || printf '%s\n' "$slow" | head -n 5
+  [[ -z $slow ]] || printf '%s\n' "$slow" | head -n 5 || true # head may close the pipe first
 fi
 python3 - "$work/results" "$direct_ledger" "$pooled_ledger" "$POOL_MODE" <<'PY'
 import re, statistics, sys

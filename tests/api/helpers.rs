@@ -125,6 +125,30 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
     .map_err(|_| "the SQL thread panicked".to_string())?
 }
 
+/// Puts the database at `url` back to the schema an orderly before migration 8 left: the
+/// fulfillment queue's index on id alone, no index by due time, no record of version 8. The
+/// tests that stand for "a database one migration behind" use it; it asserts that 8 is the
+/// latest, so that a new migration makes them undo that one instead.
+pub fn back_to_schema_7(url: &str) {
+    let latest = sql_i64(
+        url.to_string(),
+        "SELECT max(version)::bigint FROM orderly_schema_migrations".into(),
+    )
+    .unwrap();
+    assert_eq!(
+        latest, 8,
+        "this test undoes migration 8: make it undo the latest one"
+    );
+    sql_on(
+        url.to_string(),
+        "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
+         DROP INDEX orders_processing_due;
+         DELETE FROM orderly_schema_migrations WHERE version = 8"
+            .into(),
+    )
+    .unwrap();
+}
+
 /// `scripts/NAME ARGS...` run by bash: what it printed, or why it failed (its stderr).
 pub fn script(name: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
     let out = Command::new("bash")
@@ -375,6 +399,25 @@ pub struct Partner {
 }
 
 /// The sum of every sample of the metric `name` in `/metrics` text (all its label sets).
+/// The order's status as its partner reads it.
+pub async fn order_status(app: &TestApp, api_key: &str, id: &str) -> String {
+    app.get_json(api_key, &format!("/b2b/orders/{id}")).await["order"]["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Waits (5 s at the most) for the order to be completed.
+pub async fn wait_until_completed(app: &TestApp, api_key: &str, id: &str) {
+    for _ in 0..100 {
+        if order_status(app, api_key, id).await == "completed" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("order {id} was not completed within 5 s");
+}
+
 pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))

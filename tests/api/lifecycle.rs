@@ -5,7 +5,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::helpers::{basket, spawn_app_with, TestApp};
+use crate::helpers::{
+    basket, order_status as status, spawn_app_with, wait_until_completed, TestApp,
+};
 
 async fn place(app: &TestApp, api_key: &str, key: &str) -> String {
     let placed: Value = app
@@ -15,23 +17,6 @@ async fn place(app: &TestApp, api_key: &str, key: &str) -> String {
         .await
         .unwrap();
     placed["order"]["id"].as_str().unwrap().to_string()
-}
-
-async fn status(app: &TestApp, api_key: &str, id: &str) -> String {
-    app.get_json(api_key, &format!("/b2b/orders/{id}")).await["order"]["status"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-async fn wait_until_completed(app: &TestApp, api_key: &str, id: &str) {
-    for _ in 0..100 {
-        if status(app, api_key, id).await == "completed" {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("order {id} was not completed within 5 s");
 }
 
 async fn post(

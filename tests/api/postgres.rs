@@ -14,8 +14,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64, sql_on, start,
-    TestDatabase,
+    back_to_schema_7, basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64,
+    sql_on, start, wait_until_completed, TestDatabase,
 };
 
 #[test]
@@ -672,19 +672,11 @@ async fn orders_waiting_under_the_schema_before_the_due_time_index_are_completed
     }
     let url = app.database_url().expect("on PostgreSQL");
     assert!(app.signal("TERM", Duration::from_secs(20)).is_some());
-    let latest = "SELECT max(version)::bigint FROM orderly_schema_migrations";
-    assert_eq!(sql_i64(url.clone(), latest.into()).unwrap(), 8);
     // The database as the binary before migration 8 left it, its orders still waiting.
-    sql_on(
-        url.clone(),
-        "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
-         DROP INDEX orders_processing_due;
-         DELETE FROM orderly_schema_migrations WHERE version = 8"
-            .into(),
-    )
-    .unwrap();
+    back_to_schema_7(&url);
 
     let app = app.restart(&["--fulfillment-delay", "100ms"]);
+    let latest = "SELECT max(version)::bigint FROM orderly_schema_migrations";
     assert_eq!(sql_i64(url.clone(), latest.into()).unwrap(), 8);
     let index = |name: &str| {
         sql_i64(
@@ -695,20 +687,8 @@ async fn orders_waiting_under_the_schema_before_the_due_time_index_are_completed
     };
     assert_eq!(index("orders_processing_due"), 1);
     assert_eq!(index("orders_processing"), 0);
-    let started = Instant::now();
     for id in &ids {
-        loop {
-            let order = app.get_json(&p.api_key, &format!("/b2b/orders/{id}")).await;
-            if order["order"]["status"] == "completed" {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{id} still {} after the upgrade",
-                order["order"]["status"]
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until_completed(&app, &p.api_key, id).await;
     }
     assert_eq!(
         app.assert_ledger_matches_balance(&p.api_key).await,
