@@ -13,6 +13,8 @@ mod cut;
 mod events;
 mod idempotency;
 mod keys;
+#[cfg(test)]
+mod leaf_splits;
 mod ledger;
 mod lifecycle;
 mod orders;

@@ -83,7 +83,11 @@
 #![doc(
     html_logo_url = "https://raw.githubusercontent.com/spacejam/sled/master/art/tree_face_anti-transphobia.png"
 )]
-#![deny(
+// orderly: lints are not errors here. Built from the registry, sled compiles with
+// `--cap-lints allow`; as a path dependency its `deny`s met lints that newer compilers added
+// (`unused_qualifications` now fires on `mem::size_of`), so orderly does not check them.
+#![allow(warnings)]
+#![allow(
     missing_docs,
     future_incompatible,
     nonstandard_style,
@@ -94,7 +98,7 @@
     unsafe_code,
     unused_qualifications
 )]
-#![deny(
+#![allow(
     // over time, consider enabling the commented-out lints below
     clippy::cast_lossless,
     clippy::cast_possible_truncation,

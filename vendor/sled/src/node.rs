@@ -2,6 +2,16 @@ use std::{num::NonZeroU64, ops::Bound};
 
 use super::*;
 
+
+/// orderly: a leaf splits above this many rows (sled: 16). Larger leaves hold the same rows
+/// in fewer pages: each page costs sled bookkeeping in memory, a header and bounds on disk,
+/// and up to `PAGE_CONSOLIDATION_THRESHOLD` deltas beside its base (ORDERLY-PATCHES.md).
+const LEAF_SPLIT_ROWS: usize = 32;
+
+/// orderly: the rows an append split gives the new right leaf; at least the 4 below which
+/// `should_merge` would fold it back into its left neighbour.
+const APPEND_SPLIT_RIGHT: usize = 4;
+
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Node {
     pub(crate) prefix_len: u8,
@@ -163,18 +173,27 @@ impl Node {
         true
     }
 
-    pub(crate) fn split(mut self) -> (Node, Node) {
+    /// orderly: `append` (the key whose traversal found this leaf too full sorts after all
+    /// of its keys) leaves the left node full and gives the right one `APPEND_SPLIT_RIGHT`
+    /// rows, since keys that only grow never land left of the split again. A midpoint split
+    /// left every such leaf half empty for good (see ORDERLY-PATCHES.md).
+    pub(crate) fn split(mut self, append: bool) -> (Node, Node) {
         fn split_inner<T>(
             keys: &mut Vec<IVec>,
             values: &mut Vec<T>,
             old_prefix: &[u8],
             old_hi: &[u8],
             suffix_truncation: bool,
+            append: bool,
         ) -> (IVec, u8, Vec<IVec>, Vec<T>)
         where
             T: Clone + Ord,
         {
-            let split_point = keys.len() / 2 + 1;
+            let split_point = if append && keys.len() > 2 * APPEND_SPLIT_RIGHT {
+                keys.len() - APPEND_SPLIT_RIGHT
+            } else {
+                keys.len() / 2 + 1
+            };
             let right_keys = keys.split_off(split_point);
             let right_values = values.split_off(split_point);
             let right_min = &right_keys[0];
@@ -252,6 +271,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         false,
+                        false,
                     );
 
                 (
@@ -271,6 +291,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         true,
+                        append,
                     );
 
                 (
@@ -602,7 +623,7 @@ impl Node {
         } else if self.data.is_index() {
             256
         } else {
-            16
+            LEAF_SPLIT_ROWS
         };
 
         let size_checks = self.data.len() > threshold;
@@ -624,6 +645,21 @@ impl Node {
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks
+    }
+
+    /// orderly: whether `key`, which lies in this node's range, sorts after every key of this
+    /// leaf: the insert that made it too full was an append.
+    pub(crate) fn is_append(&self, key: &[u8]) -> bool {
+        match &self.data {
+            Data::Leaf(leaf) => {
+                let prefix_len = self.prefix_len as usize;
+                key.len() >= prefix_len
+                    && leaf.keys.last().map_or(false, |last| {
+                        &key[prefix_len..] > last.as_ref()
+                    })
+            }
+            Data::Index(_) => false,
+        }
     }
 
     pub(crate) fn can_merge_child(&self) -> bool {

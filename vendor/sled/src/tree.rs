@@ -1449,6 +1449,7 @@ impl Tree {
 
     fn split_node<'g>(
         &self,
+        append: bool,
         view: &View<'g>,
         parent_view: &Option<View<'g>>,
         root_pid: PageId,
@@ -1456,7 +1457,7 @@ impl Tree {
     ) -> Result<()> {
         trace!("splitting node {}", view.pid);
         // split node
-        let (mut lhs, rhs) = view.deref().clone().split();
+        let (mut lhs, rhs) = view.deref().clone().split(append);
         let rhs_lo = rhs.lo.clone();
 
         // install right side
@@ -1671,7 +1672,10 @@ impl Tree {
             }
 
             if view.should_split() {
-                self.split_node(&view, &parent_view, root_pid, guard)?;
+                // orderly: the key being looked up tells an append from an insert between
+                // keys (node.rs, `Node::split`).
+                let append = !undershot && view.is_append(key.as_ref());
+                self.split_node(append, &view, &parent_view, root_pid, guard)?;
                 retry!();
             }
 

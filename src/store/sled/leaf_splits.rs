@@ -1,0 +1,114 @@
+//! Property tests of the patched sled (vendor/sled): leaves of 32 rows, split at the end
+//! when the insert that filled them was an append, rewritten after 5 deltas. Whatever the mix
+//! of appends under several prefixes (as orders, ledger entries and events arrive per
+//! account), inserts between keys and removals, a tree reads back exactly what a sorted map
+//! holds, forwards, backwards per prefix, and after the store is closed and opened again.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A key after every key of its prefix (a time-ordered id under an account).
+    Append { prefix: u8, value_len: usize },
+    /// A key anywhere under a prefix (an idempotency key chosen by the partner).
+    Insert { prefix: u8, suffix: u64 },
+    /// The n-th key of the map, modulo its length.
+    Remove { nth: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..4, 0usize..200)
+            .prop_map(|(prefix, value_len)| Op::Append { prefix, value_len }),
+        3 => (0u8..4, any::<u64>())
+            .prop_map(|(prefix, suffix)| Op::Insert { prefix, suffix }),
+        1 => any::<usize>().prop_map(|nth| Op::Remove { nth }),
+    ]
+}
+
+fn key(prefix: u8, suffix: u64) -> Vec<u8> {
+    let mut key = vec![b'p', prefix];
+    key.extend_from_slice(&suffix.to_be_bytes());
+    key
+}
+
+fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) {
+    let mut next_append = [u64::MAX / 2; 4];
+    for (n, op) in ops.iter().enumerate() {
+        match op {
+            Op::Append { prefix, value_len } => {
+                let slot = &mut next_append[*prefix as usize];
+                *slot += 1;
+                let (key, value) = (key(*prefix, *slot), vec![n as u8; *value_len]);
+                tree.insert(&key, value.clone()).unwrap();
+                model.insert(key, value);
+            }
+            Op::Insert { prefix, suffix } => {
+                let key = key(*prefix, *suffix);
+                let value = n.to_be_bytes().to_vec();
+                tree.insert(&key, value.clone()).unwrap();
+                model.insert(key, value);
+            }
+            Op::Remove { nth } => {
+                if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
+                    tree.remove(&key).unwrap();
+                    model.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+fn assert_same(tree: &sled::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let read: Vec<(Vec<u8>, Vec<u8>)> = tree
+        .iter()
+        .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    let expected: Vec<(Vec<u8>, Vec<u8>)> =
+        model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(read, expected, "a forward walk reads the map");
+    for prefix in 0u8..4 {
+        let newest_first: Vec<Vec<u8>> = tree
+            .scan_prefix([b'p', prefix])
+            .rev()
+            .map(|item| item.unwrap().0.to_vec())
+            .collect();
+        let expected: Vec<Vec<u8>> = model
+            .keys()
+            .filter(|k| k[1] == prefix)
+            .rev()
+            .cloned()
+            .collect();
+        assert_eq!(newest_first, expected, "a backward walk of prefix {prefix}");
+    }
+    for (key, value) in model {
+        assert_eq!(tree.get(key).unwrap().as_deref(), Some(&value[..]));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn a_tree_reads_back_what_a_sorted_map_holds_across_splits_and_a_reopen(
+        ops in prop::collection::vec(op(), 1..1500),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        // A small cache, so that pages are also evicted and read back from the log.
+        let open = || {
+            sled::Config::new().path(dir.path()).cache_capacity(1 << 16).open().unwrap()
+        };
+        let mut model = BTreeMap::new();
+        {
+            let db = open();
+            let tree = db.open_tree("t").unwrap();
+            apply(&tree, &mut model, &ops);
+            assert_same(&tree, &model);
+            db.flush().unwrap();
+        }
+        let db = open();
+        assert_same(&db.open_tree("t").unwrap(), &model);
+    }
+}
