@@ -2,7 +2,6 @@ use std::{num::NonZeroU64, ops::Bound};
 
 use super::*;
 
-
 /// orderly: a leaf splits above this many rows (sled: 16). Larger leaves hold the same rows
 /// in fewer pages: each page costs sled bookkeeping in memory, a header and bounds on disk,
 /// and up to `PAGE_CONSOLIDATION_THRESHOLD` deltas beside its base (ORDERLY-PATCHES.md).
