@@ -398,7 +398,6 @@ pub struct Partner {
     pub api_key: String,
 }
 
-/// The sum of every sample of the metric `name` in `/metrics` text (all its label sets).
 /// The order's status as its partner reads it.
 pub async fn order_status(app: &TestApp, api_key: &str, id: &str) -> String {
     app.get_json(api_key, &format!("/b2b/orders/{id}")).await["order"]["status"]
@@ -418,6 +417,7 @@ pub async fn wait_until_completed(app: &TestApp, api_key: &str, id: &str) {
     panic!("order {id} was not completed within 5 s");
 }
 
+/// The sum of every sample of the metric `name` in `/metrics` text (all its label sets).
 pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
