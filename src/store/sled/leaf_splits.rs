@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use super::reopen;
+
 #[derive(Clone, Debug)]
 enum Op {
     /// A key after every key of its prefix (a time-ordered id under an account).
@@ -98,7 +100,9 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         // A small cache, so that pages are also evicted and read back from the log.
         let open = || {
-            sled::Config::new().path(dir.path()).cache_capacity(1 << 16).open().unwrap()
+            reopen::once_released(|| {
+                sled::Config::new().path(dir.path()).cache_capacity(1 << 16).open()
+            })
         };
         let mut model = BTreeMap::new();
         {

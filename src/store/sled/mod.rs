@@ -19,6 +19,8 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
+#[cfg(test)]
+mod reopen;
 mod spool;
 mod spool_out;
 mod spooled;

@@ -85,6 +85,7 @@ mod tests {
     use serde::Serialize;
 
     use super::*;
+    use crate::store::sled::reopen;
 
     #[derive(Serialize)]
     struct OldResponse<'a> {
@@ -133,7 +134,7 @@ mod tests {
                 .unwrap();
             db.flush().unwrap();
         }
-        let trees = Trees::open(&path, 1 << 20).unwrap();
+        let trees = reopen::once_released(|| Trees::open(&path, 1 << 20));
         merge_split_key_rows(&trees, &path).unwrap();
 
         let row: KeyRecord =
