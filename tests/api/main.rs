@@ -31,6 +31,7 @@ mod refusals;
 mod replay;
 mod stalled_database;
 mod stalled_flush;
+mod stored_format;
 mod timing;
 mod tls;
 mod webhook_ops;
