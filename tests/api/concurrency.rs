@@ -106,3 +106,37 @@ async fn parallel_orders_on_one_account_list_their_ledger_in_the_order_the_balan
         );
     }
 }
+
+/// sled's reads run on a few threads per worker; reads past them wait their turn, none is
+/// refused and none answers another's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_reads_at_once_are_each_answered_with_their_own_order() {
+    let app = spawn_app().await;
+    let p = app.partner_with_balance(100_000).await;
+    let body = basket("prd_uc", 1, "p");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let placed: Value = app
+            .post_order(Some(&p.api_key), Some(&format!("read-{i}")), &body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        ids.push(placed["order"]["id"].as_str().unwrap().to_string());
+    }
+
+    let (app, api_key) = (&app, &p.api_key);
+    let reads = join_all((0..100).map(|i| {
+        let id = &ids[i % ids.len()];
+        async move {
+            let resp = app.get(api_key, &format!("/b2b/orders/{id}")).await;
+            (id, resp.status(), resp.json::<Value>().await.unwrap())
+        }
+    }))
+    .await;
+
+    for (id, status, read) in reads {
+        assert_eq!(status, StatusCode::OK, "{read}");
+        assert_eq!(read["order"]["id"], id.as_str());
+    }
+}

@@ -176,10 +176,10 @@ impl SledStore {
     /// failed, a storage error recorded as the failure. Never on a request's thread: while a
     /// flush waits on a disk that stopped answering, sled's own lock (which its flush holds
     /// shared, and the writer's next transaction waits for) holds every read, and a read
-    /// left waiting there would hold every request of its thread with it. A read the deadline
-    /// cut short finishes on its own, on a thread of tokio's blocking pool; at most
-    /// `MAX_READS_IN_FLIGHT` do at once, so a stalled disk holds a bounded number of threads,
-    /// and one more read is refused at once (`Overloaded`).
+    /// left waiting there would hold every request of its thread with it. A read runs on the
+    /// runtime's blocking pool (`READ_THREADS_PER_WORKER` threads on an HTTP worker) and one
+    /// the deadline cut short finishes there on its own; at most `MAX_READS_IN_FLIGHT` run or
+    /// queue at once, and one more is refused at once (`Overloaded`).
     async fn read<T: Send + 'static>(
         &self,
         deadline: Deadline,
