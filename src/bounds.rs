@@ -26,20 +26,22 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// within their deadlines anyway.
 pub const MAX_PENDING_WRITES: u32 = 4096;
 
-/// Reads of the embedded engine in flight at once: running on one of the blocking threads
-/// below, or queued for one. A read of a disk that stopped answering keeps its thread until the
-/// disk answers, and while sled's flush waits on such a disk every read waits with it, so a
-/// stall fills this; 256 waiting reads are a few KiB each, and one more read is refused at once
-/// (503) rather than queued behind reads that cannot finish within their deadlines.
+/// Reads of the embedded engine in flight at once: running on one of its `READ_THREADS` or
+/// waiting for one. A read of a disk that stopped answering keeps its thread until the disk
+/// answers, so a stall fills this; 256 waiting reads are a few KiB each, and one more read is
+/// refused at once (503) rather than queued behind reads that cannot finish within their
+/// deadlines.
 pub const MAX_READS_IN_FLIGHT: usize = 256;
 
-/// Threads each HTTP worker keeps for the embedded engine's reads (actix's default is 512 over
-/// the cores). A read is microseconds from sled's cache, so a few threads answer what 64
-/// connections ask; every further thread keeps its own allocator pages, and at 256 a loaded
-/// server grew about 50 of them and 60 to 100 MiB more resident memory for the same
-/// throughput. Reads past these queue (within `MAX_READS_IN_FLIGHT`, each bounded by its
-/// deadline); the cost is fewer cold reads of a slow disk at once.
-pub const READ_THREADS_PER_WORKER: usize = 4;
+/// Threads the embedded engine's reads run on, shared by the whole process. A read is
+/// microseconds from sled's cache, so a few threads answer what 64 connections ask; every
+/// further thread keeps its own allocator pages, and when every read could take a thread of
+/// its own (actix's blocking pools) a loaded server grew about 50 and held 100 MiB more at a
+/// million orders for the same throughput. Reads past these wait their turn, each bounded by
+/// its deadline; the cost is fewer cold reads of a slow disk at once, and that once this many
+/// reads wait on a disk that stopped answering, every read waits with them (the 503 at the
+/// deadline, as a stall's reads get anyway).
+pub const READ_THREADS: usize = 8;
 
 /// How long a request waits for a key (or a row) that another request holds before it is the
 /// in-progress 409 (contract §5 and 17: "about 5 s"): long enough for a commit at the p99.99 of a

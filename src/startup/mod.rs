@@ -18,7 +18,7 @@ use actix_web::{web, App, HttpServer};
 use futures_util::future::{select, Either};
 
 use crate::api::{self, extract::AdminAuth};
-use crate::bounds::{Deadline, EDGE_MARGIN, READ_THREADS_PER_WORKER, STOP_WITHIN};
+use crate::bounds::{Deadline, EDGE_MARGIN, STOP_WITHIN};
 use crate::config::Settings;
 use crate::domain::ids::random_hex;
 use crate::edge::deadline::stamp_deadline;
@@ -152,8 +152,7 @@ impl Application {
                 .wrap(from_fn(stamp_deadline))
                 .wrap(from_fn(count_requests))
                 .wrap(from_fn(log_requests))
-        })
-        .worker_max_blocking_threads(READ_THREADS_PER_WORKER);
+        });
         let server = match &tls {
             Some(cert) => server.listen_rustls_0_23(listener, cert.server_config()?)?,
             None => server.listen(listener)?,

@@ -4,7 +4,7 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, spawn_app};
+use crate::helpers::{basket, spawn_app, spawn_app_on_sled};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_parallel_requests_with_one_key_make_one_order_and_one_charge() {
@@ -107,11 +107,11 @@ async fn parallel_orders_on_one_account_list_their_ledger_in_the_order_the_balan
     }
 }
 
-/// sled's reads run on a few threads per worker; reads past them wait their turn, none is
-/// refused and none answers another's order.
+/// sled's reads run on a few threads shared by the process; reads past them wait their turn,
+/// none is refused and none answers another's order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_hundred_reads_at_once_are_each_answered_with_their_own_order() {
-    let app = spawn_app().await;
+async fn a_hundred_reads_at_once_on_sled_are_each_answered_with_their_own_order() {
+    let app = spawn_app_on_sled().await;
     let p = app.partner_with_balance(100_000).await;
     let body = basket("prd_uc", 1, "p");
     let mut ids = Vec::new();

@@ -19,6 +19,7 @@ mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
+mod readers;
 #[cfg(test)]
 mod reopen;
 mod spool;
@@ -39,7 +40,9 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use super::records::{verify_counts, Tally};
-use crate::bounds::{Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT, WRITES_FLOWING_WITHIN};
+use crate::bounds::{
+    Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT, READ_THREADS, WRITES_FLOWING_WITHIN,
+};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
@@ -62,6 +65,7 @@ use crate::store::{
 };
 use blobs::BlobFiles;
 use events::Due;
+use readers::Readers;
 use trees::Trees;
 use visibility::{Stripe, Visibility};
 use writer::{Writer, WriterParts};
@@ -133,7 +137,8 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         writer: Arc::new(writer),
         visibility,
         commits,
-        reads: Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)),
+        readers: Readers::new(READ_THREADS, MAX_READS_IN_FLIGHT)
+            .map_err(|e| StoreError::Failed(format!("starting the reading threads: {e}")))?,
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
         known_keys: Arc::new(RwLock::new(known_keys)),
@@ -153,8 +158,8 @@ struct SledStore {
     visibility: Arc<Visibility>,
     /// The batch the writer applies and the flush in progress (`/readyz`).
     commits: Arc<InFlight>,
-    /// Places for reads in flight on the blocking pool (`MAX_READS_IN_FLIGHT`).
-    reads: Arc<tokio::sync::Semaphore>,
+    /// The threads reads run on, and their places (`READ_THREADS`, `MAX_READS_IN_FLIGHT`).
+    readers: Readers,
     /// API keys already authenticated: a hit saves two point reads, their decoding and the
     /// wait on the profile stripe. A write of accounts or keys runs inside its `around`, so
     /// a revoked key is refused from the moment its write is applied.
@@ -175,29 +180,18 @@ impl SledStore {
     /// A read, off the async executor and answered by `deadline`: refused once storage
     /// failed, a storage error recorded as the failure. Never on a request's thread: while a
     /// flush waits on a disk that stopped answering, sled's own lock (which its flush holds
-    /// shared, and the writer's next transaction waits for) holds every read, and a read
-    /// left waiting there would hold every request of its thread with it. A read runs on the
-    /// runtime's blocking pool (`READ_THREADS_PER_WORKER` threads on an HTTP worker) and one
-    /// the deadline cut short finishes there on its own; at most `MAX_READS_IN_FLIGHT` run or
-    /// queue at once, and one more is refused at once (`Overloaded`).
+    /// shared, and the writer's next transaction waits for) can hold a read, and a read left
+    /// waiting there would hold every request of its thread with it. It runs on the store's
+    /// few reading threads (`Readers`), and one more than `MAX_READS_IN_FLIGHT` running or
+    /// waiting for them is refused at once (`Overloaded`).
     async fn read<T: Send + 'static>(
         &self,
         deadline: Deadline,
         read: impl FnOnce(&Trees) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.visibility.failed()?;
-        let place = Arc::clone(&self.reads)
-            .try_acquire_owned()
-            .map_err(|_| StoreError::Overloaded)?;
         let trees = Arc::clone(&self.trees);
-        let reading = tokio::task::spawn_blocking(move || {
-            let _place = place;
-            read(&trees)
-        });
-        let outcome = tokio::time::timeout_at(deadline.instant().into(), reading)
-            .await
-            .map_err(|_| StoreError::TimedOut("the disk did not answer a read in time".into()))?
-            .map_err(|e| StoreError::Corrupt(format!("a read panicked: {e}")))?;
+        let outcome = self.readers.run(deadline, move || read(&trees)).await;
         if let Err(StoreError::Failed(why)) = &outcome {
             self.visibility.fail(why);
         }
