@@ -39,8 +39,8 @@ pub const MAX_READS_IN_FLIGHT: usize = 256;
 /// its own (actix's blocking pools) a loaded server grew about 50 and held 100 MiB more at a
 /// million orders for the same throughput. Reads past these wait their turn, each bounded by
 /// its deadline; the cost is fewer cold reads of a slow disk at once, and that once this many
-/// reads wait on a disk that stopped answering, every read waits with them (the 503 at the
-/// deadline, as a stall's reads get anyway).
+/// reads wait on a disk that stopped answering, every read waits behind them (its 503 at the
+/// deadline, `/readyz`'s probe at `PROBE_TIMEOUT`).
 pub const READ_THREADS: usize = 8;
 
 /// How long a request waits for a key (or a row) that another request holds before it is the
@@ -84,7 +84,7 @@ pub const STALLED_AFTER: Duration = Duration::from_secs(4);
 /// one record takes microseconds on a storage that answers, and a balancer's probe gives up
 /// within a second (Kubernetes' default): half of that, so that a storage which stopped
 /// answering reads is a 503 the balancer receives, not a probe it gives up on. (On sled a
-/// flush stalled inside sled holds every read, the probe's too.)
+/// probe that waits on a stalled disk, or behind `READ_THREADS` reads that do, fails so.)
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (contract §23):

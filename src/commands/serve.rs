@@ -47,8 +47,8 @@ pub fn run(settings: Settings) -> ExitCode {
         println!("orderly listening on {}", app.url());
         app.run_until_stopped().await?;
         // Exits here rather than after the runtime is dropped: dropping it waits for every
-        // blocking task, and a read stuck on a disk that stopped answering would hold the
-        // exit past the stop's bound.
+        // blocking task (a lookup of a database host that stopped answering among them),
+        // which would hold the exit past the stop's bound.
         crate::logging::flush();
         std::process::exit(0)
     });

@@ -112,6 +112,8 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Arc::new(trees);
     let data_file = File::open(options.path.join("db"))
         .map_err(|e| StoreError::Failed(format!("opening the data file: {e}")))?;
+    let readers = Readers::new(READ_THREADS, MAX_READS_IN_FLIGHT)
+        .map_err(|e| StoreError::Failed(format!("starting the reading threads: {e}")))?;
     let visibility = Arc::new(Visibility::default());
     let commits = Arc::new(InFlight::default());
     let writer = Writer::start(
@@ -137,8 +139,7 @@ pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         writer: Arc::new(writer),
         visibility,
         commits,
-        readers: Readers::new(READ_THREADS, MAX_READS_IN_FLIGHT)
-            .map_err(|e| StoreError::Failed(format!("starting the reading threads: {e}")))?,
+        readers,
         auth_cache: Arc::new(Cache::new(AUTH_CACHE_HALF)),
         replay_cache: Arc::new(Cache::new(REPLAY_CACHE_HALF)),
         known_keys: Arc::new(RwLock::new(known_keys)),

@@ -7,6 +7,10 @@
 //! about 50 under load and held 100 MiB more at a million orders for the same throughput. One
 //! pool also means that any idle thread serves any read, whichever worker asked, and that the
 //! HTTP workers' own pools stay for what else blocks there (a PostgreSQL host's lookup).
+//!
+//! A read runs inside this runtime's context, which nothing drives and which has no timers:
+//! a read is sled's own blocking code only, never tokio's (a timer would panic, a spawned task
+//! never run).
 
 use std::sync::Arc;
 
