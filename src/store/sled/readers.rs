@@ -167,7 +167,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reads_from_many_tasks_share_two_threads_and_each_gets_its_own_answer() {
+    async fn two_hundred_reads_from_many_tasks_on_two_threads_each_get_their_own_answer() {
         let readers = Arc::new(Readers::new(2, 256).unwrap());
         let reads = (0..200u32).map(|i| {
             let readers = Arc::clone(&readers);
