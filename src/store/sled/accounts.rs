@@ -73,7 +73,7 @@ impl Trees {
             |(by_hash, by_id)| -> TxResult<(), ()> {
                 self.changes
                     .insert(Spooled::ApiKey, by_hash, &hash[..], codec::encode(record)?)?;
-                tx(by_id.insert(&key_id.bytes()[..], &hash[..]))?;
+                by_id.set(&key_id.bytes()[..], &hash[..]);
                 Ok(())
             },
         );

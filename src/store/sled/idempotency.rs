@@ -64,9 +64,8 @@ impl KeyTrees<'_> {
         row: &KeyRecord,
     ) -> TxResult<(), R> {
         let scoped = scoped_key(&account.bytes(), key);
-        tx(self
-            .expiry
-            .insert(expiry_key(row.expires_at, &scoped), &[][..]))?;
+        self.expiry
+            .set(expiry_key(row.expires_at, &scoped), &[][..]);
         self.changes.insert(
             Spooled::IdempotencyKey,
             self.keys,

@@ -1,5 +1,6 @@
 //! Property tests of the patched sled (vendor/sled): leaves of 32 rows, split at the end
-//! when the insert that filled them was an append, rewritten after 5 deltas. Whatever the mix
+//! when the insert that filled them was an append, rewritten after 5 deltas, each write a new
+//! copy of its leaf, appends set in transactions without reading. Whatever the mix
 //! of appends under several prefixes (as orders, ledger entries and events arrive per
 //! account), inserts between keys and removals, a tree reads back exactly what a sorted map
 //! holds, forwards, backwards per prefix, and after the store is closed and opened again.
@@ -44,7 +45,12 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
                 let slot = &mut next_append[*prefix as usize];
                 *slot += 1;
                 let (key, value) = (key(*prefix, *slot), vec![n as u8; *value_len]);
-                tree.insert(&key, value.clone()).unwrap();
+                // As orderly's writer writes: in a transaction, without reading the old value.
+                tree.transaction(|t| {
+                    t.set(&key[..], &value[..]);
+                    Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                })
+                .unwrap();
                 model.insert(key, value);
             }
             Op::Insert { prefix, suffix } => {

@@ -9,7 +9,7 @@ use super::idempotency::KeyTrees;
 use super::keys::{child_key, external_prefix};
 use super::spooled::Spooled;
 use super::trees::{newest_first, trailing_id, Trees};
-use super::tx::{settle, tx, TxResult};
+use super::tx::{settle, TxResult};
 use crate::domain::ids::{AccountId, OrderId};
 use crate::domain::order::Order;
 use crate::domain::time::Millis;
@@ -80,11 +80,11 @@ impl Trees {
                     let order_key = order.id.bytes();
                     let account_key = order.account_id.bytes();
                     self.changes.insert(Spooled::Order, orders, &order_key[..], codec::encode(order)?)?;
-                    tx(processing.insert(&order_key[..], &[][..]))?;
-                    tx(by_account.insert(child_key(&account_key, &order_key), &[][..]))?;
+                    processing.set(&order_key[..], &[][..]);
+                    by_account.set(child_key(&account_key, &order_key), &[][..]);
                     if let Some(external) = &order.external_order_id {
                         let prefix = external_prefix(&account_key, external);
-                        tx(by_external.insert(child_key(&prefix, &order_key), &[][..]))?;
+                        by_external.set(child_key(&prefix, &order_key), &[][..]);
                     }
                     // An account's later debits in the batch overwrite its balance in the
                     // transaction, which leaves the last one.

@@ -273,6 +273,18 @@ impl TransactionalTree {
         Ok(old)
     }
 
+    /// orderly: sets a key to a new value without reading the value it replaces. `insert`
+    /// reads it to return it, a walk of the tree from its root for every write, and the
+    /// commit walks it again to write; most writes never look at what they replace.
+    pub fn set<K, V>(&self, key: K, value: V)
+    where
+        K: Into<IVec>,
+        V: Into<IVec>,
+    {
+        let _last_write =
+            self.writes.borrow_mut().insert(key.into(), Some(value.into()));
+    }
+
     /// Remove a key
     pub fn remove<K>(
         &self,

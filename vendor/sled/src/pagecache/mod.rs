@@ -1032,8 +1032,7 @@ impl PageCache {
             }
         }
 
-        let mut node: Node = old.as_node().clone();
-        node.apply(&new);
+        let node: Node = old.as_node().applied(&new);
 
         // see if we should short-circuit replace
         if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD {
