@@ -124,7 +124,7 @@ impl Changes {
         Ok(())
     }
 
-    /// `tree.remove(key)` inside a transaction, noted.
+    /// `tree.remove(key)` inside a transaction, noted; not read while no backup runs.
     pub fn remove<R>(
         &self,
         kind: Spooled,
@@ -132,6 +132,10 @@ impl Changes {
         key: impl AsRef<[u8]>,
     ) -> TxResult<(), R> {
         let key = key.as_ref();
+        if !self.recording() {
+            tree.delete(key);
+            return Ok(());
+        }
         let before = tx(tree.remove(key))?;
         self.note(kind, key, before);
         Ok(())
@@ -240,22 +244,27 @@ mod tests {
         let tree = db.open_tree("t").unwrap();
         tree.insert("k", "0").unwrap();
         let changes = Changes::default();
-        let write = |value: &'static str| {
+        let write = |value: Option<&'static str>| {
             tree.transaction(|t| -> TxResult<(), ()> {
-                changes.insert(Spooled::Order, t, "k", value)?;
+                match value {
+                    Some(value) => changes.insert(Spooled::Order, t, "k", value)?,
+                    None => changes.remove(Spooled::Order, t, "k")?,
+                }
                 let read = tx(t.get("k"))?;
                 assert_eq!(
                     read.as_deref(),
-                    Some(value.as_bytes()),
+                    value.map(str::as_bytes),
                     "its own write, read back"
                 );
                 Ok(())
             })
             .unwrap();
         };
-        write("1");
+        write(None);
+        assert_eq!(tree.get("k").unwrap(), None, "removed without reading it");
+        write(Some("1"));
         let noted = changes.start();
-        write("2");
+        write(Some("2"));
         let notes = noted.close().unwrap();
         assert_eq!(notes.len(), 1, "only the write made while the backup ran");
         assert_eq!(

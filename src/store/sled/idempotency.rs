@@ -125,7 +125,7 @@ impl Trees {
                     if ours {
                         self.changes.remove(Spooled::IdempotencyKey, keys, scoped)?;
                     }
-                    tx(expiry.remove(entry))?;
+                    expiry.delete(entry);
                 }
                 Ok(())
             },

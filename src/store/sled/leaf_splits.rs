@@ -1,6 +1,6 @@
 //! Property tests of the patched sled (vendor/sled): leaves of 32 rows, split at the end
 //! when the insert that filled them was an append, rewritten after 5 deltas, each write a new
-//! copy of its leaf, appends set in transactions without reading. Whatever the mix
+//! copy of its leaf, appends and removals made in transactions without reading. Whatever the mix
 //! of appends under several prefixes (as orders, ledger entries and events arrive per
 //! account), inserts between keys and removals, a tree reads back exactly what a sorted map
 //! holds, forwards, backwards per prefix, and after the store is closed and opened again.
@@ -61,7 +61,12 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
             }
             Op::Remove { nth } => {
                 if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
-                    tree.remove(&key).unwrap();
+                    // In a transaction without reading, as orderly's writer removes.
+                    tree.transaction(|t| {
+                        t.delete(&key[..]);
+                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                    })
+                    .unwrap();
                     model.remove(&key);
                 }
             }

@@ -100,7 +100,7 @@ impl<'a> ChangeView<'a> {
             codec::encode(&change.order)?,
         )?;
         if change.order.status != OrderStatus::Processing {
-            tx(self.processing.remove(&order_key[..]))?;
+            self.processing.delete(&order_key[..]);
         }
         if let (Some(refund), Some(id)) = (&change.refund, refund_id) {
             self.changes.insert(
@@ -163,7 +163,7 @@ impl Trees {
             |(orders, processing, events, outbox)| -> TxResult<usize, ()> {
                 let mut completed = 0;
                 for (DueOrder { order_id, .. }, event_id) in due.iter().zip(&event_ids) {
-                    tx(processing.remove(&order_id.bytes()[..]))?;
+                    processing.delete(&order_id.bytes()[..]);
                     let Some(order) = read_order(orders, order_id)? else {
                         continue;
                     };

@@ -285,6 +285,11 @@ impl TransactionalTree {
             self.writes.borrow_mut().insert(key.into(), Some(value.into()));
     }
 
+    /// orderly: removes a key without reading the value it had, as `set` writes one.
+    pub fn delete<K: Into<IVec>>(&self, key: K) {
+        let _last_write = self.writes.borrow_mut().insert(key.into(), None);
+    }
+
     /// Remove a key
     pub fn remove<K>(
         &self,
