@@ -99,14 +99,15 @@ impl Changes {
         }
     }
 
-    /// Whether a write outside a transaction must read its key's value first.
+    /// Whether a write must read (and note) the value it replaces: some backup is in flight.
     fn recording(&self) -> bool {
         self.recording.load(Ordering::SeqCst)
     }
 
     /// `tree.insert(key, value)` inside a transaction, noted. While no backup runs, the
-    /// value it replaces is not read (`set`): that read was a walk of the tree per write,
-    /// about a fifth of the writer's time under new orders.
+    /// value it replaces is not read (`set`): that read was a walk of the tree per write;
+    /// these reads, with those of the index rows, were about a fifth of the writer's time
+    /// under new orders.
     pub fn insert<R>(
         &self,
         kind: Spooled,

@@ -1,6 +1,7 @@
 //! Property tests of the patched sled (vendor/sled): leaves of 32 rows, split at the end
-//! when the insert that filled them was an append, rewritten after 5 deltas, each write a new
-//! copy of its leaf, appends and removals made in transactions without reading. Whatever the mix
+//! when the insert that filled them was an append, rewritten after 5 deltas, an inserted row's
+//! leaf copied once; appends, overwrites and removals are made as orderly's writer makes them,
+//! in transactions without reading. Whatever the mix
 //! of appends under several prefixes (as orders, ledger entries and events arrive per
 //! account), inserts between keys and removals, a tree reads back exactly what a sorted map
 //! holds, forwards, backwards per prefix, and after the store is closed and opened again.
@@ -19,6 +20,8 @@ enum Op {
     Insert { prefix: u8, suffix: u64 },
     /// The n-th key of the map, modulo its length.
     Remove { nth: usize },
+    /// A new value for the n-th key of the map (a row rewritten in place, as a balance).
+    Overwrite { nth: usize },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -28,6 +31,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u8..4, any::<u64>())
             .prop_map(|(prefix, suffix)| Op::Insert { prefix, suffix }),
         1 => any::<usize>().prop_map(|nth| Op::Remove { nth }),
+        1 => any::<usize>().prop_map(|nth| Op::Overwrite { nth }),
     ]
 }
 
@@ -68,6 +72,17 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
                     })
                     .unwrap();
                     model.remove(&key);
+                }
+            }
+            Op::Overwrite { nth } => {
+                if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
+                    let value = (n as u64 | 1 << 63).to_be_bytes().to_vec();
+                    tree.transaction(|t| {
+                        t.set(&key[..], &value[..]);
+                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                    })
+                    .unwrap();
+                    model.insert(key, value);
                 }
             }
         }
