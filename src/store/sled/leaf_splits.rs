@@ -41,6 +41,15 @@ fn key(prefix: u8, suffix: u64) -> Vec<u8> {
     key
 }
 
+/// One write in a transaction, made as orderly's writer makes it: without reading the old value.
+fn in_transaction(tree: &sled::Tree, write: impl Fn(&sled::transaction::TransactionalTree)) {
+    tree.transaction(|t| {
+        write(t);
+        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+    })
+    .unwrap();
+}
+
 fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) {
     let mut next_append = [u64::MAX / 2; 4];
     for (n, op) in ops.iter().enumerate() {
@@ -49,12 +58,7 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
                 let slot = &mut next_append[*prefix as usize];
                 *slot += 1;
                 let (key, value) = (key(*prefix, *slot), vec![n as u8; *value_len]);
-                // As orderly's writer writes: in a transaction, without reading the old value.
-                tree.transaction(|t| {
-                    t.set(&key[..], &value[..]);
-                    Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
-                })
-                .unwrap();
+                in_transaction(tree, |t| t.set(&key[..], &value[..]));
                 model.insert(key, value);
             }
             Op::Insert { prefix, suffix } => {
@@ -65,23 +69,14 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
             }
             Op::Remove { nth } => {
                 if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
-                    // In a transaction without reading, as orderly's writer removes.
-                    tree.transaction(|t| {
-                        t.delete(&key[..]);
-                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
-                    })
-                    .unwrap();
+                    in_transaction(tree, |t| t.delete(&key[..]));
                     model.remove(&key);
                 }
             }
             Op::Overwrite { nth } => {
                 if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
                     let value = (n as u64 | 1 << 63).to_be_bytes().to_vec();
-                    tree.transaction(|t| {
-                        t.set(&key[..], &value[..]);
-                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
-                    })
-                    .unwrap();
+                    in_transaction(tree, |t| t.set(&key[..], &value[..]));
                     model.insert(key, value);
                 }
             }

@@ -118,7 +118,7 @@ impl Node {
     /// orderly: this node with `link` applied, as `clone` and then `apply` give it. A `Set`
     /// on a leaf copies the rows once, into vectors with room for the new row: `clone` sized
     /// them exactly, so the `insert` that followed reallocated both vectors and moved every
-    /// row a second time, on every write to the page (see ORDERLY-PATCHES.md).
+    /// row a second time, for every row inserted (see ORDERLY-PATCHES.md).
     pub(crate) fn applied(&self, link: &Link) -> Node {
         let (key, val, leaf) = match (link, &self.data) {
             (Link::Set(key, val), Data::Leaf(leaf)) if !self.merging => {
