@@ -8,6 +8,7 @@ pub mod config;
 pub mod domain;
 pub mod edge;
 pub mod error;
+pub mod header_names;
 pub mod logging;
 pub mod metrics;
 pub mod startup;

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 
 use actix_web::dev::Payload;
+use actix_web::http::header::HeaderName;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -18,6 +19,7 @@ use crate::bounds::{Deadline, REQUEST_DEADLINE};
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
+use crate::header_names as names;
 use crate::store::{Authenticated, Prefetched, Store};
 
 use crate::domain::limits::MAX_BODY_BYTES;
@@ -114,7 +116,7 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let key_hash = req
             .headers()
-            .get("X-Api-Key")
+            .get(names::X_API_KEY)
             .and_then(|v| v.to_str().ok())
             .filter(|k| well_formed_api_key(k))
             .map(hash_api_key);
@@ -165,7 +167,7 @@ fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
     };
     let presented = req
         .headers()
-        .get("Authorization")
+        .get(names::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
@@ -208,7 +210,7 @@ pub async fn optional_json_body<T: DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let bytes = read_body(req, payload).await?;
     let empty = bytes.iter().all(u8::is_ascii_whitespace);
-    if empty && !req.headers().contains_key("Content-Type") {
+    if empty && !req.headers().contains_key(names::CONTENT_TYPE) {
         return parse_json(b"{}");
     }
     require_json_content_type(req)?;
@@ -218,7 +220,7 @@ pub async fn optional_json_body<T: DeserializeOwned>(
 fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     let is_json = req
         .headers()
-        .get("Content-Type")
+        .get(names::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
@@ -444,9 +446,13 @@ macro_rules! loc {
 
 /// The idempotency key the request names, by either spelling of its header.
 fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
-    let values =
-        |name: &str| -> Vec<&[u8]> { req.headers().get_all(name).map(|v| v.as_bytes()).collect() };
-    IdempotencyKey::from_headers(&values("X-Idempotency-Key"), &values("Idempotency-Key"))
+    let values = |name: HeaderName| -> Vec<&[u8]> {
+        req.headers().get_all(name).map(|v| v.as_bytes()).collect()
+    };
+    IdempotencyKey::from_headers(
+        &values(names::X_IDEMPOTENCY_KEY),
+        &values(names::IDEMPOTENCY_KEY),
+    )
 }
 
 /// The idempotency key of a write that requires one (handler step 1).

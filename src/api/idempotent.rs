@@ -174,7 +174,7 @@ fn decide(
             .map_err(|e| ApiError::Internal(format!("stored status: {e}")))?;
         return Ok(HttpResponse::build(status)
             .content_type(record.response.content_type)
-            .insert_header(("Idempotency-Replayed", "true"))
+            .insert_header((crate::header_names::IDEMPOTENCY_REPLAYED, "true"))
             .body(record.response.body));
     }
     metrics.key_conflict("different_body");

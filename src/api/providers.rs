@@ -91,7 +91,7 @@ pub async fn provider_notification(
     let body = read_body(&req, payload).await?;
     let header = req
         .headers()
-        .get("X-Signature")
+        .get(crate::header_names::X_SIGNATURE)
         .and_then(|v| v.to_str().ok());
     if !signature_valid(secret.as_bytes(), &body, header) {
         return Err(ApiError::BadSignature);

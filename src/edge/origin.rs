@@ -12,6 +12,7 @@ use actix_web::{web, ResponseError};
 
 use crate::config::Settings;
 use crate::error::ApiError;
+use crate::header_names as names;
 
 pub fn is_write(method: &Method) -> bool {
     matches!(
@@ -40,8 +41,8 @@ pub async fn check_origin(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     if is_write(req.method()) {
-        if let Some(origin) = req.headers().get("Origin") {
-            let host = req.headers().get("Host").map(|h| h.as_bytes());
+        if let Some(origin) = req.headers().get(names::ORIGIN) {
+            let host = req.headers().get(names::HOST).map(|h| h.as_bytes());
             let allowed = is_own_origin(origin.as_bytes(), host)
                 || req
                     .app_data::<web::Data<Settings>>()

@@ -29,6 +29,7 @@ use crate::config::Settings;
 use crate::domain::cidr::Cidr;
 use crate::domain::time::now_millis;
 use crate::error::ApiError;
+use crate::header_names as names;
 use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent};
 
@@ -267,12 +268,12 @@ fn exempt(path: &str) -> bool {
 }
 
 fn set_headers(headers: &mut actix_web::http::header::HeaderMap, d: &Decision) {
-    let mut put = |name: &'static str, value: u64| {
-        headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+    let mut put = |name: HeaderName, value: u64| {
+        headers.insert(name, HeaderValue::from(value));
     };
-    put("x-ratelimit-limit", u64::from(d.limit));
-    put("x-ratelimit-remaining", u64::from(d.remaining));
-    put("x-ratelimit-reset", d.reset_secs);
+    put(names::X_RATELIMIT_LIMIT, u64::from(d.limit));
+    put(names::X_RATELIMIT_REMAINING, u64::from(d.remaining));
+    put(names::X_RATELIMIT_RESET, d.reset_secs);
 }
 
 pub async fn limit_rate(
@@ -293,7 +294,7 @@ pub async fn limit_rate(
     };
     let forwarded: Vec<&str> = req
         .headers()
-        .get_all("X-Forwarded-For")
+        .get_all(names::X_FORWARDED_FOR)
         .filter_map(|v| v.to_str().ok())
         .collect();
     let client = limits.client(peer, &forwarded);
