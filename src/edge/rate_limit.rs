@@ -152,7 +152,7 @@ impl RateLimits {
         }
         let bucket = self.bucket(client);
         let (emission, window) = bucket.gcra_terms();
-        let key = bucket_of(client).to_string();
+        let key = bucket_of(client);
         match tokio::time::timeout(SHARED_WAIT, shared.spend(key, emission, window)).await {
             Ok(Ok(spent)) => {
                 if self.shared_retry_at.swap(0, Ordering::Relaxed) != 0 {

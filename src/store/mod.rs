@@ -26,6 +26,8 @@ mod snapshot;
 /// The rows each write other than an order leaves, decided for every engine.
 mod writes;
 
+use std::net::IpAddr;
+
 use async_trait::async_trait;
 
 use crate::bounds::Deadline;
@@ -146,12 +148,13 @@ pub struct Spent {
 /// so that adding instances never multiplies a client's limit.
 #[async_trait]
 pub trait SharedRateLimit: Send + Sync + 'static {
-    /// Spends one request of `bucket` whose budget comes back one request every `emission`
-    /// nanoseconds and holds `window` nanoseconds of them (the burst): allowed when the
-    /// arrival time, moved on by one emission, stays within `window` of now.
+    /// Spends one request of `bucket` (a client's address, as `edge::client_ip::bucket_of`
+    /// masks it) whose budget comes back one request every `emission` nanoseconds and holds
+    /// `window` nanoseconds of them (the burst): allowed when the arrival time, moved on by
+    /// one emission, stays within `window` of now.
     async fn spend(
         &self,
-        bucket: String,
+        bucket: IpAddr,
         emission_nanos: i64,
         window_nanos: i64,
     ) -> Result<Spent, StoreError>;

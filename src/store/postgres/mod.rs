@@ -388,12 +388,13 @@ impl Store for PgStore {
         // with that row, and so decides as the lookup would have; the lookup would be one
         // more statement for every new order.
         if let Some((record, account)) = self.cache.api_key(&key_hash) {
-            let prefetched = match self.cache.key_row(&account.id, &key) {
+            let scoped = (account.id, key);
+            let prefetched = match self.cache.key_row(&scoped) {
                 Some(row) => Prefetched::Read {
-                    key,
+                    key: scoped.1,
                     row: Some(row),
                 },
-                None => Prefetched::LeftToFirstUse { key },
+                None => Prefetched::LeftToFirstUse { key: scoped.1 },
             };
             return Ok(Some(Authenticated {
                 record,
@@ -504,9 +505,11 @@ impl Store for PgStore {
         account: AccountId,
         key: IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
-        if let Some(row) = self.cache.key_row(&account, &key) {
+        let scoped = (account, key);
+        if let Some(row) = self.cache.key_row(&scoped) {
             return Ok(Some(row));
         }
+        let (account, key) = scoped;
         let row = read!(self, deadline, |c| reads::replay_lookup(&c, &account, &key))?;
         if let Some(row) = &row {
             self.cache.remember_key_row(&account, &key, row);

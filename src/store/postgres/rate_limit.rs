@@ -20,6 +20,7 @@
 //! lapses is given back.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,8 @@ struct Waiting {
 
 /// What one statement asks of one client's bucket.
 struct Ask {
+    client: IpAddr,
+    /// The bucket's row in `rate_limits`: the address as text.
     bucket: String,
     terms: Terms,
     waiters: Vec<Waiter>,
@@ -97,11 +100,13 @@ struct Ask {
 }
 
 /// Every client's requests waiting for the next statement, the loans this instance holds,
-/// and whether statements are being sent.
+/// and whether statements are being sent. Keyed by the bucket's address, not its text: a
+/// request drawn from a loan then formats and allocates nothing; the text is made once per
+/// client per statement.
 #[derive(Default)]
 struct Queue {
-    waiting: HashMap<String, Waiting>,
-    loans: HashMap<String, (Terms, Loan)>,
+    waiting: HashMap<IpAddr, Waiting>,
+    loans: HashMap<IpAddr, (Terms, Loan)>,
     running: bool,
 }
 
@@ -111,28 +116,30 @@ impl Queue {
     fn next_statement(&mut self, now: Instant) -> Vec<Ask> {
         let mut asks: Vec<Ask> = std::mem::take(&mut self.waiting)
             .into_iter()
-            .map(|(bucket, waiting)| {
-                let previous = self.loans.remove(&bucket).map(|(_, loan)| loan);
+            .map(|(client, waiting)| {
+                let previous = self.loans.remove(&client).map(|(_, loan)| loan);
                 Ask {
                     loan: limiter_loans::wanted(waiting.waiters.len(), previous.as_ref(), now),
                     give_back: previous.map_or(0, |loan| loan.unused()),
-                    bucket,
+                    client,
+                    bucket: client.to_string(),
                     terms: waiting.terms,
                     waiters: waiting.waiters,
                 }
             })
             .collect();
-        let lapsed: Vec<String> = self
+        let lapsed: Vec<IpAddr> = self
             .loans
             .iter()
             .filter(|(_, (_, loan))| loan.lapsed(now))
-            .map(|(bucket, _)| bucket.clone())
+            .map(|(client, _)| *client)
             .collect();
-        for bucket in lapsed {
-            let (terms, loan) = self.loans.remove(&bucket).expect("listed above");
+        for client in lapsed {
+            let (terms, loan) = self.loans.remove(&client).expect("listed above");
             if loan.unused() > 0 {
                 asks.push(Ask {
-                    bucket,
+                    client,
+                    bucket: client.to_string(),
                     terms,
                     waiters: Vec::new(),
                     loan: 0,
@@ -265,7 +272,7 @@ fn answer(
         }
         if lent > 0 {
             loans.push((
-                ask.bucket,
+                ask.client,
                 ask.terms,
                 Loan::new(lent, ahead, answered, ask.terms),
             ));
@@ -275,9 +282,9 @@ fn answer(
         return;
     }
     let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-    for (bucket, terms, mut loan) in loans {
+    for (client, terms, mut loan) in loans {
         // Requests of the client that arrived while the statement ran are first in line.
-        if let Some(waiting) = queue.waiting.get_mut(&bucket) {
+        if let Some(waiting) = queue.waiting.get_mut(&client) {
             let drawn: Vec<Spent> = (0..waiting.waiters.len())
                 .map_while(|_| loan.draw(answered))
                 .collect();
@@ -286,10 +293,10 @@ fn answer(
                 let _ = waiter.send(Ok(spent));
             }
             if waiting.waiters.is_empty() {
-                queue.waiting.remove(&bucket);
+                queue.waiting.remove(&client);
             }
         }
-        queue.loans.insert(bucket, (terms, loan));
+        queue.loans.insert(client, (terms, loan));
     }
 }
 
@@ -341,7 +348,7 @@ async fn run_ticks(pool: Pool, shared: Arc<Shared>, metrics: Arc<Metrics>) {
 impl SharedRateLimit for PgRateLimit {
     async fn spend(
         &self,
-        bucket: String,
+        bucket: IpAddr,
         emission_nanos: i64,
         window_nanos: i64,
     ) -> Result<Spent, StoreError> {

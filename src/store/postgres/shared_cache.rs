@@ -230,9 +230,11 @@ impl SharedCache {
         }
     }
 
-    /// The committed row of `key` in `account`, if a copy may be served.
-    pub fn key_row(&self, account: &AccountId, key: &IdempotencyKey) -> Option<KeyRecord> {
-        let row = self.key_rows.get(&(*account, key.clone()))?;
+    /// The committed row of a key in its account, if a copy may be served. The caller lends
+    /// the pair it looks up by rather than the cache copying the key to make one: replays
+    /// come here first, every one.
+    pub fn key_row(&self, scoped: &(AccountId, IdempotencyKey)) -> Option<KeyRecord> {
+        let row = self.key_rows.get(scoped)?;
         servable(&row).then(|| KeyRecord::clone(&row))
     }
 
