@@ -266,14 +266,24 @@ mod tests {
         write(Some("1"));
         let noted = changes.start();
         write(Some("2"));
+        write(None);
         let notes = noted.close().unwrap();
-        assert_eq!(notes.len(), 1, "only the write made while the backup ran");
+        assert_eq!(
+            notes.len(),
+            2,
+            "only the write and the removal made while the backup ran"
+        );
         assert_eq!(
             notes[0].before.as_deref(),
             Some(&b"1"[..]),
             "the value it replaced"
         );
-        assert_eq!(tree.get("k").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(
+            notes[1].before.as_deref(),
+            Some(&b"2"[..]),
+            "the value the removal took away"
+        );
+        assert_eq!(tree.get("k").unwrap(), None);
     }
 
     #[test]
