@@ -11,6 +11,10 @@
 #   3. step 1 again: the full figure;
 #   4. the store's size (`du` of the data dir, or pg_database_size) over the orders stored, the
 #      server's resident memory now and at its peak (VmRSS, VmHWM);
+#   4b. ROUNDS (3) rounds, each new orders on a fresh store of a server of its own, then on the
+#      full store, MEASURE_SECONDS each: their medians and each round's ratio. The host's speed
+#      drifts by more than the store costs between step 1 and step 3, minutes apart; a ratio
+#      of measures seconds apart, taken in turns, does not carry that drift;
 #   5. kill -9, start again on the same store, and the time to the first /readyz 200;
 #   6. every account's ledger against its balance;
 #   7. sled only, with COPY=1 and --database-url: the server stopped, `orderly copy` of the store
@@ -37,7 +41,7 @@ make_work
 
 psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 "$@"; }
 
-engine=() scale_db= copy_db=
+engine=() scale_db= copy_db= round_db=
 if [ -n "$DATABASE_URL" ]; then
   scale_db=orderly_scale_$$
   psql_admin -c "DROP DATABASE IF EXISTS $scale_db" -c "CREATE DATABASE $scale_db" >/dev/null
@@ -46,6 +50,7 @@ fi
 # The databases this run made, whatever ended it; cleanup then sees the run's own status.
 drop_databases() {
   [ -z "$scale_db" ] || psql_admin -c "DROP DATABASE IF EXISTS $scale_db WITH (FORCE)" >/dev/null || true
+  [ -z "$round_db" ] || psql_admin -c "DROP DATABASE IF EXISTS $round_db WITH (FORCE)" >/dev/null || true
   [ -z "$copy_db" ] || PGOPTIONS="-c client_min_messages=warning" psql "$COPY_DATABASE_URL" -qAt \
     -c "DROP DATABASE IF EXISTS $copy_db WITH (FORCE)" >/dev/null || true
 }
@@ -67,7 +72,7 @@ new_orders() {
     perf_pid=$!
   fi
   timeout $((secs + 30)) wrk -t2 -c"$CONNS" -d"${secs}s" --latency -s "$SCRIPTS_DIR/orders.lua" \
-    "$BASE_URL/b2b/orders" -- new "$WORK/accounts.tsv" - "s-$run_id-$label" >"$WORK/wrk-$label.txt" 2>&1 \
+    "$BASE_URL/b2b/orders" -- new "${ACCOUNTS_TSV:-$WORK/accounts.tsv}" - "s-$run_id-$label" >"$WORK/wrk-$label.txt" 2>&1 \
     || { cat "$WORK/wrk-$label.txt" >&2; die "wrk failed ($label)"; }
   [ -z "$perf_pid" ] || wait "$perf_pid" || true
   grep -q '^RESULT ' "$WORK/wrk-$label.txt" || { cat "$WORK/wrk-$label.txt" >&2; die "no RESULT from wrk ($label)"; }
@@ -91,6 +96,30 @@ else
 fi
 rss_now=$(rss_kib "$SERVER_PID")
 rss_peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status")
+
+# Step 4b. The full server stays up (and its cache warm) while each round's empty store is
+# measured on a server of its own, then stopped and removed.
+ROUNDS=${ROUNDS:-3}
+full_pid=$SERVER_PID full_url=$BASE_URL after_size=0
+for r in $(seq 1 "$ROUNDS"); do
+  round_engine=()
+  if [ -n "$DATABASE_URL" ]; then
+    round_db=orderly_scale_${$}_round
+    psql_admin -c "DROP DATABASE IF EXISTS $round_db" -c "CREATE DATABASE $round_db" >/dev/null
+    round_engine=(--database-url "$(database_url "$DATABASE_URL" "$round_db")")
+  fi
+  start_server "$WORK/round-db" "$WORK/round-$r" "${round_engine[@]}" "${serve_flags[@]}"
+  "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 100 --out "$WORK/round-accounts.tsv"
+  log "round $r: new orders on a fresh store, ${MEASURE_SECONDS}s"
+  ACCOUNTS_TSV=$WORK/round-accounts.tsv new_orders "round-$r-empty" "$MEASURE_SECONDS"
+  stop_server "$SERVER_PID"
+  rm -rf "$WORK/round-db"
+  [ -z "$round_db" ] || { psql_admin -c "DROP DATABASE $round_db WITH (FORCE)" >/dev/null; round_db=; }
+  SERVER_PID=$full_pid BASE_URL=$full_url
+  log "round $r: new orders on the full store, ${MEASURE_SECONDS}s"
+  new_orders "round-$r-full" "$MEASURE_SECONDS"
+  after_size=$(( after_size + $(result_field requests "$WORK/wrk-round-$r-full.txt") ))
+done
 
 log "kill -9 and restart"
 crash_server "$SERVER_PID"
@@ -138,7 +167,28 @@ echo "| orders stored (100 accounts) | $stored |"
 echo "| new orders/s, empty store (p99 ms) | $(fig rps empty) ($(fig p99_ms empty)) |"
 echo "| new orders/s, full store (p99 ms) | $(fig rps full) ($(fig p99_ms full)) |"
 echo "| full / empty | $(awk -v a="$(fig rps empty)" -v b="$(fig rps full)" 'BEGIN { printf "%.2fx", b / a }') |"
-echo "| store size, bytes per order | $((bytes / 1024 / 1024)) MiB, $((bytes / stored)) |"
+if [ "$ROUNDS" -gt 0 ]; then
+  rounds=()
+  for r in $(seq 1 "$ROUNDS"); do rounds+=("$(fig rps "round-$r-empty")" "$(fig rps "round-$r-full")"); done
+  # Each round's empty and full figure, then their medians and the medians' ratio.
+  read -r per_round med_empty med_full <<<"$(printf '%s\n' "${rounds[@]}" | awk '
+    { v[NR] = $1 }
+    function median(start,   n, i, j, t, a) {
+      n = 0; for (i = start; i <= NR; i += 2) a[++n] = v[i]
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END {
+      s = ""; for (i = 1; i < NR; i += 2) s = s (s == "" ? "" : ",") sprintf("%.2fx", v[i + 1] / v[i])
+      printf "%s %.1f %.1f\n", s, median(1), median(2)
+    }')"
+  echo "| in turns, $ROUNDS rounds: new orders/s, fresh store, full store (medians) | $med_empty, $med_full |"
+  echo "| in turns: full / empty (medians; each round) | $(awk -v a="$med_empty" -v b="$med_full" 'BEGIN { printf "%.2fx", b / a }') (${per_round//,/, }) |"
+fi
+# The size was taken before the rounds: the orders they placed on the full store are not in it
+# (wrk's count of them misses at most the CONNS answers in flight when each round ended).
+sized=$(( stored - after_size ))
+echo "| store size, bytes per order | $((bytes / 1024 / 1024)) MiB, $((bytes / sized)) |"
 echo "| resident memory at the end, peak | $((rss_now / 1024)) MiB, $((rss_peak / 1024)) MiB |"
 echo "| kill -9 to /readyz 200 | ${restart_s} s |"
 [ -z "$copy_row" ] || echo "$copy_row"
