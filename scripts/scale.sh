@@ -10,7 +10,9 @@
 #   2. FILL_SECONDS (150) more of the same: the fill;
 #   3. step 1 again: the full figure;
 #   4. the store's size (`du` of the data dir, or pg_database_size) over the orders stored, the
-#      server's resident memory now and at its peak (VmRSS, VmHWM);
+#      server's resident memory now and at its peak (VmRSS, VmHWM); on sled also the bytes the
+#      server wrote per order in steps 1 and 3 (/proc/PID/io: passed to write calls, and sent to
+#      the disk);
 #   4b. ROUNDS (3) rounds, each new orders on a fresh store of a server of its own, then on the
 #      full store, MEASURE_SECONDS each: their medians and each round's ratio. The host's speed
 #      drifts by more than the store costs between step 1 and step 3, minutes apart; a ratio
@@ -62,10 +64,15 @@ start_server "$WORK/db" "$WORK/server" "${engine[@]}" "${serve_flags[@]}"
 log "server $SERVER_PID at $BASE_URL; creating 100 accounts"
 "${CLIENT[@]}" setup --base "$BASE_URL" --token "$ADMIN_TOKEN" --accounts 100 --out "$WORK/accounts.tsv"
 
-# new_orders LABEL SECONDS: wrk new orders over the accounts; leaves wrk's output in WORK.
+# io_counts PID: the bytes the process passed to write calls (wchar) and those it sent to the
+# disk (write_bytes, whole pages), so far.
+io_counts() { awk '/^(wchar|write_bytes):/ { printf "%s ", $2 }' "/proc/$1/io"; }
+# new_orders LABEL SECONDS: wrk new orders over the accounts; leaves wrk's output and the server's
+# writes during it (io_counts before and after) in WORK.
 run_id=$(date +%s)-$$
 new_orders() {
-  local label=$1 secs=$2 perf_pid=
+  local label=$1 secs=$2 perf_pid= io_before
+  io_before=$(io_counts "$SERVER_PID")
   if [ "${PROFILE:-0}" = 1 ] && [ "$label" != fill ]; then
     perf record -g -F 499 -p "$SERVER_PID" -o "$WORK/perf-$label.data" -- sleep "$secs" \
       >"$WORK/perf-$label.log" 2>&1 &
@@ -75,6 +82,7 @@ new_orders() {
     "$BASE_URL/b2b/orders" -- new "${ACCOUNTS_TSV:-$WORK/accounts.tsv}" - "s-$run_id-$label" >"$WORK/wrk-$label.txt" 2>&1 \
     || { cat "$WORK/wrk-$label.txt" >&2; die "wrk failed ($label)"; }
   [ -z "$perf_pid" ] || wait "$perf_pid" || true
+  echo "$io_before $(io_counts "$SERVER_PID")" >"$WORK/io-$label.txt"
   grep -q '^RESULT ' "$WORK/wrk-$label.txt" || { cat "$WORK/wrk-$label.txt" >&2; die "no RESULT from wrk ($label)"; }
   local bad=$(( $(result_field non200 "$WORK/wrk-$label.txt") + $(result_field sock_errors "$WORK/wrk-$label.txt") ))
   [ "$bad" -eq 0 ] || die "$bad errors during $label"
@@ -189,6 +197,14 @@ fi
 # (wrk's count of them misses at most the CONNS answers in flight when each round ended).
 sized=$(( stored - after_size ))
 echo "| store size, bytes per order | $((bytes / 1024 / 1024)) MiB, $((bytes / sized)) |"
+# sled's writes are the server's own; PostgreSQL's are its processes'.
+written() {
+  local a_w a_b b_w b_b n
+  read -r a_w a_b b_w b_b <"$WORK/io-$1.txt"
+  n=$(fig requests "$1")
+  echo "$(( (b_w - a_w) / n )), $(( (b_b - a_b) / n ))"
+}
+[ -n "$DATABASE_URL" ] || echo "| bytes written per order, empty store, full store: passed to write calls, to the disk | $(written empty); $(written full) |"
 echo "| resident memory at the end, peak | $((rss_now / 1024)) MiB, $((rss_peak / 1024)) MiB |"
 echo "| kill -9 to /readyz 200 | ${restart_s} s |"
 [ -z "$copy_row" ] || echo "$copy_row"
