@@ -21,7 +21,7 @@
 #   6. every account's ledger against its balance;
 #   7. sled only, with COPY=1 and --database-url: the server stopped, `orderly copy` of the store
 #      into a fresh database, its wall time and peak resident memory (/usr/bin/time).
-# PROFILE=1 records `perf record -g` of the server during steps 1 and 3 (files kept in the
+# PROFILE=1 records `perf record -g` of the server during steps 1, 3 and 4b (files kept in the
 # scratch dir, which is then kept). SERVE_FLAGS adds serve flags.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
