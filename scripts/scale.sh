@@ -178,18 +178,13 @@ echo "| full / empty | $(awk -v a="$(fig rps empty)" -v b="$(fig rps full)" 'BEG
 if [ "$ROUNDS" -gt 0 ]; then
   rounds=()
   for r in $(seq 1 "$ROUNDS"); do rounds+=("$(fig rps "round-$r-empty")" "$(fig rps "round-$r-full")"); done
-  # Each round's empty and full figure, then their medians and the medians' ratio.
-  read -r per_round med_empty med_full <<<"$(printf '%s\n' "${rounds[@]}" | awk '
-    { v[NR] = $1 }
-    function median(start,   n, i, j, t, a) {
-      n = 0; for (i = start; i <= NR; i += 2) a[++n] = v[i]
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    END {
-      s = ""; for (i = 1; i < NR; i += 2) s = s (s == "" ? "" : ",") sprintf("%.2fx", v[i + 1] / v[i])
-      printf "%s %.1f %.1f\n", s, median(1), median(2)
-    }')"
+  # Each round's ratio, then the medians of the fresh and the full figures.
+  read -r per_round med_empty med_full <<<"$(python3 -c '
+import statistics, sys
+v = [float(x) for x in sys.argv[1:]]
+fresh, full = v[0::2], v[1::2]
+print(",".join("%.2fx" % (b / a) for a, b in zip(fresh, full)),
+      "%.1f" % statistics.median(fresh), "%.1f" % statistics.median(full))' "${rounds[@]}")"
   echo "| in turns, $ROUNDS rounds: new orders/s, fresh store, full store (medians) | $med_empty, $med_full |"
   echo "| in turns: full / empty (medians; each round) | $(awk -v a="$med_empty" -v b="$med_full" 'BEGIN { printf "%.2fx", b / a }') (${per_round//,/, }) |"
 fi
