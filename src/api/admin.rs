@@ -108,7 +108,7 @@ pub async fn create_account(
     v.check(
         name_ok(&body.name),
         || loc!("name"),
-        &name_message(),
+        name_message(),
         "string_length",
     );
     v.whole_number_in(
@@ -120,7 +120,7 @@ pub async fn create_account(
     v.check(
         body.region.as_deref().is_none_or(region_ok),
         || loc!("region"),
-        &format!(
+        format_args!(
             "region must be a non-empty code of at most {MAX_REGION_LEN} characters, such as EU"
         ),
         "string_length",
@@ -353,7 +353,7 @@ pub async fn put_product(
     v.check(
         name_ok(&body.name),
         || loc!("name"),
-        &name_message(),
+        name_message(),
         "string_length",
     );
     v.whole_number_in(body.price, 0..=MAX_AMOUNT, || loc!("price"), "price");
@@ -361,7 +361,7 @@ pub async fn put_product(
         v.check(
             region_ok(region),
             || loc!("regions", i),
-            &format!(
+            format_args!(
                 "a region is a non-empty code of at most {MAX_REGION_LEN} characters, such as EU"
             ),
             "string_length",
@@ -371,7 +371,7 @@ pub async fn put_product(
         v.check(
             !field.trim().is_empty() && field.chars().count() <= MAX_DELIVERY_FIELD_LEN,
             || loc!("deliveryFields", i),
-            &format!("a delivery field is a non-empty name of at most {MAX_DELIVERY_FIELD_LEN} characters"),
+            format_args!("a delivery field is a non-empty name of at most {MAX_DELIVERY_FIELD_LEN} characters"),
             "string_length",
         );
     }

@@ -294,9 +294,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 fn nul_path(bytes: &[u8]) -> Option<Vec<serde_json::Value>> {
     // JSON carries U+0000 only as the escape `\u0000`, so a body without those six bytes
     // (nearly every body) has none and is not parsed again.
-    if !bytes.windows(6).any(|w| w == b"\\u0000") {
-        return None;
-    }
+    memchr::memmem::find(bytes, b"\\u0000")?;
     let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     let mut loc = vec!["body".into()];
     first_nul(&value, &mut loc).then_some(loc)
@@ -380,15 +378,17 @@ impl Violations {
         });
     }
 
+    /// Adds `msg` at `loc` when `ok` is false. Both are made only then: a rule's message
+    /// may name its bound (`format_args!`), and every order checks several rules per line.
     pub fn check(
         &mut self,
         ok: bool,
         loc: impl FnOnce() -> Vec<serde_json::Value>,
-        msg: &str,
+        msg: impl std::fmt::Display,
         kind: &'static str,
     ) {
         if !ok {
-            self.add(loc(), msg, kind);
+            self.add(loc(), msg.to_string(), kind);
         }
     }
 

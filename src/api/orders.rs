@@ -68,7 +68,7 @@ impl CreateOrderBody {
                 !item.product_id.is_empty()
                     && item.product_id.chars().count() <= MAX_PRODUCT_ID_LEN,
                 || loc!("items", i, "productId"),
-                &format!("productId must be a non-empty string of at most {MAX_PRODUCT_ID_LEN} characters"),
+                format_args!("productId must be a non-empty string of at most {MAX_PRODUCT_ID_LEN} characters"),
                 "string_length",
             );
             v.whole_number_in(

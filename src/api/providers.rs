@@ -101,7 +101,7 @@ pub async fn provider_notification(
     v.check(
         !note.id.trim().is_empty() && note.id.len() <= MAX_PROVIDER_ID_LEN,
         || loc!("id"),
-        &format!("id must be a non-empty string of at most {MAX_PROVIDER_ID_LEN} characters"),
+        format_args!("id must be a non-empty string of at most {MAX_PROVIDER_ID_LEN} characters"),
         "string_length",
     );
     v.check(
