@@ -126,7 +126,23 @@ where
         if let Some(record) = found {
             return decide(metrics, write, record);
         }
-        match first_use().await? {
+        let used = match first_use().await {
+            // The 402 says the key is free. A first use left to read the key where it writes
+            // may have lost every race before it read it (a balance row held elsewhere), and
+            // the key's check comes before the balance's (contract §5): a key already used
+            // still decides, by its durable row.
+            Err(ApiError::ConcurrentModification) => {
+                return match lookup(store, metrics, write, write.deadline).await? {
+                    Some(record) => decide(metrics, write, record),
+                    None => {
+                        metrics.payment_refused("concurrent_balance_modification");
+                        Err(ApiError::ConcurrentModification)
+                    }
+                };
+            }
+            used => used?,
+        };
+        match used {
             FirstUse::Durable(body) => return Ok(json_response(body)),
             // Taken by a concurrent first use: its row decides on the next lookup.
             FirstUse::KeyTaken(Some(record)) => return decide(metrics, write, *record),

@@ -186,10 +186,8 @@ async fn first_use(
             metrics.payment_refused("exceeds_credit_limit");
             Err(ApiError::ExceedsCreditLimit)
         }
-        Err(OrderRefusal::ConcurrentModification) => {
-            metrics.payment_refused("concurrent_balance_modification");
-            Err(ApiError::ConcurrentModification)
-        }
+        // Counted where it is answered (`run_once`): a key already used answers instead.
+        Err(OrderRefusal::ConcurrentModification) => Err(ApiError::ConcurrentModification),
     }
 }
 

@@ -19,7 +19,7 @@ use crate::helpers::{
     basket, maintenance_sql, server_database_url, sql_i64, start, start_logging, TestApp,
     TestDatabase,
 };
-use crate::postgres::{cluster, OwnCluster};
+use crate::postgres::{cluster, hold_balance_row, OwnCluster};
 use crate::receiver::Receiver;
 
 /// Two instances on one fresh database. Fields drop in order: the servers, then the database.
@@ -112,6 +112,44 @@ async fn fifty_requests_of_one_key_split_over_two_instances_place_one_order_and_
     assert_eq!(
         pair.b.assert_ledger_matches_balance(&p.api_key).await,
         100_000 - 999
+    );
+}
+
+/// An instance with the API key in memory and no copy of the idempotency key leaves the key
+/// to its first use, which reads it under the balance's lock. When that lock is held past the
+/// retries the first use never read the key; the key's check comes before the balance's
+/// (contract §5), so the answer is still the key's, never the 402 that says it is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn a_different_body_under_a_key_used_through_the_other_instance_is_the_409_while_its_balance_row_stays_locked(
+) {
+    let pair = two_instances(&[]);
+    let p = pair.a.partner_with_balance(10_000).await;
+    let first = basket("prd_uc", 1, "p");
+    let (status, _, placed) = order(&pair.a, &p.api_key, "used", &first).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        pair.b.get(&p.api_key, "/b2b/balance").await.status(),
+        StatusCode::OK
+    );
+    let held = hold_balance_row(pair.database_url(), p.account_id.clone());
+
+    let other = basket("prd_uc", 2, "p");
+    let (status, _, body) = order(&pair.b, &p.api_key, "used", &other).await.unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    assert!(
+        text.contains("idempotency_key_reused_with_different_body: "),
+        "{text}"
+    );
+    let (status, replayed, again) = order(&pair.b, &p.api_key, "used", &first).await.unwrap();
+    assert_eq!((status, replayed), (StatusCode::OK, true));
+    assert_eq!(again, placed);
+
+    drop(held);
+    assert_eq!(
+        pair.b.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 999
     );
 }
 
