@@ -276,7 +276,8 @@ pub trait Store: Send + Sync + 'static {
     /// key row expires `claim.ttl` after that time. Refusals write nothing: the basket or the
     /// shortfall as decided; `KeyTaken` when a first use of the same key committed first (with
     /// its row when the engine read it); `ConcurrentModification` when the engine's bounded
-    /// retries of a lost race ran out. Resolves once durable.
+    /// retries of a lost race ran out, possibly before the key was read (the handler looks
+    /// the key up before it answers the 402). Resolves once durable.
     async fn place_order(
         &self,
         deadline: Deadline,

@@ -76,7 +76,9 @@ pub enum Prefetched {
     },
     /// Not read, because its first use decides as well as a lookup would: it reads the key
     /// where it writes, refuses a taken key with its durable row (which the handler replays)
-    /// and waits for a first use in flight as a lookup would. PostgreSQL leaves every key it
+    /// and waits for a first use in flight as a lookup would. A first use that gives up
+    /// before it read the key (`OrderRefusal::ConcurrentModification`) is followed by the
+    /// lookup (`api::idempotent::run_once`). PostgreSQL leaves every key it
     /// has no copy of to its first use once the API key is in memory (the first use takes
     /// the key's lock and reads its committed row; a lookup would be one more statement per
     /// order); sled, when no write of the key waits for its flush and writes are completing
