@@ -4,10 +4,15 @@
 //! against its balance) before anything of the target is touched, then read again as the
 //! records are written, never held whole; sled builds beside the target and moves the result
 //! into place last, PostgreSQL writes in one transaction. Progress goes to stderr.
+//!
+//! Both readings are of one open file, and the second must end on the digest the first
+//! checked: a path rewritten between them (a timer writing the next backup to the same name)
+//! is either not seen at all (the file open is the one checked) or refuses the restore (a file
+//! rewritten in place), never restores what was not checked.
 
 use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::progress::{self, Progress};
@@ -67,37 +72,52 @@ pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
     }
 }
 
-/// The backup file read through and checked (format, version, digest, counts, every ledger
-/// against its balance), keeping none of it: the number of records it holds.
-fn check_file(from: &Path) -> Result<u64, RestoreError> {
-    let file = open(from)?;
+/// A backup file, open once for both readings.
+struct Checked {
+    file: File,
+    /// The records it holds.
+    total: u64,
+    /// The digest the first reading verified; the second must end on it.
+    sha256: String,
+}
+
+/// The backup file opened, read through and checked (format, version, digest, counts, every
+/// ledger against its balance), keeping none of it.
+fn check_file(from: &Path) -> Result<Checked, RestoreError> {
+    let file = File::open(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
     let mut tally = Tally::default();
     let mut progress = Progress::new("checking", None);
-    backup_file::check(BufReader::with_capacity(1 << 20, file), |record| {
+    let sha256 = backup_file::check(BufReader::with_capacity(1 << 20, &file), |record| {
         tally.add(record);
         progress.add(1);
     })?;
     progress.finish();
     let counts = tally.finish().map_err(RestoreError::Inconsistent)?;
-    Ok(counts.values().sum())
+    Ok(Checked {
+        file,
+        total: counts.values().sum(),
+        sha256,
+    })
 }
 
-fn open(from: &Path) -> Result<File, RestoreError> {
-    File::open(from).map_err(|e| RestoreError::Read(from.display().to_string(), e))
-}
-
-/// The checked file's records, read again as the target takes them. A file that differs
-/// from the one checked (the digest is checked again at its end) ends the stream with an
-/// error, and the target's restore with it.
-fn records_of(from: &Path, total: u64) -> Result<Snapshot, RestoreError> {
-    let file = open(from)?;
+/// The checked file's records, read again from its start as the target takes them. A file
+/// that differs from the one checked (its digest, checked again at its end, is another) ends
+/// the stream with an error, and the target's restore with it.
+fn records_of(from: &Path, checked: Checked) -> Result<Snapshot, RestoreError> {
+    let Checked {
+        mut file,
+        total,
+        sha256,
+    } = checked;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| RestoreError::Read(from.display().to_string(), e))?;
     let (producer, records) = Snapshot::channel();
     tokio::task::spawn_blocking(move || {
         let changed = |e: BackupError| {
             StoreError::Refused(format!("the backup changed while it was restored: {e}"))
         };
         let mut reader = match Reader::open(BufReader::with_capacity(1 << 20, file)) {
-            Ok(reader) => reader,
+            Ok(reader) => reader.expecting(sha256),
             Err(e) => {
                 producer.blocking_send(Err(changed(e)));
                 return;
@@ -131,7 +151,7 @@ fn records_of(from: &Path, total: u64) -> Result<Snapshot, RestoreError> {
 /// the database as it was.
 async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreError> {
     let deadline = Deadline::after(COMMAND_DEADLINE);
-    let total = check_file(from)?;
+    let checked = check_file(from)?;
     let target = "the database".to_string();
     let engine = Engine::Shared {
         url: url.to_string(),
@@ -147,7 +167,7 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
             };
             RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
         })?;
-    let restored = match records_of(from, total) {
+    let restored = match records_of(from, checked) {
         Ok(records) => store
             .restore(deadline, records)
             .await
@@ -167,7 +187,7 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     if !is_empty_dir(data_dir) {
         return Err(RestoreError::NotEmpty(target));
     }
-    let total = check_file(from)?;
+    let checked = check_file(from)?;
     let (parent, staging) = staging_dir(data_dir);
     let _ = std::fs::remove_dir_all(&staging);
     let deadline = Deadline::after(COMMAND_DEADLINE);
@@ -175,7 +195,7 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
         let store = open_embedded(&staging, COMMAND_CACHE_BYTES)
             .await
             .map_err(|e| RestoreError::Store(target.clone(), e))?;
-        let restored = match records_of(from, total) {
+        let restored = match records_of(from, checked) {
             Ok(records) => store
                 .restore(deadline, records)
                 .await

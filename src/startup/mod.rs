@@ -31,7 +31,7 @@ use crate::store::sled as embedded;
 use crate::store::{self, Engine, OpenError, Stopped, Store};
 use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
-use crate::workers::{fulfillment, pruner, sweeper, Periodic};
+use crate::workers::{fulfillment, pruner, sweeper, Periodic, StopSignal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -71,6 +71,7 @@ pub struct Application {
     https: bool,
     store: Arc<dyn Store>,
     workers: Vec<Periodic>,
+    stop_workers: Arc<StopSignal>,
 }
 
 impl Application {
@@ -136,7 +137,8 @@ impl Application {
         let admin = web::Data::new(AdminAuth::new(settings.admin_token.as_deref()));
         let request_deadline = settings.request_deadline;
         let settings = web::Data::new(settings);
-        let workers = start_workers(&store, &metrics, &settings, &limits)?;
+        let stop_workers = Arc::new(StopSignal::default());
+        let workers = start_workers(&store, &metrics, &settings, &limits, &stop_workers)?;
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(store_data.clone())
@@ -176,6 +178,7 @@ impl Application {
             https,
             store,
             workers,
+            stop_workers,
         })
     }
 
@@ -197,6 +200,7 @@ impl Application {
         let handle = self.server.handle();
         let graceful = handle.clone();
         let (stopping, stop_deadline) = tokio::sync::oneshot::channel();
+        let stop_workers = Arc::clone(&self.stop_workers);
         actix_web::rt::spawn(async move {
             let signal = stop_requested().await;
             let deadline = Deadline::after(STOP_WITHIN);
@@ -206,6 +210,10 @@ impl Application {
             }
             exit_if_not_stopped_by(Deadline::at(deadline.instant() - EXIT_SHARE));
             let _ = stopping.send(deadline);
+            // The workers start no more passes from now, while the requests in flight are
+            // answered: a delivery already on the wire ends within its attempt's timeout,
+            // inside the stop's bound, instead of one started during the drain running past it.
+            stop_workers.send();
             graceful.stop(true).await;
         });
         let store = Arc::clone(&self.store);
@@ -220,8 +228,9 @@ impl Application {
                 // pass is left to the process's exit.
                 let storage_by = Deadline::at(deadline.instant() - EXIT_SHARE - LAST_RESORT);
                 let workers_by = Deadline::at(storage_by.instant() - STORAGE_STOP_SHARE);
+                self.stop_workers.send();
                 for worker in self.workers {
-                    if !worker.stop(workers_by).await {
+                    if !worker.join(workers_by).await {
                         log::warn!("a background worker was still in a pass; left to the exit");
                     }
                 }
@@ -296,12 +305,14 @@ fn start_workers(
     metrics: &Arc<Metrics>,
     settings: &Settings,
     limits: &web::Data<RateLimits>,
+    stop: &StopSignal,
 ) -> Result<Vec<Periodic>, StartupError> {
     let (s, m) = (Arc::clone(store), Arc::clone(metrics));
     let sweeper = Periodic::spawn(
         "sweeper",
         settings.sweep_interval,
         Arc::clone(metrics),
+        stop,
         move || {
             let (s, m) = (Arc::clone(&s), Arc::clone(&m));
             async move { sweeper::sweep_expired_keys(&*s, &m).await }
@@ -309,16 +320,23 @@ fn start_workers(
     )?;
     let l = limits.clone();
     let m = Arc::clone(metrics);
-    let pruner = Periodic::spawn("rate-limit-pruner", pruner::PRUNE_EVERY, m, move || {
-        let l = l.clone();
-        async move { pruner::prune_idle_buckets(&l).await }
-    })?;
+    let pruner = Periodic::spawn(
+        "rate-limit-pruner",
+        pruner::PRUNE_EVERY,
+        m,
+        stop,
+        move || {
+            let l = l.clone();
+            async move { pruner::prune_idle_buckets(&l).await }
+        },
+    )?;
     let s = Arc::clone(store);
     let delay = settings.fulfillment_delay;
     let fulfillment = Periodic::spawn(
         "fulfillment",
         fulfillment::poll_interval(delay),
         Arc::clone(metrics),
+        stop,
         move || {
             let s = Arc::clone(&s);
             async move { fulfillment::complete_due_orders(&*s, delay).await }
@@ -335,9 +353,17 @@ fn start_workers(
         .map_err(|e| StartupError::Webhooks(e.to_string()))?,
     );
     let m = Arc::clone(metrics);
-    let webhooks = Periodic::spawn("webhooks", webhooks::POLL_INTERVAL, m, move || {
-        let sender = Arc::clone(&sender);
-        async move { sender.deliver_due().await }
-    })?;
+    let draining = Arc::clone(&sender);
+    let webhooks = Periodic::spawn_draining(
+        "webhooks",
+        webhooks::POLL_INTERVAL,
+        m,
+        stop,
+        move || {
+            let sender = Arc::clone(&sender);
+            async move { sender.deliver_due().await }
+        },
+        move || async move { draining.drain().await },
+    )?;
     Ok(vec![sweeper, pruner, fulfillment, webhooks])
 }

@@ -112,6 +112,10 @@ pub enum BackupError {
     Digest,
     #[error("the backup is damaged: {0}")]
     Damaged(String),
+    /// Read a second time, the file's digest is not the one checked the first time: it was
+    /// rewritten or replaced in between.
+    #[error("the backup changed after it was checked (another file, or rewritten in place)")]
+    Changed,
     #[error("cannot read the backup: {0}")]
     Io(std::io::Error),
 }
@@ -272,6 +276,10 @@ pub struct Reader<R> {
     seen: BTreeMap<String, u64>,
     line: Vec<u8>,
     ended: bool,
+    /// The digest a first reading found (`expecting`), which this one's must equal.
+    expected: Option<String>,
+    /// The digest of the end record, once it was read and found right.
+    verified: Option<String>,
 }
 
 impl<R: std::io::BufRead> Reader<R> {
@@ -283,6 +291,8 @@ impl<R: std::io::BufRead> Reader<R> {
             seen: BTreeMap::new(),
             line: Vec::new(),
             ended: false,
+            expected: None,
+            verified: None,
         };
         if !reader.next_line()? {
             return Err(BackupError::Format("no header".into()));
@@ -302,6 +312,13 @@ impl<R: std::io::BufRead> Reader<R> {
             _ => return Err(BackupError::Format("no header".into())),
         }
         Ok(reader)
+    }
+
+    /// A second reading of a file already checked: its end must carry the very digest the
+    /// check found (`check`'s answer), so that what is acted on is the file that was checked.
+    pub fn expecting(mut self, sha256: String) -> Self {
+        self.expected = Some(sha256);
+        self
     }
 
     /// The next whole line into `self.line`; false at the end of the input. A last line
@@ -354,7 +371,15 @@ impl<R: std::io::BufRead> Reader<R> {
                 "the records do not match the end record's counts".into(),
             ));
         }
+        if self
+            .expected
+            .as_deref()
+            .is_some_and(|expected| expected != sha256)
+        {
+            return Err(BackupError::Changed);
+        }
         self.ended = true;
+        self.verified = Some(sha256.to_string());
         Ok(())
     }
 
@@ -378,17 +403,18 @@ impl<R: std::io::BufRead> Reader<R> {
     }
 }
 
-/// Reads a backup through, giving each record to `each` and keeping none: `Ok` once the
-/// whole file is found right (header, every record, digest, counts).
+/// Reads a backup through, giving each record to `each` and keeping none: its digest once
+/// the whole file is found right (header, every record, digest, counts), for a second reading
+/// to expect (`Reader::expecting`).
 pub fn check<R: std::io::BufRead>(
     input: R,
     mut each: impl FnMut(&Record),
-) -> Result<(), BackupError> {
+) -> Result<String, BackupError> {
     let mut reader = Reader::open(input)?;
     loop {
         match reader.next_record() {
             Ok(Some(record)) => each(&record),
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(reader.verified.take().expect("the end was verified")),
             Err(BackupError::Io(e)) => return Err(BackupError::Io(e)),
             Err(complaint) => return Err(reader.settle(complaint)),
         }

@@ -270,6 +270,11 @@ pub struct DueDelivery {
     /// outbox: the attempt's outcome is written only under it. 0 where one process is the
     /// only sender.
     pub claim: i64,
+    /// Which history of the database the claim was made in, where instances share the
+    /// outbox (the epoch `postgres/shared_cache.rs` counts): a claim from a history the
+    /// database no longer has sends and settles nothing. 0 where one process is the only
+    /// sender.
+    pub claimed_in: u64,
     pub delivery: Delivery,
     pub event: Event,
     pub webhook_secret: String,

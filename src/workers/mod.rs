@@ -20,14 +20,37 @@ use std::time::Duration;
 
 use futures_util::future::{select, Either};
 use futures_util::FutureExt;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use crate::bounds::Deadline;
 use crate::metrics::{Metrics, WorkerLabels};
 
+/// A background worker on a thread of its own.
 pub struct Periodic {
-    stop: oneshot::Sender<()>,
     thread: JoinHandle<()>,
+}
+
+/// Tells every worker to stop starting passes: sent when the stop begins (SIGTERM), before the
+/// HTTP server drains, so that work begun meanwhile (a webhook POST) ends within the stop's
+/// bound instead of starting near its end.
+pub struct StopSignal(watch::Sender<bool>);
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        StopSignal(watch::channel(false).0)
+    }
+}
+
+impl StopSignal {
+    /// What a worker watches.
+    fn subscribe(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+
+    /// From now on no worker starts another pass; each then finishes what it started.
+    pub fn send(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Runs `work`, catching a panic in it: logged and counted for `worker`, then forgotten.
@@ -42,17 +65,40 @@ pub async fn survive<Fut: Future<Output = ()>>(worker: &'static str, metrics: &M
 }
 
 impl Periodic {
+    /// A worker that runs `tick` every `every` until `stop` is sent.
     pub fn spawn<F, Fut>(
         name: &'static str,
         every: Duration,
         metrics: Arc<Metrics>,
-        mut tick: F,
+        stop: &StopSignal,
+        tick: F,
     ) -> std::io::Result<Self>
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()>,
     {
-        let (stop, mut stopped) = oneshot::channel::<()>();
+        Self::spawn_draining(name, every, metrics, stop, tick, || async {})
+    }
+
+    /// As `spawn`, and once stopped the worker runs `drain` before its runtime goes: the
+    /// webhook worker's deliveries run as tasks of that runtime, and dropping it would cut a
+    /// POST on the wire (the receiver, which cannot tell, would still be handling it when
+    /// another instance took the delivery over).
+    pub fn spawn_draining<F, Fut, D, DFut>(
+        name: &'static str,
+        every: Duration,
+        metrics: Arc<Metrics>,
+        stop: &StopSignal,
+        mut tick: F,
+        drain: D,
+    ) -> std::io::Result<Self>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+        D: FnOnce() -> DFut + Send + 'static,
+        DFut: Future<Output = ()>,
+    {
+        let mut stopped = stop.subscribe();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -62,7 +108,8 @@ impl Periodic {
                 runtime.block_on(async move {
                     loop {
                         let wait = pin!(tokio::time::sleep(every));
-                        if let Either::Right(_) = select(wait, &mut stopped).await {
+                        let stop = pin!(stopped.wait_for(|stop| *stop));
+                        if let Either::Right(_) = select(wait, stop).await {
                             break;
                         }
                         // A panic while making the pass's future counts like one inside it.
@@ -71,15 +118,16 @@ impl Periodic {
                             Err(_) => survive(name, &metrics, async { panic!("{name}") }).await,
                         }
                     }
+                    survive(name, &metrics, drain()).await;
                 })
             })?;
-        Ok(Periodic { stop, thread })
+        Ok(Periodic { thread })
     }
 
-    /// Asks the worker to stop after its pass and waits for it until `deadline`: true when
-    /// it stopped, false when it was left inside a pass (the process's exit ends it).
-    pub async fn stop(self, deadline: Deadline) -> bool {
-        let _ = self.stop.send(());
+    /// Waits until `deadline` for the worker to stop (its `StopSignal` sent): true when it
+    /// stopped, false when it was left inside a pass or its drain (the process's exit ends
+    /// it).
+    pub async fn join(self, deadline: Deadline) -> bool {
         while !self.thread.is_finished() {
             if deadline.passed() {
                 return false;
@@ -101,10 +149,12 @@ mod tests {
         let metrics = Arc::new(Metrics::default());
         let passes = Arc::new(AtomicUsize::new(0));
         let seen = Arc::clone(&passes);
+        let stop = StopSignal::default();
         let worker = Periodic::spawn(
             "test",
             Duration::from_millis(5),
             Arc::clone(&metrics),
+            &stop,
             move || {
                 let n = seen.fetch_add(1, Ordering::SeqCst);
                 async move {
@@ -121,11 +171,12 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        stop.send();
         let stopped = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(worker.stop(Deadline::after(Duration::from_secs(5))));
+            .block_on(worker.join(Deadline::after(Duration::from_secs(5))));
         assert!(stopped);
         assert!(
             passes.load(Ordering::SeqCst) >= 3,

@@ -39,6 +39,8 @@ const HOLD_MARGIN: Duration = Duration::from_secs(1);
 /// Deliveries started per pass at most.
 const BATCH: usize = 64;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How often a stopping worker looks again at the deliveries still in flight.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// Resolves a callback host and keeps only the addresses the policy allows.
 struct CheckedResolver {
@@ -231,6 +233,26 @@ impl WebhookSender {
                 let _slot = slot;
                 survive("webhooks", &sender.metrics, sender.deliver(due)).await;
             });
+        }
+    }
+
+    /// Returns once no delivery is in flight. The worker's stop waits on it before its
+    /// runtime goes, so that a POST on the wire ends (answered, or at its attempt's timeout)
+    /// and is settled rather than cut: the receiver would still be handling a cut one when
+    /// another instance, or this one restarted, sent the delivery again. Each delivery is
+    /// bounded by itself (its hold and its settling write by `WORKER_CALL`, its POST by
+    /// `ATTEMPT_TIMEOUT`); the stop's own bound covers the rest.
+    pub async fn drain(&self) {
+        let on_the_wire = |sender: &Self| {
+            let in_flight = sender.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            in_flight.events.len()
+        };
+        let waiting = on_the_wire(self);
+        if waiting > 0 {
+            log::info!("stopping: waiting for {waiting} webhook delivery(ies) in flight to end");
+        }
+        while on_the_wire(self) > 0 {
+            tokio::time::sleep(DRAIN_POLL).await;
         }
     }
 

@@ -366,9 +366,10 @@ async fn a_restore_into_a_database_with_rows_is_refused_before_its_schema_is_mig
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, backup).unwrap();
-    // The database as an older orderly left it: without the latest migration (0008's index).
+    // The database as an older orderly left it: without the latest migration.
     let url = app.database_url().expect("on PostgreSQL");
-    crate::helpers::back_to_schema_7(&url);
+    let previous = crate::helpers::LATEST_MIGRATION - 1;
+    crate::helpers::back_to_schema(&url, previous);
 
     let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
         .args(["restore", "--from"])
@@ -383,5 +384,103 @@ async fn a_restore_into_a_database_with_rows_is_refused_before_its_schema_is_mig
         url,
         "SELECT max(version)::bigint FROM orderly_schema_migrations".into(),
     );
-    assert_eq!(version.unwrap(), 7, "the schema was migrated: {stderr}");
+    assert_eq!(
+        version.unwrap(),
+        previous,
+        "the schema was migrated: {stderr}"
+    );
+}
+
+/// Returns once nobody has the pipe at `path` open for reading (within 10 s).
+fn wait_for_no_reader(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NONBLOCK: i32 = 0o4000;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    // A write end opened without blocking exists only while a reader does (else ENXIO);
+    // opened and closed at once, it puts nothing in the pipe.
+    while std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .is_ok()
+        && std::time::Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Writes `bytes` to whoever opens the pipe at `path` next, if someone does within 10 s.
+fn serve_once(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a pipe with no reader fails at once (ENXIO) instead of waiting.
+    const O_NONBLOCK: i32 = 0o4000;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NONBLOCK)
+            .open(path)
+        {
+            Ok(mut pipe) => {
+                // Blocking again for the write itself: the reader takes it at its pace.
+                let mut written = 0;
+                while written < bytes.len() {
+                    match pipe.write(&bytes[written..]) {
+                        Ok(n) => written += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(1))
+                        }
+                        Err(_) => return false,
+                    }
+                }
+                return true;
+            }
+            Err(_) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_file_replaced_between_the_restores_two_readings_is_never_restored_in_place_of_the_one_checked(
+) {
+    // Two valid backups: one order, then two.
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let body = basket("prd_uc", 1, "p");
+    app.post_order(Some(&p.api_key), Some("k1"), &body).await;
+    let checked = backup_of(&app).await;
+    app.post_order(Some(&p.api_key), Some("k2"), &body).await;
+    let other = backup_of(&app).await;
+    // The path hands the first backup to whoever opens it first and the other one to
+    // whoever opens it next: a file replaced under its name between two readings.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orderly.backup");
+    let made = Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success());
+    let writer_path = path.clone();
+    let writer = std::thread::spawn(move || {
+        serve_once(&writer_path, &checked);
+        // The other file only to a reader that opens the path anew, once the first has gone.
+        wait_for_no_reader(&writer_path);
+        serve_once(&writer_path, &other)
+    });
+    let target = dir.path().join("restored");
+    let database = on_postgres().then(|| TestDatabase::create(&target));
+
+    let out = restore(&path, &target, &database);
+
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let restored = orders_in(&target, &database);
+    if out.status.success() {
+        assert_eq!(restored, 1, "restored another file than the one checked");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(restored, 0, "a refused restore wrote nothing: {stderr}");
+    }
+    // The writer gives its second backup up by itself when nobody opens the path again.
+    drop(writer);
 }

@@ -125,29 +125,47 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
     .map_err(|_| "the SQL thread panicked".to_string())?
 }
 
-/// Puts the database at `url` back to the schema an orderly before migration 8 left: the
-/// fulfillment queue's index on id alone, no index by due time, no record of version 8. The
-/// tests that stand for "a database one migration behind" use it; it asserts that 8 is the
-/// latest, so that a new migration makes them undo that one instead.
-pub fn back_to_schema_7(url: &str) {
+/// How to undo each migration, newest first: what the database looked like before it. The
+/// tests that stand for "a database as an older orderly left it" use them.
+const UNDO_MIGRATIONS: &[(i64, &str)] = &[
+    (
+        9,
+        "DROP FUNCTION orderly_note_history();
+         DROP TABLE orderly_history;
+         DROP FUNCTION orderly_history_id();
+         ALTER TABLE auth_cache_leases DROP COLUMN released;",
+    ),
+    (
+        8,
+        "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
+         DROP INDEX orders_processing_due;",
+    ),
+];
+
+/// Puts the database at `url` back to the schema an orderly at migration `version` left, by
+/// undoing every migration above it. Asserts that the database is at the newest migration
+/// this table knows how to undo, so that a new migration adds its undo here.
+pub fn back_to_schema(url: &str, version: i64) {
     let latest = sql_i64(
         url.to_string(),
         "SELECT max(version)::bigint FROM orderly_schema_migrations".into(),
     )
     .unwrap();
     assert_eq!(
-        latest, 8,
-        "this test undoes migration 8: make it undo the latest one"
+        latest, UNDO_MIGRATIONS[0].0,
+        "a new migration: add how to undo it to UNDO_MIGRATIONS"
     );
-    sql_on(
-        url.to_string(),
-        "CREATE INDEX orders_processing ON orders (id) WHERE status = 'Processing';
-         DROP INDEX orders_processing_due;
-         DELETE FROM orderly_schema_migrations WHERE version = 8"
-            .into(),
-    )
-    .unwrap();
+    for (undone, sql) in UNDO_MIGRATIONS.iter().filter(|(v, _)| *v > version) {
+        sql_on(
+            url.to_string(),
+            format!("{sql} DELETE FROM orderly_schema_migrations WHERE version = {undone}"),
+        )
+        .unwrap();
+    }
 }
+
+/// The newest migration (what a binary of this tree migrates a database to).
+pub const LATEST_MIGRATION: i64 = UNDO_MIGRATIONS[0].0;
 
 /// `scripts/NAME ARGS...` run by bash: what it printed, or why it failed (its stderr).
 pub fn script(name: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {

@@ -73,7 +73,7 @@ async fn order(
     Ok((status, replayed, resp.bytes().await?.to_vec()))
 }
 
-async fn wait_until<F, Fut>(within: Duration, what: &str, mut done: F)
+pub async fn wait_until<F, Fut>(within: Duration, what: &str, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,

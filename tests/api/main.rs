@@ -29,6 +29,8 @@ mod providers;
 mod reads;
 mod refusals;
 mod replay;
+mod rewind;
+mod rolling;
 mod stalled_database;
 mod stalled_flush;
 mod stored_format;

@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    back_to_schema_7, basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64,
+    back_to_schema, basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64,
     sql_on, start, wait_until_completed, TestDatabase,
 };
 
@@ -673,11 +673,14 @@ async fn orders_waiting_under_the_schema_before_the_due_time_index_are_completed
     let url = app.database_url().expect("on PostgreSQL");
     assert!(app.signal("TERM", Duration::from_secs(20)).is_some());
     // The database as the binary before migration 8 left it, its orders still waiting.
-    back_to_schema_7(&url);
+    back_to_schema(&url, 7);
 
     let app = app.restart(&["--fulfillment-delay", "100ms"]);
     let latest = "SELECT max(version)::bigint FROM orderly_schema_migrations";
-    assert_eq!(sql_i64(url.clone(), latest.into()).unwrap(), 8);
+    assert_eq!(
+        sql_i64(url.clone(), latest.into()).unwrap(),
+        crate::helpers::LATEST_MIGRATION
+    );
     let index = |name: &str| {
         sql_i64(
             url.clone(),

@@ -197,6 +197,7 @@ pub struct Attempt {
 pub struct SlowReceiver {
     pub port: u16,
     attempts: Arc<Mutex<Vec<Attempt>>>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl SlowReceiver {
@@ -204,13 +205,15 @@ impl SlowReceiver {
         let listener = TcpListener::bind(("127.0.0.1", 0)).expect("receiver bind");
         let port = listener.local_addr().unwrap().port();
         let attempts = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&attempts);
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let (log, arrived_log) = (Arc::clone(&attempts), Arc::clone(&arrivals));
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
-                let log = Arc::clone(&log);
+                let (log, arrived_log) = (Arc::clone(&log), Arc::clone(&arrived_log));
                 std::thread::spawn(move || {
                     let arrived = Instant::now();
+                    arrived_log.lock().unwrap().push(arrived);
                     let mut reader = BufReader::new(stream.try_clone().unwrap());
                     let (mut webhook_id, mut length, mut line) = (String::new(), 0, String::new());
                     while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
@@ -236,7 +239,25 @@ impl SlowReceiver {
                 });
             }
         });
-        SlowReceiver { port, attempts }
+        SlowReceiver {
+            port,
+            attempts,
+            arrivals,
+        }
+    }
+
+    /// Waits (bounded) until at least `n` requests have arrived; returns how many did.
+    /// Each is handled to its end whether or not its sender is still there to read the
+    /// answer, as a receiver's server does.
+    pub async fn wait_for_arrivals(&self, n: usize, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let arrived = self.arrivals.lock().unwrap().len();
+            if arrived >= n || Instant::now() > deadline {
+                return arrived;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn url(&self) -> String {

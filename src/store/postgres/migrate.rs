@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         8,
         include_str!("migrations/0008_processing_by_due_time.sql"),
     ),
+    (9, include_str!("migrations/0009_database_history.sql")),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

@@ -221,10 +221,15 @@ pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
         metrics: Arc::clone(&options.metrics),
         runtime: tokio::runtime::Handle::current(),
     });
+    let history = cache.history();
     Ok(Arc::new(PgStore {
         background: [clock.abort_handle(), leases.abort_handle()],
         cache,
-        limiter: Arc::new(rate_limit::PgRateLimit::new(limiter, options.metrics)),
+        limiter: Arc::new(rate_limit::PgRateLimit::new(
+            limiter,
+            options.metrics,
+            history,
+        )),
         orders: batch::Batcher::new(Arc::clone(&db)),
         key_reads: KeyReads::new(options.pool_size),
         instance,
@@ -688,7 +693,10 @@ impl Store for PgStore {
         // themselves if the pass is cut short.
         let claiming = async {
             let mut client = self.db.conn(&Bound::read(deadline, &self.db)).await?;
-            let due = outbox::due_deliveries(&client, &self.instance, now, max, take).await;
+            // Read before the claims are taken: a history change seen meanwhile makes them
+            // older than the history, never newer.
+            let epoch = self.cache.history().epoch();
+            let due = outbox::due_deliveries(&client, &self.instance, epoch, now, max, take).await;
             client.settle();
             due
         };
@@ -706,6 +714,10 @@ impl Store for PgStore {
         due: &DueDelivery,
         lasting: Duration,
     ) -> Result<bool, StoreError> {
+        if due.claimed_in != self.cache.history().epoch() {
+            // Claimed in a history the database no longer has: it decides again.
+            return Ok(false);
+        }
         let sent = Instant::now();
         let (instance, event_id, claim) = (
             self.instance.clone(),
@@ -728,6 +740,16 @@ impl Store for PgStore {
         outcome: DeliveryOutcome,
         attempt: DeliveryAttempt,
     ) -> Result<(), StoreError> {
+        if due.claimed_in != self.cache.history().epoch() {
+            // The claim, and the outbox row it was made on, belong to a history the database
+            // no longer has (its claim numbers may be handed out again): the row as the
+            // database has it now is delivered again, at least once, never at once with this.
+            log::warn!(
+                "webhook {}: attempted before the database went back in time; not settled, the outbox decides again",
+                due.delivery.event_id
+            );
+            return Ok(());
+        }
         write!(self, deadline, None, |c| outbox::settle_delivery(
             &mut c, &due, outcome, &attempt
         ))

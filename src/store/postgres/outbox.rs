@@ -31,6 +31,7 @@ use super::db::Conn;
 use futures_util::TryStreamExt;
 
 use super::codec;
+use super::migrate::known_version;
 use super::rows::{insert_delivery, upsert_delivery_log};
 use super::tx::{alone, execute, query_opt, query_stream, Fault};
 use super::webhook_ops::lock_callback;
@@ -69,6 +70,25 @@ macro_rules! unclaimed {
 /// The database's clock now, in the milliseconds the outbox keeps its times in.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
+// `fenced!` spells the attempt's lease out in its SQL.
+const _: () = assert!(ATTEMPT_LEASE_MS == 20_000);
+
+/// No claim is taken and no attempt starts while the database's history is younger than an
+/// attempt's lease: a POST sent just before the database went back in time (an asynchronous
+/// standby promoted, a point-in-time restore) may still be on the wire, and the claim that
+/// fenced it is gone with the rest of that history. Nor by a binary older than the schema
+/// (`$known`, the newest migration it knows): a newer orderly may fence deliveries in ways this
+/// one cannot keep, so during a rolling upgrade the old instances leave them to the new.
+macro_rules! fenced {
+    ($known:literal) => {
+        concat!(
+            "clock_timestamp() >= (SELECT orderly_note_history()) + interval '20 seconds'
+             AND (SELECT max(version) FROM orderly_schema_migrations) <= ",
+            $known
+        )
+    };
+}
+
 /// The deliveries due at `$1` that nobody holds, oldest first, with their events and the
 /// accounts' secrets.
 const DUE_SQL: &str = concat!(
@@ -86,10 +106,12 @@ const DUE_SQL: &str = concat!(
 
 /// Up to `max` deliveries due at `now` that `take` accepts and nobody holds, oldest first,
 /// with their events and the accounts' secrets, each claimed by `instance` for
-/// `CLAIM_LEASE_MS`. One whose event or account is gone is dropped from the outbox.
+/// `CLAIM_LEASE_MS` in the history this instance counts as `claimed_in`. One whose event or
+/// account is gone is dropped from the outbox.
 pub async fn due_deliveries(
     c: &Object,
     instance: &str,
+    claimed_in: u64,
     now: Millis,
     max: usize,
     mut take: DeliveryFilter,
@@ -118,6 +140,7 @@ pub async fn due_deliveries(
                 (true, Some(webhook_secret)) => due.push(DueDelivery {
                     due_at,
                     claim: 0,
+                    claimed_in,
                     event: codec::event(&row)?,
                     delivery,
                     webhook_secret,
@@ -168,9 +191,11 @@ async fn claim(
              FROM unnest($3::text[], $4::bigint[]) AS d(event_id, due_at)
              WHERE o.event_id = d.event_id AND o.due_at = d.due_at AND ",
             unclaimed!("$5"),
+            " AND ",
+            fenced!("$6"),
             " RETURNING o.event_id, o.claim"
         ),
-        &[&instance, &until, &ids, &due_at, &now],
+        &[&instance, &until, &ids, &due_at, &now, &known_version()],
     )
     .await?;
     let won: std::collections::HashMap<String, i64> =
@@ -199,23 +224,33 @@ pub async fn hold_for_attempt(
         &format!(
             "UPDATE outbox SET attempting = true, claimed_until = {DB_NOW_MS} + $4
              WHERE event_id = $1 AND claim = $2 AND claimed_by = $3
-               AND claimed_until > {DB_NOW_MS}
-             RETURNING 1"
+               AND claimed_until > {DB_NOW_MS} AND {}
+             RETURNING 1",
+            fenced!("$5")
         ),
-        &[&event_id, &claim, &instance, &(ATTEMPT_LEASE_MS as i64)],
+        &[
+            &event_id,
+            &claim,
+            &instance,
+            &(ATTEMPT_LEASE_MS as i64),
+            &known_version(),
+        ],
     )
     .await?;
     in_flight.done();
     Ok(!held.is_empty())
 }
 
-/// Gives back every claim `instance` holds (it is stopping, with nothing in flight).
+/// Gives back the claims `instance` holds that no attempt is made under (it is stopping).
+/// An attempting claim stays until it runs out: the stop waits for the POSTs on the wire and
+/// settles them, but one it could not wait for (the stop's time ran out) may still be
+/// sending, and the receiver may still be handling one whose connection the exit closed.
 pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
     execute(
         c,
         "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, claim = NULL,
                 attempting = false
-         WHERE claimed_by = $1",
+         WHERE claimed_by = $1 AND NOT attempting",
         &[&instance],
     )
     .await

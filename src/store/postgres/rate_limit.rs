@@ -17,7 +17,9 @@
 //! A client far from its limit whose requests come faster than statements is lent budget
 //! ahead of them (`limiter_loans.rs`): its next requests are allowed here without waiting for
 //! a statement, from budget already spent in the database, and what a loan has left when it
-//! lapses is given back.
+//! lapses is given back, to the history of the database that lent it: loans of a history the
+//! database went back from (`shared_cache::History`) are dropped, neither drawn on nor given
+//! back to a bucket that never lent them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -29,6 +31,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{oneshot, Notify};
 
 use super::limiter_loans::{self, Loan, Terms};
+use super::shared_cache::History;
 use super::tx::{alone, execute, Fault};
 use crate::metrics::Metrics;
 use crate::store::{SharedRateLimit, Spent, StoreError};
@@ -107,10 +110,21 @@ struct Ask {
 struct Queue {
     waiting: HashMap<IpAddr, Waiting>,
     loans: HashMap<IpAddr, (Terms, Loan)>,
+    /// The epoch of the database's history the loans were lent in.
+    lent_in: u64,
     running: bool,
 }
 
 impl Queue {
+    /// Drops the loans when the database's history is no longer the one that lent them.
+    fn loans_of(&mut self, epoch: u64) -> &mut HashMap<IpAddr, (Terms, Loan)> {
+        if self.lent_in != epoch {
+            self.loans.clear();
+            self.lent_in = epoch;
+        }
+        &mut self.loans
+    }
+
     /// The next statement's rows: every waiting client (closing its loan, which is spent or
     /// lapsed, and asking for the next), and every lapsed loan of a client not waiting.
     fn next_statement(&mut self, now: Instant) -> Vec<Ask> {
@@ -159,6 +173,7 @@ impl Queue {
 
 struct Shared {
     queue: Mutex<Queue>,
+    history: Arc<History>,
     /// Wakes the statement task, asleep until a loan lapses, when a request starts waiting.
     arrived: Notify,
 }
@@ -171,11 +186,12 @@ pub struct PgRateLimit {
 }
 
 impl PgRateLimit {
-    pub fn new(pool: Pool, metrics: Arc<Metrics>) -> Self {
+    pub fn new(pool: Pool, metrics: Arc<Metrics>, history: Arc<History>) -> Self {
         PgRateLimit {
             pool,
             shared: Arc::new(Shared {
                 queue: Mutex::default(),
+                history,
                 arrived: Notify::new(),
             }),
             metrics,
@@ -313,6 +329,7 @@ async fn run_ticks(pool: Pool, shared: Arc<Shared>, metrics: Arc<Metrics>) {
         }
         let (asks, lapse) = {
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.loans_of(shared.history.epoch());
             let asks = queue.next_statement(Instant::now());
             let lapse = queue.next_lapse();
             if asks.is_empty() && lapse.is_none() {
@@ -355,7 +372,8 @@ impl SharedRateLimit for PgRateLimit {
         let (decided, decision) = oneshot::channel();
         let start = {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, loan)) = queue.loans.get_mut(&bucket) {
+            let epoch = self.shared.history.epoch();
+            if let Some((_, loan)) = queue.loans_of(epoch).get_mut(&bucket) {
                 if let Some(spent) = loan.draw(Instant::now()) {
                     self.metrics.rate_limit_lent.inc();
                     return Ok(spent);

@@ -27,9 +27,26 @@
 //! (`known_keys.rs`, caught up by the same renewals before they acknowledge), and refuses one
 //! it does not know without a statement while its lease holds. A read that straddles a purge
 //! is not remembered (`cache::Cache`).
+//!
+//! Everything here is a copy of one history of the database, and a database can go back in
+//! time under running instances (an asynchronous standby promoted after it missed the newest
+//! transactions, a point-in-time restore, the counter set back by hand): the counter then reads
+//! below what this instance acknowledged, and a promotion or a restore starts another timeline
+//! (`orderly_history_id()`, migration 0009). Each renewal compares both with what it saw
+//! before it acknowledges anything; when either went back, it stops serving copies, forgets
+//! every one, reloads the known keys, and bumps `History`'s epoch (the delivery claims and
+//! the rate limit's loans of the old history are given up by it) before its lease is renewed
+//! again. The database holds the rest of the fence:
+//! - a renewal's acknowledgement counts only in the history and at the counter it was made
+//!   at: a lease that acknowledged more than the counter now reads was made in a history the
+//!   database no longer has, and a change waits for it as for one that acknowledged less;
+//! - a change answers only once the history it was made in is older than `LEASE`
+//!   (`orderly_history.since`, noted by whichever statement sees a new history first): an
+//!   instance that renewed its lease just before the old primary died may serve its copies
+//!   until its lease ends, and the new primary cannot know of that lease.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
@@ -68,17 +85,45 @@ const KEY_ROWS: usize = 16_384;
 /// Renewals between two prunes of the leases of instances that stopped.
 const PRUNE_EVERY: u64 = 200;
 
-/// Reads the version under a share lock (see the module's note), renews this instance's
-/// lease, records what it acknowledged, and returns the version.
+/// Where the database is: the newest change, and the history it was made in.
+const WHERE_THE_DATABASE_IS: &str = "SELECT version, orderly_history_id() FROM auth_cache_version";
+
+/// Notes a new history if this is the first statement to see it, reads the version under a
+/// share lock (see the module's note), renews this instance's lease (unless it was released:
+/// the instance stopped) acknowledging `$2` only where the history is `$3` and the counter
+/// has not gone below it (else `$4`, nothing), and returns the version and the history.
 static RENEWAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH changes AS (SELECT version FROM auth_cache_version FOR SHARE),
+        "WITH history AS (SELECT orderly_note_history() AS since),
+         changes AS (SELECT version FROM auth_cache_version FOR SHARE),
          lease AS (
              INSERT INTO auth_cache_leases (instance, valid_until, acknowledged)
-             SELECT $1, clock_timestamp() + interval '{} milliseconds', $2 FROM changes
+             SELECT $1, clock_timestamp() + interval '{} milliseconds',
+                    CASE WHEN version >= $2 AND orderly_history_id() = $3 THEN $2
+                         ELSE $4 END
+             FROM changes
              ON CONFLICT (instance) DO UPDATE
-                 SET valid_until = excluded.valid_until, acknowledged = excluded.acknowledged)
-         SELECT version FROM changes",
+                 SET valid_until = excluded.valid_until, acknowledged = excluded.acknowledged
+                 WHERE NOT auth_cache_leases.released)
+         SELECT version, orderly_history_id() FROM changes, history",
+        LEASE.as_millis()
+    )
+});
+
+/// What a lease that acknowledged nothing records: below any counter, even one set back
+/// below zero, so that every change waits for it.
+const NOTHING_ACKNOWLEDGED: i64 = i64::MIN;
+
+/// After a change committed: how many live leases have not acknowledged it (or acknowledged
+/// a counter the database no longer reads, in a history it no longer has), and whether the
+/// history the change was made in is younger than `LEASE`.
+static UNACKNOWLEDGED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT (SELECT count(*) FROM auth_cache_leases
+                 WHERE valid_until > clock_timestamp()
+                   AND (acknowledged < $1
+                        OR acknowledged > (SELECT version FROM auth_cache_version))),
+                orderly_note_history() + interval '{} milliseconds' > clock_timestamp()",
         LEASE.as_millis()
     )
 });
@@ -99,15 +144,11 @@ pub async fn bump(tx: &impl Session) -> Result<i64, Fault> {
 pub async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fault> {
     let deadline = Instant::now() + ACK_WAIT;
     loop {
-        let row = query_opt(
-            client,
-            "SELECT count(*) FROM auth_cache_leases
-             WHERE valid_until > clock_timestamp() AND acknowledged < $1",
-            &[&version],
-        )
-        .await?
-        .expect("count(*) returns a row");
-        if row.get::<_, i64>(0) == 0 {
+        let row = query_opt(client, &UNACKNOWLEDGED, &[&version])
+            .await?
+            .expect("a SELECT without FROM returns a row");
+        let (waiting, history_young): (i64, bool) = (row.get(0), row.get(1));
+        if waiting == 0 && !history_young {
             return Ok(());
         }
         if Instant::now() >= deadline {
@@ -121,15 +162,40 @@ pub async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fau
     }
 }
 
-/// Drops this instance's lease, once it serves no copy (`SharedCache::give_up`).
+/// Ends this instance's lease, once it serves no copy (`SharedCache::give_up`): marked
+/// released rather than deleted (and written released if no renewal has committed yet), so
+/// that a renewal still in flight cannot bring it back when it commits later (the renewal
+/// task is stopped, but a statement it had sent may be waiting for a lock). Pruned with the
+/// leases that lapsed.
 pub async fn release(client: &impl Session, instance: &str) -> Result<(), Fault> {
     super::tx::execute(
         client,
-        "DELETE FROM auth_cache_leases WHERE instance = $1",
-        &[&instance],
+        "INSERT INTO auth_cache_leases (instance, valid_until, acknowledged, released)
+         VALUES ($1, clock_timestamp(), $2, true)
+         ON CONFLICT (instance) DO UPDATE
+             SET released = true, valid_until = excluded.valid_until",
+        &[&instance, &NOTHING_ACKNOWLEDGED],
     )
     .await?;
     Ok(())
+}
+
+/// How many times this instance has seen the database go back in time: what it holds from
+/// an older epoch (a delivery claim, a loan of the rate limit) belongs to a history the
+/// database no longer has.
+#[derive(Default)]
+pub struct History {
+    epoch: AtomicU64,
+}
+
+impl History {
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn went_back(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 pub struct SharedCache {
@@ -143,6 +209,11 @@ pub struct SharedCache {
     /// Every key that can authenticate; `None` until loaded (`PgStore::open` loads it before
     /// it serves).
     known: std::sync::RwLock<Option<KnownKeys>>,
+    /// The history (`orderly_history_id()`) the copies belong to; `None` before the first
+    /// renewal.
+    seen_history: Mutex<Option<String>>,
+    /// Shared with what else keeps numbers of the database's history.
+    history: Arc<History>,
 }
 
 /// A key row may be served until shortly before its expiry.
@@ -159,6 +230,8 @@ impl Default for SharedCache {
             epoch: Instant::now(),
             purged: AtomicI64::new(0),
             known: std::sync::RwLock::new(None),
+            seen_history: Mutex::new(None),
+            history: Arc::default(),
         }
     }
 }
@@ -230,10 +303,14 @@ impl SharedCache {
         }
     }
 
-    /// The committed row of a key in its account, if a copy may be served. The caller lends
-    /// the pair it looks up by rather than the cache copying the key to make one: replays
-    /// come here first, every one.
+    /// The committed row of a key in its account, if a copy may be served: while the lease
+    /// holds, which it stops doing when the database goes back in time (the row may be gone
+    /// from the history the database is on now). The caller lends the pair it looks up by
+    /// rather than the cache copying the key to make one: replays come here first, every one.
     pub fn key_row(&self, scoped: &(AccountId, IdempotencyKey)) -> Option<KeyRecord> {
+        if !self.leased() {
+            return None;
+        }
         let row = self.key_rows.get(scoped)?;
         servable(&row).then(|| KeyRecord::clone(&row))
     }
@@ -250,6 +327,54 @@ impl SharedCache {
     /// Serves no copy from now on (the instance stops).
     pub fn give_up(&self) {
         self.lease_until.store(0, Ordering::Release);
+    }
+
+    /// The epochs of the database's history as this instance saw them.
+    pub fn history(&self) -> Arc<History> {
+        Arc::clone(&self.history)
+    }
+
+    /// True when the database read `version` in `history` is not the one the copies came
+    /// from: another timeline or system, or a counter below what was purged or caught up on.
+    fn another_history(&self, version: i64, history: &str) -> bool {
+        let seen = self.seen_history.lock().unwrap_or_else(|e| e.into_inner());
+        let timeline_changed = seen.as_deref().is_some_and(|seen| seen != history);
+        let newest_seen = self
+            .purged
+            .load(Ordering::Acquire)
+            .max(self.known_synced().unwrap_or(0));
+        timeline_changed || version < newest_seen
+    }
+
+    /// The history the copies belong to from now on (the first renewal's, or the new one's).
+    fn adopt_history(&self, history: &str) {
+        let mut seen = self.seen_history.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.as_deref() != Some(history) {
+            *seen = Some(history.to_string());
+        }
+    }
+
+    /// The database went back in time: serve nothing from memory until a renewal in the
+    /// history it is on now, and forget every copy (their rows may be gone, or changed back).
+    fn forget_history(&self) {
+        self.lease_until.store(0, Ordering::Release);
+        self.auth.forget_all();
+        self.key_rows.forget_all();
+        self.history.went_back();
+    }
+
+    /// Starts over in `history` from `keys`, read there after `forget_history`.
+    fn start_over(&self, keys: KnownKeys, history: &str) {
+        self.purged.store(keys.synced(), Ordering::Release);
+        *self.known.write().expect("the known keys") = Some(keys);
+        *self.seen_history.lock().unwrap_or_else(|e| e.into_inner()) = Some(history.to_string());
+    }
+
+    /// What a renewal may acknowledge: copies purged, and the known keys caught up, to it.
+    fn acknowledgeable(&self) -> i64 {
+        let purged = self.purged.load(Ordering::Acquire);
+        self.known_synced()
+            .map_or(purged, |synced| purged.min(synced))
     }
 
     /// A renewal sent at `sent` answered `version`: purge first, then extend the lease.
@@ -269,6 +394,12 @@ impl SharedCache {
 /// failed renewal is tried again at the next tick; meanwhile the lease runs out and API keys
 /// are read from the database. Each renewal is a commit, counted in `commits` while in flight
 /// (and given up on unconfirmed when it fails), so that readiness sees the heartbeat stall.
+///
+/// A renewal first reads where the database is and catches up with it (the keys created and
+/// revoked since, or everything again when the database went back in time), and only then
+/// renews the lease, acknowledging what it has caught up on: a catch-up that fails renews
+/// nothing, so the lease lapses here and on the database alike, and no change waits for an
+/// instance that cannot acknowledge it.
 pub async fn renew_leases(
     cache: Arc<SharedCache>,
     pool: Pool,
@@ -284,21 +415,40 @@ pub async fn renew_leases(
         ticks.tick().await;
         let sent = Instant::now();
         let renewing = commits.begin();
-        let acknowledging = cache.purged.load(Ordering::Acquire);
         let renewal = async {
             let client = pool.get().await?;
-            let row = alone(&client, &RENEWAL, &[&instance, &acknowledging])
+            let row = query_opt(&client, WHERE_THE_DATABASE_IS, &[])
                 .await?
-                .pop()
                 .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
-            let version: i64 = row.get(0);
-            // Caught up with the keys created and revoked before this version is
-            // acknowledged (the next renewal sends it): see `known_keys.rs`.
-            if let Some(synced) = cache.known_synced().filter(|synced| version > *synced) {
-                let changes = known_keys::changed_after(&client, synced).await?;
-                cache.learn(changes, version);
-                metrics.api_keys_known.set(cache.known_keys() as i64);
+            let (version, history): (i64, String) = (row.get(0), row.get(1));
+            if cache.another_history(version, &history) {
+                cache.forget_history();
+                log::warn!(
+                    "the database went back in time (history {history}, change {version}); \
+                     every copy of its rows is forgotten and the API keys are read again"
+                );
+                let keys = KnownKeys::load(&client).await?;
+                cache.start_over(keys, &history);
+            } else {
+                cache.adopt_history(&history);
+                // Caught up with the keys created and revoked before this version is
+                // acknowledged: see `known_keys.rs`.
+                if let Some(synced) = cache.known_synced().filter(|synced| version > *synced) {
+                    let changes = known_keys::changed_after(&client, synced).await?;
+                    cache.learn(changes, version);
+                }
             }
+            metrics.api_keys_known.set(cache.known_keys() as i64);
+            let acknowledging = cache.acknowledgeable();
+            let row = alone(
+                &client,
+                &RENEWAL,
+                &[&instance, &acknowledging, &history, &NOTHING_ACKNOWLEDGED],
+            )
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
+            let (version, renewed_in): (i64, String) = (row.get(0), row.get(1));
             if renewals % PRUNE_EVERY == 0 {
                 query_opt(
                     &client,
@@ -309,12 +459,19 @@ pub async fn renew_leases(
                 )
                 .await?;
             }
-            Ok::<i64, Fault>(version)
+            // The database may have gone back between the two statements (another timeline,
+            // or a counter below what this instance holds copies of): nothing is extended,
+            // nothing served, and the next renewal's first statement starts over.
+            let went_back = renewed_in != history || cache.another_history(version, &renewed_in);
+            Ok::<Option<i64>, Fault>((!went_back).then_some(version))
         };
         match tokio::time::timeout(LEASE - SAFETY, renewal).await {
-            Ok(Ok(version)) => {
+            Ok(Ok(renewed)) => {
                 renewing.done();
-                cache.renewed(version, sent);
+                match renewed {
+                    Some(version) => cache.renewed(version, sent),
+                    None => cache.forget_history(),
+                }
                 if std::mem::take(&mut failing) {
                     log::info!("API keys are kept in memory again (the cache lease is renewed)");
                 }
@@ -406,6 +563,65 @@ mod tests {
             !cache.surely_unknown(&[8; 32]),
             "no lease: ask the database"
         );
+    }
+
+    #[test]
+    fn a_counter_below_what_was_seen_or_another_timeline_is_another_history() {
+        let cache = SharedCache::default();
+        cache.know(KnownKeys::empty(5));
+        cache.adopt_history("7/00000001");
+        cache.renewed(6, Instant::now());
+        assert!(!cache.another_history(6, "7/00000001"));
+        assert!(!cache.another_history(9, "7/00000001"), "newer changes");
+        assert!(
+            cache.another_history(5, "7/00000001"),
+            "below what was purged"
+        );
+        assert!(cache.another_history(6, "7/00000002"), "another timeline");
+        assert!(cache.another_history(6, "8/00000001"), "another system");
+    }
+
+    #[test]
+    fn a_database_gone_back_in_time_leaves_no_copy_served_and_starts_over_at_its_counter() {
+        let cache = SharedCache::default();
+        cache.know(KnownKeys::empty(9));
+        cache.adopt_history("7/00000001");
+        cache.renewed(9, Instant::now());
+        let account = Account::for_tests(0);
+        cache.remember_api_key(
+            cache.auth_generation(),
+            [1; 32],
+            (key_of(&account), account),
+        );
+        let epoch = cache.history().epoch();
+
+        cache.forget_history();
+        assert!(
+            cache.api_key(&[1; 32]).is_none(),
+            "no lease: nothing served"
+        );
+        assert_eq!(cache.history().epoch(), epoch + 1);
+        let mut keys = KnownKeys::empty(4);
+        keys.apply(vec![([2; 32], false)], 4);
+        cache.start_over(keys, "7/00000002");
+        assert!(!cache.another_history(4, "7/00000002"));
+        assert_eq!(cache.acknowledgeable(), 4, "what it caught up on, not 9");
+        cache.renewed(4, Instant::now());
+        assert!(
+            cache.api_key(&[1; 32]).is_none(),
+            "the old copy is forgotten"
+        );
+        assert!(cache.surely_unknown(&[1; 32]) && !cache.surely_unknown(&[2; 32]));
+    }
+
+    #[test]
+    fn a_renewal_acknowledges_no_more_than_the_known_keys_caught_up_on() {
+        let cache = SharedCache::default();
+        cache.know(KnownKeys::empty(3));
+        cache.renewed(8, Instant::now());
+        assert_eq!(cache.acknowledgeable(), 3);
+        cache.learn(vec![], 8);
+        assert_eq!(cache.acknowledgeable(), 8);
     }
 
     #[test]

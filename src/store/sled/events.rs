@@ -169,6 +169,7 @@ impl Trees {
                 (Some(event), Some(account)) => due.push(Due::Ready(Box::new(DueDelivery {
                     due_at,
                     claim: 0,
+                    claimed_in: 0,
                     delivery,
                     event,
                     previous_secret: self.previous_secret(&account.id)?,
