@@ -4,16 +4,23 @@
   python3 scripts/check-docs.py [--bin target/release/orderly] [--self-test]
 
 1. Links: every relative link and image in the Markdown files a reader opens (README.md,
-   docs/, client/README.md, perf/README.md, torture/README.md) names a file that exists, and its #anchor a
-   heading of that file (GitHub's anchors: lowercase, punctuation dropped, spaces to '-',
-   repeats numbered). Links inside code are not links.
-2. Flags (with --bin): every flag `orderly serve --help` prints is documented in
-   docs/operations.md, written as `--flag`.
-3. Routes (with --bin): every route of the OpenAPI document the server serves appears in
-   docs/api.md as "METHOD /path".
+   CHANGELOG.md, docs/, client/README.md, perf/README.md, torture/README.md) names a file that
+   exists, and its #anchor a heading of that file (GitHub's anchors: lowercase, punctuation
+   dropped, spaces to '-', repeats numbered). Links inside code are not links.
+2. File names: every name of a file those pages give, in their text or in code (`src/x.rs`,
+   `BENCHMARKS.md`), names a file the repository has: a path from the root or from the page,
+   or, for a bare name, some file of that name. Names with placeholders (`<`, `{`, `*`), and
+   absolute paths (`/tmp/…`), are examples, not files.
+3. Flags (with --bin): every flag each command's `--help` prints has a row of its own in
+   docs/operations.md's tables ("Every flag of `orderly serve`", "Every flag of the other
+   commands"), and every row names a flag the binary has.
+4. Routes (with --bin): the route table (`routes()` in src/api/mod.rs) and the paths of the
+   OpenAPI document the server serves are the same, both ways (the console's page and files,
+   HTML and not API, excepted); and every route of that document appears in docs/api.md as
+   "METHOD /path".
 
---self-test shows each check failing: it takes a link target, a flag and a route out of
-copies of the pages (in memory) and exits 1 unless each check then reports exactly that.
+--self-test shows each check failing: it plants one mistake of each kind into copies of the
+pages and the route table (in memory) and exits 1 unless each check then reports exactly it.
 Exit status: 0 when everything holds, 1 with one line per problem otherwise.
 """
 
@@ -29,7 +36,13 @@ import time
 import urllib.request
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-PAGES = ["README.md", "client/README.md", "perf/README.md", "torture/README.md"]
+PAGES = ["README.md", "CHANGELOG.md", "client/README.md", "perf/README.md", "torture/README.md"]
+ROUTE_TABLE = "src/api/mod.rs"
+COMMANDS = ["serve", "stats", "restore", "migrate", "copy"]
+SERVE_TABLE = "Every flag of `orderly serve`"
+OTHER_TABLE = "Every flag of the other commands"
+# Served by the route table but not API: the console's page and its files (docs/api.md says so).
+NOT_IN_OPENAPI = ("/console",)
 OPERATIONS = "docs/operations.md"
 API = "docs/api.md"
 IGNORED_FLAGS = {"--help", "--version"}
@@ -112,21 +125,153 @@ def check_links(overlay=None):
     return problems
 
 
-def serve_flags(binary):
-    help_text = subprocess.run(
-        [binary, "serve", "--help"], capture_output=True, text=True, check=True
-    ).stdout
-    flags = set(re.findall(r"^\s+(?:-\w,\s+)?(--[a-z0-9][a-z0-9-]*)", help_text, re.M))
-    return sorted(flags - IGNORED_FLAGS)
+FILE_NAME = re.compile(
+    r"(?<![\w./<{*-])((?:[\w.-]+/)*[\w-]+\.(?:md|rs|sh|py|toml|sql|lua|js|css|html|json|yml|yaml))(?![\w/>}*-])"
+)
+
+
+def repository_files():
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    return set(listed)
+
+
+# What the build makes: named by the docs, never in the repository.
+BUILT = ("target/",)
+
+
+def names_a_file(name, here, files, basenames):
+    """Whether `name`, given on a page in directory `here`, names a file of the repository."""
+    if "/" not in name:
+        return name in basenames
+    candidates = {os.path.normpath(name), os.path.normpath(os.path.join(here, name))}
+    if candidates & files:
+        return True
+    # A path given from a folder the sentence names (`domain/cidr.rs` in src/).
+    return any(f.endswith("/" + name) for f in files)
+
+
+def check_file_names(overlay=None, files=None):
+    """Every file a page names exists (see the module's note for what counts as a name). In
+    a fenced block (a command to type) only paths into the repository's own folders are
+    names of its files; the rest are the reader's (`basket.json`, `./fulfil.sh`)."""
+    overlay = overlay or {}
+    files = files if files is not None else repository_files()
+    basenames = {os.path.basename(f) for f in files}
+    top = {f.split("/", 1)[0] for f in files if "/" in f}
+    problems = []
+    for page in pages() + [p for p in overlay if p not in pages()]:
+        here = os.path.dirname(page)
+        fenced = False
+        for lineno, line in enumerate(read(page, overlay).split("\n"), 1):
+            if re.match(r"^\s*(```|~~~)", line):
+                fenced = not fenced
+                continue
+            for name in FILE_NAME.findall(line):
+                if re.search(r"https?://\S*" + re.escape(name), line) or name.startswith(BUILT):
+                    continue  # part of a URL, or what a build makes
+                if fenced and name.split("/", 1)[0] not in top:
+                    continue
+                if not names_a_file(name, here, files, basenames):
+                    problems.append(f"{page}:{lineno}: {name}: no such file in the repository")
+    return problems
+
+
+def command_flags(binary):
+    """Each command's flags, as its `--help` prints them."""
+    result = {}
+    for command in COMMANDS:
+        help_text = subprocess.run(
+            [binary, command, "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        flags = set(re.findall(r"^\s+(?:-\w,\s+)?(--[a-z0-9][a-z0-9-]*)", help_text, re.M))
+        result[command] = sorted(flags - IGNORED_FLAGS)
+    return result
+
+
+def table_under(text, heading):
+    """The rows (lists of cells) of the first table after the heading, header rows dropped."""
+    lines = text.split("\n")
+    start = next((i for i, l in enumerate(lines) if re.match(r"^#+\s+" + re.escape(heading) + r"\s*$", l)), None)
+    if start is None:
+        return None
+    rows, in_table = [], False
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            in_table = True
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not re.match(r"^-+$", cells[0]) and cells[0] not in ("flag", "command"):
+                rows.append(cells)
+        elif in_table:
+            break
+    return rows
+
+
+def documented_flags(text):
+    """{command: {flag: row number}} from docs/operations.md's two flag tables."""
+    found = {command: {} for command in COMMANDS}
+    for n, cells in enumerate(table_under(text, SERVE_TABLE) or [], 1):
+        for flag in re.findall(r"`(--[a-z0-9-]+)`", cells[0]):
+            found["serve"][flag] = n
+    for n, cells in enumerate(table_under(text, OTHER_TABLE) or [], 1):
+        command = re.match(r"`orderly (\w+)`", cells[0])
+        if command and command.group(1) in found and len(cells) > 1:
+            for flag in re.findall(r"`(--[a-z0-9-]+)`", cells[1]):
+                found[command.group(1)][flag] = n
+    return found
 
 
 def check_flags(flags, overlay=None):
+    """Each command's flags have a row of their own, and each row's flag exists."""
     text = read(OPERATIONS, overlay or {})
-    return [
-        f"{OPERATIONS}: `{flag}` (printed by `orderly serve --help`) is not documented"
-        for flag in flags
-        if not re.search(r"`" + re.escape(flag) + r"(?![a-z0-9-])", text)
+    documented = documented_flags(text)
+    problems = []
+    for command, printed in flags.items():
+        table = SERVE_TABLE if command == "serve" else OTHER_TABLE
+        for flag in printed:
+            if flag not in documented[command]:
+                problems.append(
+                    f"{OPERATIONS}: `{flag}` (printed by `orderly {command} --help`) has no row in \"{table}\""
+                )
+        for flag in sorted(documented[command]):
+            if flag not in printed:
+                problems.append(
+                    f"{OPERATIONS}: `{flag}` has a row in \"{table}\" but `orderly {command}` has no such flag"
+                )
+    return problems
+
+
+def route_table(overlay=None):
+    """"METHOD /path" of every route `routes()` registers."""
+    text = read(ROUTE_TABLE, overlay or {})
+    body = text[text.index("pub fn routes("):]
+    body = body[: body.index("\n}\n")]
+    routes = []
+    for resource in re.split(r"web::resource\(", body)[1:]:
+        path = re.match(r'\s*"([^"]+)"', resource).group(1)
+        for method in re.findall(r"\.route\(web::(get|post|put|patch|delete)\(\)", resource):
+            routes.append(f"{method.upper()} {path}")
+    return sorted(routes)
+
+
+def check_route_table(table, document_routes):
+    """The route table and the OpenAPI paths, compared both ways."""
+    to_openapi = lambda r: re.sub(r"\{[^}]+\}", "{}", r)
+    served = {to_openapi(r): r for r in table if not r.split(" ", 1)[1].startswith(NOT_IN_OPENAPI)}
+    described = {to_openapi(r): r for r in document_routes}
+    problems = [
+        f"{ROUTE_TABLE}: {served[k]} is served but not in /openapi.json"
+        for k in sorted(served.keys() - described.keys())
     ]
+    problems += [
+        f"/openapi.json: {described[k]} is described but {ROUTE_TABLE} serves no such route"
+        for k in sorted(described.keys() - served.keys())
+    ]
+    return problems
 
 
 def openapi_routes(binary):
@@ -181,26 +326,50 @@ def self_test(flags, routes):
     expected = ["no heading #no-such-heading", "missing.md: no such file"]
     if len(found) != 2 or not all(any(e in f for f in found) for e in expected):
         failures.append(f"links: expected two problems in {API}, got {found}")
+    planted = api + "\n\nThe figures are in BENCHMARKS.md and `src/store/nowhere.rs`.\n"
+    already = set(check_file_names())
+    found = [f for f in check_file_names({API: planted}) if f not in already]
+    if len(found) != 2 or not ("BENCHMARKS.md" in found[0] and "src/store/nowhere.rs" in found[1]):
+        failures.append(f"file names: expected BENCHMARKS.md and src/store/nowhere.rs, got {found}")
     if flags:
-        flag = flags[0]
         operations = read(OPERATIONS, {})
-        gone = re.sub("`" + re.escape(flag) + r"(?![a-z0-9-])", "`--", operations)
-        found = check_flags(flags, {OPERATIONS: gone})
-        if found != [f"{OPERATIONS}: `{flag}` (printed by `orderly serve --help`) is not documented"]:
-            failures.append(f"flags: expected {flag} alone to be missing, got {found}")
+        for command in ["serve", "restore"]:
+            flag = flags[command][0]
+            table = SERVE_TABLE if command == "serve" else OTHER_TABLE
+            # The flag's row taken out (a row of several flags keeps the others).
+            pattern = (r"^\| `" + re.escape(flag) + r"` \|.*\n" if command == "serve"
+                       else r"^\| `orderly " + command + r"` \| `" + re.escape(flag) + r"` \|.*\n")
+            gone = re.sub(pattern, "", operations, count=1, flags=re.M)
+            found = check_flags(flags, {OPERATIONS: gone})
+            want = f"{OPERATIONS}: `{flag}` (printed by `orderly {command} --help`) has no row in \"{table}\""
+            if found != [want]:
+                failures.append(f"flags: expected {command} {flag} alone to be missing, got {found}")
+        extra = re.sub(r"^(\| `--listen` \|)", "| `--no-such-flag` | x | y |\n\\1", operations, count=1, flags=re.M)
+        found = check_flags(flags, {OPERATIONS: extra})
+        if len(found) != 1 or "--no-such-flag" not in found[0]:
+            failures.append(f"flags: expected the row of --no-such-flag alone to be refused, got {found}")
     if routes:
         route = routes[0]
         gone = re.sub(re.escape(route) + r"(?![\w/{}-])", "", api)
         found = check_routes(routes, {API: gone})
         if found != [f"{API}: {route} (a route of /openapi.json) is not documented"]:
             failures.append(f"routes: expected {route} alone to be missing, got {found}")
+        table = read(ROUTE_TABLE, {})
+        unserved = re.sub(r'\.route\(web::get\(\)\.to\(ops::healthz\)\)', "", table, count=1)
+        found = check_route_table(route_table({ROUTE_TABLE: unserved}), routes)
+        if found != [f"/openapi.json: GET /healthz is described but {ROUTE_TABLE} serves no such route"]:
+            failures.append(f"route table: expected GET /healthz unserved, got {found}")
+        found = check_route_table(route_table() + ["GET /b2b/secret"], routes)
+        if found != [f"{ROUTE_TABLE}: GET /b2b/secret is served but not in /openapi.json"]:
+            failures.append(f"route table: expected GET /b2b/secret undescribed, got {found}")
     for line in failures:
         print(f"check-docs self-test: {line}")
     if not failures:
         print(
             "check-docs self-test: each check fails as it should "
-            f"(a missing heading and file, {flags[0] if flags else 'no flag'}, "
-            f"{routes[0] if routes else 'no route'})"
+            "(a missing heading and file, two file names, a serve and a restore flag without "
+            "their rows and a row without its flag, "
+            f"{routes[0] if routes else 'no route'} undocumented, a route unserved and one undescribed)"
         )
     return failures
 
@@ -210,19 +379,20 @@ def main():
     parser.add_argument("--bin", help="an orderly binary: also check its flags and routes")
     parser.add_argument("--self-test", action="store_true", help="show each check failing")
     args = parser.parse_args()
-    flags = serve_flags(args.bin) if args.bin else []
+    flags = command_flags(args.bin) if args.bin else {}
     routes = openapi_routes(args.bin) if args.bin else []
     if args.self_test:
         return 1 if self_test(flags, routes) else 0
-    problems = check_links()
+    problems = check_links() + check_file_names()
     if args.bin:
         problems += check_flags(flags) + check_routes(routes)
+        problems += check_route_table(route_table(), routes)
     for line in problems:
         print(line)
     pages_checked = len(pages())
     print(
-        f"check-docs: {pages_checked} pages, {len(flags)} flags, {len(routes)} routes: "
-        f"{len(problems)} problems"
+        f"check-docs: {pages_checked} pages, {sum(len(f) for f in flags.values())} flags of "
+        f"{len(flags)} commands, {len(routes)} routes: {len(problems)} problems"
     )
     return 1 if problems else 0
 

@@ -245,6 +245,16 @@ def main():
         check("the first answer is a 200 and not a replay", got[:1] == [("200", "")], got)
         check("the same request again is a replay", got[1:2] == [("200", "true")], got)
         check("the same key with a changed basket is a 409", got[2:3] == [("409", "")], got)
+        shown_ids = driver.execute_script(
+            "return [...document.querySelectorAll('.answer dl')].map(dl => {"
+            " const dts = [...dl.querySelectorAll('dt')];"
+            " const id = dts.find(d => d.textContent === 'Request-Id');"
+            " const code = dts.find(d => d.textContent === 'code');"
+            " return [id ? id.nextElementSibling.textContent : '', code ? code.nextElementSibling.textContent : '']; })")
+        ids = [i for i, _ in shown_ids]
+        check("each of the three requests shows its own Request-Id",
+              len(set(ids)) == 3 and all(i.startswith("req_") for i in ids), shown_ids)
+        check("the 409 shows its code", shown_ids[2:3] and shown_ids[2][1] == "IDEMPOTENCY_KEY_REUSED", shown_ids)
         summary = driver.find_element(By.ID, "demo-summary").text
         s, after = api(base, "GET", "/b2b/balance", headers={"X-Api-Key": partner})
         moved = before["balance"]["available"] - after["balance"]["available"]

@@ -13,7 +13,7 @@ use crate::domain::cidr::Cidr;
 #[derive(Debug, Parser)]
 #[command(
     name = "orderly",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("ORDERLY_COMMIT"), ")"),
     about = "A B2B order server where a retry is always safe"
 )]
 pub struct Cli {

@@ -34,18 +34,26 @@ pub enum LocPart {
     Index(u64),
 }
 
-/// `{"success":false,"error":"<token>: <sentence>"}`.
+/// `{"success":false,"error":"<token>: <sentence>","code":"<CODE>"}`: `code` is the refusal's
+/// machine code (`ApiError::code`), last so that the bytes partners match by prefix are as
+/// they always were; the opaque 500 has none.
 #[derive(Serialize, ToSchema)]
 pub struct ErrorEnvelope<'a> {
     pub success: bool,
     pub error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ErrorCode>)]
+    pub code: Option<&'a str>,
 }
 
-/// `{"error":"Unauthorized"|"Forbidden","message":"..."}`: the auth envelope has no `success`.
+/// `{"error":"Unauthorized"|"Forbidden","message":"...","code":"<CODE>"}`: the auth envelope
+/// has no `success`.
 #[derive(Serialize, ToSchema)]
 pub struct AuthError<'a> {
     pub error: &'a str,
     pub message: &'a str,
+    #[schema(value_type = ErrorCode)]
+    pub code: &'a str,
 }
 
 /// The 422 validation envelope.
@@ -152,6 +160,65 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// Every machine code a refusal carries, one per distinct cause: what a program branches on
+/// instead of the sentence (docs/api.md lists each with its status and meaning).
+pub const ERROR_CODES: &[&str] = &[
+    "INVALID_API_KEY",
+    "INVALID_ADMIN_TOKEN",
+    "INVALID_SIGNATURE",
+    "NOT_WHOLESALE",
+    "SCOPE_MISSING",
+    "ORIGIN_NOT_ALLOWED",
+    "ROUTE_NOT_FOUND",
+    "RESOURCE_NOT_FOUND",
+    "ORDER_NOT_FOUND",
+    "ACCOUNT_NOT_FOUND",
+    "API_KEY_NOT_FOUND",
+    "EVENT_NOT_FOUND",
+    "UNKNOWN_PROVIDER",
+    "IDEMPOTENCY_KEY_REQUIRED",
+    "INVALID_IDEMPOTENCY_KEY",
+    "INVALID_CALLBACK_URL",
+    "TOO_MANY_ITEMS",
+    "UNKNOWN_PRODUCT",
+    "REGION_NOT_ALLOWED",
+    "ZERO_PRICE_ITEM",
+    "INVALID_DELIVERY_DATA",
+    "ORDER_TOTAL_TOO_LARGE",
+    "CURRENCY_MISMATCH",
+    "BALANCE_TOO_LARGE",
+    "IDEMPOTENCY_KEY_REUSED",
+    "REQUEST_IN_PROGRESS",
+    "ORDER_NOT_CANCELLABLE",
+    "ORDER_NOT_REFUNDABLE",
+    "REFUND_EXCEEDS_REMAINING",
+    "NO_CALLBACK_URL",
+    "INSUFFICIENT_BALANCE",
+    "EXCEEDS_CREDIT_LIMIT",
+    "CONCURRENT_BALANCE_MODIFICATION",
+    "METHOD_NOT_ALLOWED",
+    "STORAGE_UNAVAILABLE",
+    "STORAGE_TIMEOUT",
+    "STORAGE_OVERLOADED",
+];
+
+/// A refusal's machine code, for the OpenAPI document: a string enum of `ERROR_CODES`.
+pub struct ErrorCode;
+
+impl utoipa::PartialSchema for ErrorCode {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "The refusal's machine code: branch on it, not on the sentence of `error`.",
+            ))
+            .enum_values(Some(ERROR_CODES.iter().copied()))
+            .into()
+    }
+}
+
+impl ToSchema for ErrorCode {}
+
 /// Where money came in, for `BalanceTooLarge`.
 #[derive(Debug, Clone, Copy)]
 pub enum MoneyIn {
@@ -170,6 +237,56 @@ impl ApiError {
             msg: msg.into(),
             kind,
         }])
+    }
+
+    /// The machine code of a refusal (one of `ERROR_CODES`): `None` for the answers whose
+    /// bodies stay as the seeds fix them (the 422, the 429, the opaque 500).
+    pub fn code(&self) -> Option<&'static str> {
+        Some(match self {
+            ApiError::Unauthorized => "INVALID_API_KEY",
+            ApiError::AdminUnauthorized => "INVALID_ADMIN_TOKEN",
+            ApiError::BadSignature => "INVALID_SIGNATURE",
+            ApiError::NotWholesale => "NOT_WHOLESALE",
+            ApiError::ScopeMissing => "SCOPE_MISSING",
+            ApiError::OriginNotAllowed => "ORIGIN_NOT_ALLOWED",
+            ApiError::RouteNotFound => "ROUTE_NOT_FOUND",
+            ApiError::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            ApiError::OrderNotFound { .. } => "ORDER_NOT_FOUND",
+            ApiError::AccountNotFound { .. } => "ACCOUNT_NOT_FOUND",
+            ApiError::ApiKeyNotFound { .. } => "API_KEY_NOT_FOUND",
+            ApiError::EventNotFound { .. } => "EVENT_NOT_FOUND",
+            ApiError::UnknownProvider { .. } => "UNKNOWN_PROVIDER",
+            ApiError::KeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
+            ApiError::InvalidKey { .. } => "INVALID_IDEMPOTENCY_KEY",
+            ApiError::InvalidCallbackUrl { .. } => "INVALID_CALLBACK_URL",
+            ApiError::Basket(rejection) => match rejection {
+                BasketRejection::TooManyItems => "TOO_MANY_ITEMS",
+                BasketRejection::UnknownProduct(_) => "UNKNOWN_PRODUCT",
+                BasketRejection::RegionNotAllowed(_) => "REGION_NOT_ALLOWED",
+                BasketRejection::ZeroPriceItem(_) => "ZERO_PRICE_ITEM",
+                BasketRejection::InvalidDeliveryData { .. } => "INVALID_DELIVERY_DATA",
+                BasketRejection::TotalTooLarge => "ORDER_TOTAL_TOO_LARGE",
+            },
+            ApiError::CurrencyMismatch { .. } => "CURRENCY_MISMATCH",
+            ApiError::BalanceTooLarge(_) => "BALANCE_TOO_LARGE",
+            ApiError::KeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
+            ApiError::InProgress => "REQUEST_IN_PROGRESS",
+            ApiError::NotCancellable { .. } => "ORDER_NOT_CANCELLABLE",
+            ApiError::NotRefundable { .. } => "ORDER_NOT_REFUNDABLE",
+            ApiError::RefundExceedsRemaining { .. } => "REFUND_EXCEEDS_REMAINING",
+            ApiError::NoCallbackUrl { .. } => "NO_CALLBACK_URL",
+            ApiError::InsufficientBalance => "INSUFFICIENT_BALANCE",
+            ApiError::ExceedsCreditLimit => "EXCEEDS_CREDIT_LIMIT",
+            ApiError::ConcurrentModification => "CONCURRENT_BALANCE_MODIFICATION",
+            ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ApiError::Unavailable(_) => "STORAGE_UNAVAILABLE",
+            ApiError::Storage(StoreError::TimedOut(_)) => "STORAGE_TIMEOUT",
+            ApiError::Storage(StoreError::Overloaded) => "STORAGE_OVERLOADED",
+            ApiError::RateLimited { .. }
+            | ApiError::Validation(_)
+            | ApiError::Storage(_)
+            | ApiError::Internal(_) => return None,
+        })
     }
 
     /// The partner-facing `error` of every `{"success":false,"error":…}` answer: the token
@@ -324,7 +441,18 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let auth = |error: &str, message: &str| json(status, &AuthError { error, message });
+        let code = self.code();
+        let auth = |error: &str, message: &str| {
+            let code = code.expect("every auth refusal has a code");
+            json(
+                status,
+                &AuthError {
+                    error,
+                    message,
+                    code,
+                },
+            )
+        };
         match self {
             ApiError::Unauthorized => auth("Unauthorized", "Invalid or missing API key"),
             ApiError::AdminUnauthorized => auth("Unauthorized", "Invalid or missing admin token"),
@@ -370,6 +498,7 @@ impl ResponseError for ApiError {
                     &ErrorEnvelope {
                         success: false,
                         error: &error,
+                        code,
                     },
                 );
                 if let ApiError::Storage(_) = other {
@@ -420,54 +549,61 @@ mod tests {
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
-    fn envelope(error: &str) -> String {
-        format!(
-            r#"{{"success":false,"error":"{}"}}"#,
-            error.replace('"', "\\\"")
-        )
+    /// The business envelope, its code last (none for the opaque 500).
+    fn envelope(error: &str, code: &str) -> String {
+        let error = error.replace('"', "\\\"");
+        if code.is_empty() {
+            format!(r#"{{"success":false,"error":"{error}"}}"#)
+        } else {
+            format!(r#"{{"success":false,"error":"{error}","code":"{code}"}}"#)
+        }
     }
 
     #[test]
     fn each_refusal_has_its_status_and_its_exact_envelope() {
         let id = "ord_x".to_string();
-        let cases: Vec<(ApiError, u16, &str)> = vec![
-            (ApiError::RouteNotFound, 404, "not_found: no such route"),
-            (ApiError::ResourceNotFound, 404, "not_found: no such resource"),
-            (ApiError::OrderNotFound { id: id.clone() }, 404, r#"order_not_found: no order "ord_x" in this account"#),
-            (ApiError::AccountNotFound { id: "acc_x".into() }, 404, r#"account_not_found: no account "acc_x""#),
-            (ApiError::ApiKeyNotFound { id: "key_x".into() }, 404, r#"api_key_not_found: no API key "key_x""#),
-            (ApiError::EventNotFound { id: "evt_x".into() }, 404, r#"event_not_found: no event "evt_x""#),
-            (ApiError::UnknownProvider { name: "acme".into() }, 404, r#"unknown_provider: no provider "acme" is configured"#),
-            (ApiError::KeyRequired, 400, "X-Idempotency-Key header is required"),
-            (ApiError::InvalidKey { reason: "too long" }, 400, "invalid_idempotency_key: too long"),
-            (ApiError::InvalidCallbackUrl { reason: CallbackRefusal::NoHost }, 400, "Invalid callbackUrl: the URL has no host"),
-            (ApiError::Basket(BasketRejection::TooManyItems), 400, "too_many_items: maximum 200 items per order"),
-            (ApiError::Basket(BasketRejection::ZeroPriceItem("prd_f".into())), 400, r#"ZERO_PRICE_ITEM: product "prd_f" has no price and cannot be ordered"#),
-            (ApiError::CurrencyMismatch { settles_in: "USD".into() }, 400, "currency_mismatch: this deployment settles in USD"),
-            (ApiError::BalanceTooLarge(MoneyIn::Credit), 400, "balance_too_large: the balance after this credit does not fit"),
-            (ApiError::BalanceTooLarge(MoneyIn::Payment), 400, "balance_too_large: the balance after this payment does not fit"),
-            (ApiError::KeyReused { other_operation: false }, 409, "idempotency_key_reused_with_different_body: this key was already used with a different request body; use a new key for a new operation"),
-            (ApiError::KeyReused { other_operation: true }, 409, "idempotency_key_reused_with_different_body: this key was already used for another kind of request; use a new key for a new operation"),
-            (ApiError::InProgress, 409, "Duplicate request in progress, retry later"),
-            (ApiError::NotCancellable { status: OrderStatus::Completed }, 409, "order_not_cancellable: the order is completed; only a processing order can be cancelled"),
-            (ApiError::NotRefundable { status: OrderStatus::Processing }, 409, "order_not_refundable: the order is processing; only a completed order can be refunded"),
-            (ApiError::RefundExceedsRemaining { remaining: Cents(5) }, 409, "refund_exceeds_remaining: at most 5 can still be refunded on this order"),
-            (ApiError::NoCallbackUrl { event: "evt_x".into() }, 409, r#"no_callback_url: the order of event "evt_x" has no callbackUrl, so there is nothing to deliver"#),
-            (ApiError::InsufficientBalance, 402, "Insufficient balance"),
-            (ApiError::ExceedsCreditLimit, 402, "Exceeds credit limit"),
-            (ApiError::ConcurrentModification, 402, "Concurrent balance modification"),
-            (ApiError::OriginNotAllowed, 403, "Forbidden: Origin not allowed"),
-            (ApiError::MethodNotAllowed, 405, "method_not_allowed: this route does not accept that method"),
-            (ApiError::Unavailable("down".into()), 503, "storage_unavailable: the database does not answer"),
-            (ApiError::Storage(StoreError::Corrupt("a secret detail".into())), 500, "Internal server error"),
-            (ApiError::Storage(StoreError::InDoubt("a secret detail".into())), 500, "Internal server error"),
-            (ApiError::Storage(StoreError::TimedOut("a secret detail".into())), 503, "storage_unavailable: the storage did not answer in time; nothing was changed, retry later"),
-            (ApiError::Storage(StoreError::Overloaded), 503, "storage_unavailable: too many requests are waiting for the storage; nothing was changed, retry later"),
-            (ApiError::Internal("a secret detail".into()), 500, "Internal server error"),
+        let cases: Vec<(ApiError, u16, &str, &str)> = vec![
+            (ApiError::RouteNotFound, 404, "not_found: no such route", "ROUTE_NOT_FOUND"),
+            (ApiError::ResourceNotFound, 404, "not_found: no such resource", "RESOURCE_NOT_FOUND"),
+            (ApiError::OrderNotFound { id: id.clone() }, 404, r#"order_not_found: no order "ord_x" in this account"#, "ORDER_NOT_FOUND"),
+            (ApiError::AccountNotFound { id: "acc_x".into() }, 404, r#"account_not_found: no account "acc_x""#, "ACCOUNT_NOT_FOUND"),
+            (ApiError::ApiKeyNotFound { id: "key_x".into() }, 404, r#"api_key_not_found: no API key "key_x""#, "API_KEY_NOT_FOUND"),
+            (ApiError::EventNotFound { id: "evt_x".into() }, 404, r#"event_not_found: no event "evt_x""#, "EVENT_NOT_FOUND"),
+            (ApiError::UnknownProvider { name: "acme".into() }, 404, r#"unknown_provider: no provider "acme" is configured"#, "UNKNOWN_PROVIDER"),
+            (ApiError::KeyRequired, 400, "X-Idempotency-Key header is required", "IDEMPOTENCY_KEY_REQUIRED"),
+            (ApiError::InvalidKey { reason: "too long" }, 400, "invalid_idempotency_key: too long", "INVALID_IDEMPOTENCY_KEY"),
+            (ApiError::InvalidCallbackUrl { reason: CallbackRefusal::NoHost }, 400, "Invalid callbackUrl: the URL has no host", "INVALID_CALLBACK_URL"),
+            (ApiError::Basket(BasketRejection::TooManyItems), 400, "too_many_items: maximum 200 items per order", "TOO_MANY_ITEMS"),
+            (ApiError::Basket(BasketRejection::ZeroPriceItem("prd_f".into())), 400, r#"ZERO_PRICE_ITEM: product "prd_f" has no price and cannot be ordered"#, "ZERO_PRICE_ITEM"),
+            (ApiError::CurrencyMismatch { settles_in: "USD".into() }, 400, "currency_mismatch: this deployment settles in USD", "CURRENCY_MISMATCH"),
+            (ApiError::BalanceTooLarge(MoneyIn::Credit), 400, "balance_too_large: the balance after this credit does not fit", "BALANCE_TOO_LARGE"),
+            (ApiError::BalanceTooLarge(MoneyIn::Payment), 400, "balance_too_large: the balance after this payment does not fit", "BALANCE_TOO_LARGE"),
+            (ApiError::KeyReused { other_operation: false }, 409, "idempotency_key_reused_with_different_body: this key was already used with a different request body; use a new key for a new operation", "IDEMPOTENCY_KEY_REUSED"),
+            (ApiError::KeyReused { other_operation: true }, 409, "idempotency_key_reused_with_different_body: this key was already used for another kind of request; use a new key for a new operation", "IDEMPOTENCY_KEY_REUSED"),
+            (ApiError::InProgress, 409, "Duplicate request in progress, retry later", "REQUEST_IN_PROGRESS"),
+            (ApiError::NotCancellable { status: OrderStatus::Completed }, 409, "order_not_cancellable: the order is completed; only a processing order can be cancelled", "ORDER_NOT_CANCELLABLE"),
+            (ApiError::NotRefundable { status: OrderStatus::Processing }, 409, "order_not_refundable: the order is processing; only a completed order can be refunded", "ORDER_NOT_REFUNDABLE"),
+            (ApiError::RefundExceedsRemaining { remaining: Cents(5) }, 409, "refund_exceeds_remaining: at most 5 can still be refunded on this order", "REFUND_EXCEEDS_REMAINING"),
+            (ApiError::NoCallbackUrl { event: "evt_x".into() }, 409, r#"no_callback_url: the order of event "evt_x" has no callbackUrl, so there is nothing to deliver"#, "NO_CALLBACK_URL"),
+            (ApiError::InsufficientBalance, 402, "Insufficient balance", "INSUFFICIENT_BALANCE"),
+            (ApiError::ExceedsCreditLimit, 402, "Exceeds credit limit", "EXCEEDS_CREDIT_LIMIT"),
+            (ApiError::ConcurrentModification, 402, "Concurrent balance modification", "CONCURRENT_BALANCE_MODIFICATION"),
+            (ApiError::OriginNotAllowed, 403, "Forbidden: Origin not allowed", "ORIGIN_NOT_ALLOWED"),
+            (ApiError::MethodNotAllowed, 405, "method_not_allowed: this route does not accept that method", "METHOD_NOT_ALLOWED"),
+            (ApiError::Unavailable("down".into()), 503, "storage_unavailable: the database does not answer", "STORAGE_UNAVAILABLE"),
+            (ApiError::Storage(StoreError::Corrupt("a secret detail".into())), 500, "Internal server error", ""),
+            (ApiError::Storage(StoreError::InDoubt("a secret detail".into())), 500, "Internal server error", ""),
+            (ApiError::Storage(StoreError::TimedOut("a secret detail".into())), 503, "storage_unavailable: the storage did not answer in time; nothing was changed, retry later", "STORAGE_TIMEOUT"),
+            (ApiError::Storage(StoreError::Overloaded), 503, "storage_unavailable: too many requests are waiting for the storage; nothing was changed, retry later", "STORAGE_OVERLOADED"),
+            (ApiError::Internal("a secret detail".into()), 500, "Internal server error", ""),
         ];
-        for (error, status, text) in cases {
+        for (error, status, text, code) in cases {
             let what = format!("{error:?}");
-            assert_eq!(answer(error), (status, envelope(text)), "{what}");
+            assert_eq!(answer(error), (status, envelope(text, code)), "{what}");
+            assert!(
+                code.is_empty() || ERROR_CODES.contains(&code),
+                "{code} is listed"
+            );
         }
     }
 
@@ -499,12 +635,24 @@ mod tests {
     }
 
     #[test]
+    fn no_code_is_listed_twice_and_each_is_upper_snake_case() {
+        let (mut seen, mut listed) = (ERROR_CODES.to_vec(), ERROR_CODES.to_vec());
+        seen.dedup();
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(seen.len(), listed.len(), "no code is listed twice");
+        assert!(ERROR_CODES
+            .iter()
+            .all(|c| c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')));
+    }
+
+    #[test]
     fn the_auth_refusals_have_the_auth_envelope() {
         assert_eq!(
             answer(ApiError::NotWholesale),
             (
                 403,
-                r#"{"error":"Forbidden","message":"Account is not enabled for wholesale orders"}"#
+                r#"{"error":"Forbidden","message":"Account is not enabled for wholesale orders","code":"NOT_WHOLESALE"}"#
                     .into()
             )
         );
@@ -512,7 +660,7 @@ mod tests {
             answer(ApiError::ScopeMissing),
             (
                 403,
-                r#"{"error":"Forbidden","message":"API key scope does not cover this endpoint"}"#
+                r#"{"error":"Forbidden","message":"API key scope does not cover this endpoint","code":"SCOPE_MISSING"}"#
                     .into()
             )
         );

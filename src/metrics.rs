@@ -121,13 +121,19 @@ impl Default for Metrics {
         let oldest_commit_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "oldest_commit_in_flight_seconds",
-            "Age of the oldest commit (or flush) waiting for the storage now; 0 when none (readiness fails past 5 s)",
+            format!(
+                "Age of the oldest commit (or flush) waiting for the storage now; 0 when none (readiness fails from {} s)",
+                crate::bounds::STALLED_AFTER.as_secs()
+            ),
             oldest_commit_seconds.clone(),
         );
         let oldest_write_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "oldest_write_waiting_seconds",
-            "Age of the oldest write admitted and not yet done with, whatever it waits on (a lock, a connection, its commit); 0 when none (readiness fails past 4 s)",
+            format!(
+                "Age of the oldest write admitted and not yet done with, whatever it waits on (a lock, a connection, its commit); 0 when none (readiness fails from {} s)",
+                crate::bounds::STALLED_AFTER.as_secs()
+            ),
             oldest_write_seconds.clone(),
         );
         let log_lines_dropped = Counter::default();

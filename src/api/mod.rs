@@ -20,6 +20,7 @@ pub mod providers;
 pub mod refunds;
 pub mod respond;
 pub mod webhook_ops;
+mod webhooks_doc;
 
 use actix_web::{web, HttpRequest};
 
@@ -146,10 +147,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::put().to(admin::put_product))
             .default_service(not_allowed()),
     )
-    .service(web::resource("/console").route(web::get().to(console::page)))
-    .service(web::resource("/console/app.js").route(web::get().to(console::script)))
-    .service(web::resource("/console/app.css").route(web::get().to(console::style)))
-    .service(web::resource("/console/favicon.svg").route(web::get().to(console::icon)))
+    .service(
+        web::resource("/console")
+            .route(web::get().to(console::page))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/console/app.js")
+            .route(web::get().to(console::script))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/console/app.css")
+            .route(web::get().to(console::style))
+            .default_service(not_allowed()),
+    )
+    .service(
+        web::resource("/console/favicon.svg")
+            .route(web::get().to(console::icon))
+            .default_service(not_allowed()),
+    )
     .service(
         web::resource("/openapi.json")
             .route(web::get().to(openapi::openapi_json))
@@ -181,12 +198,14 @@ pub fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|_, _| ApiError::ResourceNotFound.into())
 }
 
-/// 405, except under `/admin` while the admin API is off, where every route is 404.
+/// 405, except under `/admin` and `/console` while the admin API is off, where every route
+/// is 404 (as their pages are).
 async fn method_not_allowed(
     req: HttpRequest,
     admin: web::Data<AdminAuth>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
-    if req.path().starts_with("/admin") && !admin.enabled() {
+    let admin_only = req.path().starts_with("/admin") || req.path().starts_with("/console");
+    if admin_only && !admin.enabled() {
         return Err(ApiError::RouteNotFound);
     }
     Err(ApiError::MethodNotAllowed)

@@ -8,8 +8,10 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{Components, HeaderBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use crate::error::{AuthError, ErrorEnvelope, FieldError, LocPart, RateLimited, ValidationError};
-use crate::views::{EventDataJson, OrderItemJson};
+use crate::error::{
+    AuthError, ErrorCode, ErrorEnvelope, FieldError, LocPart, RateLimited, ValidationError,
+};
+use crate::views::{EventDataJson, EventJson, OrderItemJson};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -50,7 +52,7 @@ use crate::views::{EventDataJson, OrderItemJson};
         openapi_json,
     ),
     components(schemas(
-        ErrorEnvelope, AuthError, ValidationError, FieldError, LocPart, RateLimited, OrderItemJson, EventDataJson
+        ErrorEnvelope, ErrorCode, AuthError, ValidationError, FieldError, LocPart, RateLimited, OrderItemJson, EventDataJson, EventJson
     )),
     servers((url = "/", description = "The orderly server that serves this document")),
     modifiers(&SharedResponses),
@@ -254,11 +256,15 @@ fn operations(item: &mut PathItem) -> Vec<(bool, &mut Operation)> {
     .collect()
 }
 
-/// The document, rendered once.
+/// The document: the routes from their annotations, and the webhooks orderly sends
+/// (`webhooks_doc.rs`).
 pub fn document() -> String {
-    ApiDoc::openapi()
-        .to_json()
-        .expect("the OpenAPI document serializes")
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
+    doc["webhooks"] = super::webhooks_doc::webhooks();
+    if let Some(tags) = doc["tags"].as_array_mut() {
+        tags.push(super::webhooks_doc::tag());
+    }
+    doc.to_string()
 }
 
 /// This document.
@@ -325,6 +331,49 @@ mod tests {
                     assert!(op["responses"].get("422").is_some(), "{method} {path}: 422");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn each_event_type_is_a_webhook_whose_body_is_the_listed_event() {
+        let d = doc();
+        let schemas = &d["components"]["schemas"];
+        assert!(schemas["EventJson"].is_object());
+        for kind in ["order.completed", "order.cancelled", "order.refunded"] {
+            let post = &d["webhooks"][kind]["post"];
+            let headers: Vec<&str> = post["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                headers,
+                ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            );
+            let body = &post["requestBody"]["content"]["application/json"]["schema"]["allOf"];
+            assert_eq!(body[0]["$ref"], "#/components/schemas/EventJson");
+            assert_eq!(body[1]["properties"]["type"]["const"], kind);
+        }
+    }
+
+    #[test]
+    fn every_refusal_code_is_in_the_documents_enum() {
+        let d = doc();
+        let schemas = &d["components"]["schemas"];
+        let listed: Vec<&str> = schemas["ErrorCode"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, crate::error::ERROR_CODES);
+        for envelope in ["ErrorEnvelope", "AuthError"] {
+            let code = schemas[envelope]["properties"]["code"].to_string();
+            assert!(
+                code.contains("#/components/schemas/ErrorCode"),
+                "{envelope}: {code}"
+            );
         }
     }
 

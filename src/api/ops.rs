@@ -21,7 +21,7 @@ pub async fn healthz() -> HttpResponse {
     health("ok")
 }
 
-#[utoipa::path(get, path = "/metrics", tag = "ops", summary = "Prometheus metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
+#[utoipa::path(get, path = "/metrics", tag = "ops", summary = "Prometheus metrics", responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpResponse {
     let progress = store.progress();
     let oldest = progress.oldest_commit.unwrap_or_default();
@@ -35,7 +35,8 @@ pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpRespo
         .log_lines_dropped
         .inc_by(dropped.saturating_sub(counted));
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        // prometheus-client writes the OpenMetrics text format (its `# EOF` included).
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(metrics.render())
 }
 

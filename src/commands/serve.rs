@@ -30,11 +30,15 @@ impl ServeFailure {
         }
     }
 
-    fn schema_too_new(&self) -> Option<&shared::OpenError> {
+    /// A schema, or a sled store, written by a newer orderly: what it says.
+    fn store_too_new(&self) -> Option<String> {
         match self {
             ServeFailure::Startup(StartupError::Store(OpenError::Shared(
                 why @ shared::OpenError::SchemaTooNew(_),
-            ))) => Some(why),
+            ))) => Some(why.to_string()),
+            ServeFailure::Startup(StartupError::Store(why @ OpenError::EmbeddedTooNew { .. })) => {
+                Some(why.to_string())
+            }
             _ => None,
         }
     }
@@ -53,8 +57,8 @@ pub fn run(settings: Settings) -> ExitCode {
         std::process::exit(0)
     });
     let Err(failure): Result<std::convert::Infallible, ServeFailure> = outcome;
-    // A schema newer than this binary: one line, and the usage status.
-    if let Some(why) = failure.schema_too_new() {
+    // A schema or a store newer than this binary: one line, and the usage status.
+    if let Some(why) = failure.store_too_new() {
         eprintln!("orderly: {why}");
         return ExitCode::from(2);
     }

@@ -336,10 +336,12 @@ async function loadProducts() {
 
 function answerCard(title, response, data) {
   const replayed = response.headers.get("Idempotency-Replayed");
-  const rows = [["Status", `${response.status}`], ["Idempotency-Replayed", replayed || "(absent)"]];
+  const rows = [["Status", `${response.status}`], ["Idempotency-Replayed", replayed || "(absent)"],
+    ["Request-Id", response.headers.get("Request-Id") || "(absent)"]];
   if (data && data.order) rows.push(["Order", data.order.id], ["Total", formatMoney(data.order.total)]);
   if (data && data.balance) rows.push(["Available after", formatMoney(data.balance.available)]);
   if (data && data.error) rows.push(["error", data.error]);
+  if (data && data.code) rows.push(["code", data.code]);
   const list = el("dl", {});
   for (const [k, v] of rows) list.append(el("dt", {}, k), el("dd", {}, v));
   return el("div", { class: "answer", "data-status": String(response.status), "data-replayed": replayed || "" },

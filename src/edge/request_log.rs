@@ -1,5 +1,6 @@
-//! One log line per request: method, path (never the query, which could carry a secret),
-//! status, latency in milliseconds and whether it was a replay.
+//! Every answer's `Request-Id`, and one log line per request: its id (and the caller's own
+//! `X-Request-Id`, when it sent one), method, path (never the query, which could carry a
+//! secret), status, latency in milliseconds and whether it was a replay.
 //!
 //! actix's `Logger` does the same through a parsed format string, a wrapper around the body
 //! and a second pass at the end of the stream; this writes the line once the response is
@@ -12,19 +13,23 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 
+use super::request_id::{self, RequestId, REQUEST_ID, X_REQUEST_ID};
+
 pub async fn log_requests(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = request_id::next();
     if !log::log_enabled!(log::Level::Info) {
-        return next.call(req).await;
+        return with_id(next.call(req).await, &id);
     }
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.path().to_owned();
-    let outcome = next.call(req).await;
-    // A middleware's refusal (the 403 of Origin, the 429) arrives as an error that actix
-    // turns into its response further out; it is logged with that response's status.
+    let caller = request_id::caller_id(req.headers().get(X_REQUEST_ID));
+    let outcome = with_id(next.call(req).await, &id);
+    // A refusal raised as an error on the way (the edge's last resort at the deadline)
+    // becomes its response further out; it is logged with that response's status.
     let (status, replayed) = match &outcome {
         Ok(response) => (
             response.status(),
@@ -35,11 +40,69 @@ pub async fn log_requests(
         Err(e) => (e.as_response_error().status_code(), false),
     };
     log::info!(
-        "{method} {path} {} {}ms replayed={replayed}",
+        "{} {method} {path} {} {}ms replayed={replayed}{}",
+        id.as_str(),
         status.as_u16(),
-        Millis(started.elapsed())
+        Millis(started.elapsed()),
+        CallerId(caller.as_deref()),
     );
     outcome
+}
+
+/// The answer with its `Request-Id`, whether it is a response or an error still to become
+/// one (which then carries the id too).
+fn with_id<B>(
+    outcome: Result<ServiceResponse<B>, actix_web::Error>,
+    id: &RequestId,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
+    match outcome {
+        Ok(mut response) => {
+            response.headers_mut().insert(REQUEST_ID, id.header_value());
+            Ok(response)
+        }
+        Err(error) => Err(IdentifiedError {
+            error,
+            id: id.header_value(),
+        }
+        .into()),
+    }
+}
+
+/// An error on its way to becoming a response, with the request's id.
+#[derive(Debug)]
+struct IdentifiedError {
+    error: actix_web::Error,
+    id: actix_web::http::header::HeaderValue,
+}
+
+impl fmt::Display for IdentifiedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl actix_web::ResponseError for IdentifiedError {
+    fn status_code(&self) -> actix_web::http::StatusCode {
+        self.error.as_response_error().status_code()
+    }
+
+    fn error_response(&self) -> actix_web::HttpResponse {
+        let mut response = self.error.error_response();
+        response.headers_mut().insert(REQUEST_ID, self.id.clone());
+        response
+    }
+}
+
+/// ` caller_id=…` when the caller sent an `X-Request-Id`, else nothing.
+struct CallerId<'a>(Option<&'a str>);
+
+impl fmt::Display for CallerId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, " caller_id={id}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A duration in milliseconds to the microsecond (`12.345`), as `{:.3}` prints the float,

@@ -40,6 +40,10 @@ pub enum Engine {
 pub enum OpenError {
     #[error("cannot open the database in {path}: {source}")]
     Embedded { path: String, source: StoreError },
+    /// A sled store written by a newer orderly: a usage error (exit 2), like a schema newer
+    /// than the binary on PostgreSQL.
+    #[error("cannot open the database in {path}: {why}")]
+    EmbeddedTooNew { path: String, why: String },
     #[error("PostgreSQL: {0}")]
     Shared(#[from] shared::OpenError),
 }
@@ -65,9 +69,16 @@ pub async fn open(
             flush_hook,
             before_walk,
         })
-        .map_err(|source| OpenError::Embedded {
-            path: path.display().to_string(),
-            source,
+        .map_err(|source| match source {
+            // Opening refuses only a store written by a newer orderly (`upgrade.rs`).
+            StoreError::Refused(why) => OpenError::EmbeddedTooNew {
+                path: path.display().to_string(),
+                why,
+            },
+            source => OpenError::Embedded {
+                path: path.display().to_string(),
+                source,
+            },
         }),
         Engine::Shared {
             url,

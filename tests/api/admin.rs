@@ -18,7 +18,7 @@ async fn a_wrong_or_missing_admin_token_is_401() {
     let body: Value = missing.json().await.unwrap();
     assert_eq!(
         body,
-        json!({"error": "Unauthorized", "message": "Invalid or missing admin token"})
+        json!({"error": "Unauthorized", "message": "Invalid or missing admin token", "code": "INVALID_ADMIN_TOKEN"})
     );
     let wrong = app
         .client

@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 use crate::helpers::{basket, spawn_app, spawn_app_with, Partner, TestApp, ADMIN_TOKEN};
 use crate::postgres::hold_in_session;
 
-const IN_PROGRESS: &str =
-    r#"{"success":false,"error":"Duplicate request in progress, retry later"}"#;
+const IN_PROGRESS: &str = r#"{"success":false,"error":"Duplicate request in progress, retry later","code":"REQUEST_IN_PROGRESS"}"#;
 const NEEDS_POSTGRES: &str = "needs ORDERLY_TEST_DATABASE_URL";
 
 /// Runs `sql` with `param` in an open transaction of a session of its own, holding what it

@@ -42,6 +42,21 @@ async fn without_an_admin_token_the_console_is_404() {
 }
 
 #[tokio::test]
+async fn a_wrong_method_on_the_console_is_the_405_in_the_json_envelope_or_404_without_a_token() {
+    let app = spawn_app_with(&[]).await;
+    for path in ["/console", "/console/app.js"] {
+        let response = app.client.post(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "METHOD_NOT_ALLOWED", "{path}");
+        assert_eq!(body["success"], false);
+    }
+    let off = spawn_app_without_admin().await;
+    let response = off.client.post(off.url("/console")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn a_write_from_the_servers_own_origin_passes_and_another_origin_does_not() {
     let app = spawn_app_with(&[]).await;
     let host = app.address.trim_start_matches("http://").to_string();

@@ -94,7 +94,7 @@ async fn a_key_whose_first_use_stays_unflushed_past_the_wait_is_the_in_progress_
     let retry: Value = retry.json().await.unwrap();
     assert_eq!(
         retry,
-        json!({"success": false, "error": "Duplicate request in progress, retry later"})
+        json!({"success": false, "error": "Duplicate request in progress, retry later", "code": "REQUEST_IN_PROGRESS"})
     );
     app.gate.open();
     assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);

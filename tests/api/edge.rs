@@ -146,7 +146,7 @@ async fn a_disallowed_origin_on_a_write_is_403_without_headers_or_budget() {
     let body: Value = refused.json().await.unwrap();
     assert_eq!(
         body,
-        json!({"success": false, "error": "Forbidden: Origin not allowed"})
+        json!({"success": false, "error": "Forbidden: Origin not allowed", "code": "ORIGIN_NOT_ALLOWED"})
     );
 
     let next = app.get(&p.api_key, "/b2b/balance").await;
@@ -241,7 +241,7 @@ async fn the_origin_check_covers_admin_and_provider_writes_too() {
         let body: Value = resp.json().await.unwrap();
         assert_eq!(
             body,
-            json!({"success": false, "error": "Forbidden: Origin not allowed"})
+            json!({"success": false, "error": "Forbidden: Origin not allowed", "code": "ORIGIN_NOT_ALLOWED"})
         );
     }
 }

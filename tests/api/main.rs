@@ -9,6 +9,7 @@ mod backup;
 mod business_rules;
 mod busy;
 mod clocks;
+mod codes;
 mod concurrency;
 mod console;
 mod copy;

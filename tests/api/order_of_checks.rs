@@ -25,7 +25,7 @@ async fn no_api_key_and_no_idempotency_key_is_401_and_changes_nothing() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
         body,
-        json!({"error": "Unauthorized", "message": "Invalid or missing API key"})
+        json!({"error": "Unauthorized", "message": "Invalid or missing API key", "code": "INVALID_API_KEY"})
     );
     assert_eq!(snapshot(&app, &p.api_key).await, before);
 }
@@ -64,7 +64,7 @@ async fn a_valid_body_without_an_idempotency_key_is_400_with_the_exact_string() 
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
         body,
-        json!({"success": false, "error": "X-Idempotency-Key header is required"})
+        json!({"success": false, "error": "X-Idempotency-Key header is required", "code": "IDEMPOTENCY_KEY_REQUIRED"})
     );
     assert_eq!(snapshot(&app, &p.api_key).await, before);
 }

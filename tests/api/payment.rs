@@ -16,7 +16,7 @@ async fn a_402_then_a_top_up_then_the_same_request_and_key_succeeds() {
     let err: Value = refused.json().await.unwrap();
     assert_eq!(
         err,
-        json!({"success": false, "error": "Insufficient balance"})
+        json!({"success": false, "error": "Insufficient balance", "code": "INSUFFICIENT_BALANCE"})
     );
     assert_eq!(app.orders(&p.api_key).await.len(), 0);
 
@@ -71,7 +71,7 @@ async fn a_credit_line_may_be_used_and_past_it_is_exceeds_credit_limit() {
     let err: Value = past.json().await.unwrap();
     assert_eq!(
         err,
-        json!({"success": false, "error": "Exceeds credit limit"})
+        json!({"success": false, "error": "Exceeds credit limit", "code": "EXCEEDS_CREDIT_LIMIT"})
     );
     assert_eq!(app.balance(&key).await, -999);
 }

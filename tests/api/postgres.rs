@@ -114,7 +114,7 @@ async fn an_order_whose_balance_row_stays_locked_past_the_retries_is_the_402_con
     assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
     assert_eq!(
         resp.text().await.unwrap(),
-        r#"{"success":false,"error":"Concurrent balance modification"}"#
+        r#"{"success":false,"error":"Concurrent balance modification","code":"CONCURRENT_BALANCE_MODIFICATION"}"#
     );
     assert!(started.elapsed() < Duration::from_secs(25), "bounded");
 
@@ -412,7 +412,7 @@ async fn an_order_whose_key_another_session_holds_past_the_lock_timeout_is_the_i
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     assert_eq!(
         resp.text().await.unwrap(),
-        r#"{"success":false,"error":"Duplicate request in progress, retry later"}"#
+        r#"{"success":false,"error":"Duplicate request in progress, retry later","code":"REQUEST_IN_PROGRESS"}"#
     );
 
     // Nothing was written: once the key is free, the same request is its first use.

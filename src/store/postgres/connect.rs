@@ -139,10 +139,14 @@ fn statement_mode(target: &str, said: &str) -> String {
     format!("a connection pooler in front of {target} runs in statement pooling mode, where a transaction cannot run ({said}): set its pool_mode to transaction or session")
 }
 
+/// The oldest server orderly supports (`server_version_num`): PostgreSQL 14.
+const OLDEST_SERVER: u32 = 140_000;
+
 /// Refuses a database that cannot take writes (a standby given alone, or a read-only
 /// default), with what to give orderly instead, and a pooler that allows no transactions
 /// (PgBouncer's `statement` mode): it asks inside a transaction of its own, opened by a
-/// message of its own, as every write of orderly's is.
+/// message of its own, as every write of orderly's is. And a server older than the oldest
+/// orderly supports.
 pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
     let refused = |e: tokio_postgres::Error| match e.as_db_error() {
         Some(db) if db.message().contains("statement pooling mode") => {
@@ -152,17 +156,23 @@ pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(
     };
     client.simple_query("BEGIN").await.map_err(refused)?;
     let shown = client
-        .simple_query("SHOW transaction_read_only")
+        .simple_query("SHOW transaction_read_only; SHOW server_version_num")
         .await
         .map_err(refused)?;
     client.simple_query("COMMIT").await.map_err(refused)?;
-    let read_only = shown
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "on"),
-            _ => None,
-        })
-        .unwrap_or(false);
+    let mut rows = shown.iter().filter_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    });
+    let read_only = rows.next() == Some("on");
+    let version: u32 = rows.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if version < OLDEST_SERVER {
+        return Err(format!(
+            "{} runs PostgreSQL with server_version_num {}; orderly supports PostgreSQL 14 or newer",
+            target(url),
+            version
+        ));
+    }
     if read_only {
         return Err(format!(
             "{} is read-only (a standby, or default_transaction_read_only): give orderly the primary, or every host with target_session_attrs=read-write",

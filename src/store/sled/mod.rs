@@ -105,6 +105,7 @@ pub struct Options {
 /// Opens (or creates) the database at `options.path` and starts its writer.
 pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
+    upgrade::check_layout(&trees)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;
     // Ids and times never go back past what the store holds, whatever the clock says now.
     crate::domain::time::never_before(trees.newest_time()?);

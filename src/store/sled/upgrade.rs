@@ -12,6 +12,36 @@ use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::time::Millis;
 use crate::store::{KeyRecord, StoreError, StoredResponse};
 
+/// The layout this binary writes: bumped by a change an older orderly would misread. Kept
+/// in the `meta` tree under `layout` (none there: a store from before the mark, layout 1).
+pub const LAYOUT: u32 = 1;
+
+/// Refuses a store written by a newer orderly (its layout above `LAYOUT`), before anything is
+/// read or written; marks the layout of one that has none. The refusal is the only
+/// `StoreError::Refused` the opening of a store gives (`store/open.rs` reads it so).
+pub fn check_layout(trees: &Trees) -> Result<(), StoreError> {
+    let meta = trees.db.open_tree("meta")?;
+    match meta.get(b"layout")? {
+        Some(bytes) => {
+            let found = <[u8; 4]>::try_from(bytes.as_ref())
+                .map(u32::from_be_bytes)
+                .map_err(|_| {
+                    StoreError::Corrupt("the store's layout mark is not 4 bytes".into())
+                })?;
+            if found > LAYOUT {
+                return Err(StoreError::Refused(format!(
+                    "the store was written by a newer orderly (layout {found}; this binary knows {LAYOUT}): run that orderly or a newer one"
+                )));
+            }
+        }
+        None => {
+            meta.insert(b"layout", &LAYOUT.to_be_bytes())?;
+            trees.db.flush()?;
+        }
+    }
+    Ok(())
+}
+
 /// The earlier layout kept a key's binding and its answer in two trees; a database written
 /// by it has them merged into the one row at open, once.
 pub fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
@@ -151,5 +181,28 @@ mod tests {
         // Once merged, opening again changes nothing.
         merge_split_key_rows(&trees, &path).unwrap();
         assert_eq!(trees.idem_keys.len(), 1);
+    }
+
+    #[test]
+    fn a_store_marked_by_a_newer_layout_is_refused_and_an_unmarked_one_is_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let trees = Trees::open(&path, 1 << 20).unwrap();
+            check_layout(&trees).unwrap();
+            let meta = trees.db.open_tree("meta").unwrap();
+            assert_eq!(
+                meta.get(b"layout").unwrap().unwrap().as_ref(),
+                LAYOUT.to_be_bytes()
+            );
+            check_layout(&trees).unwrap();
+            meta.insert(b"layout", &(LAYOUT + 1).to_be_bytes()).unwrap();
+            trees.db.flush().unwrap();
+        }
+        let trees = reopen::once_released(|| Trees::open(&path, 1 << 20));
+        match check_layout(&trees) {
+            Err(StoreError::Refused(why)) => assert!(why.contains("newer orderly"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
