@@ -14,6 +14,9 @@
 #   scripts/pg-cluster.sh kill DIR    SIGKILL of the postmaster: a machine lost
 # Installs Debian's postgresql when no server binaries are found. fsync and
 # synchronous_commit stay on: a 200 from orderly means committed on disk.
+# PG_CONF_EXTRA (start only): more lines for postgresql.conf, e.g. WAL archiving for a
+# point-in-time restore ("archive_mode = on" and an archive_command), which needs a restart
+# to change later.
 set -euo pipefail
 
 cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill DIR}
@@ -57,6 +60,7 @@ fsync = on
 synchronous_commit = on
 max_connections = 400
 shared_buffers = 128MB
+${PG_CONF_EXTRA:-}
 CONF
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     echo "$port" >"$dir/port"

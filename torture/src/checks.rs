@@ -144,7 +144,32 @@ pub async fn direct_replay_many(
     check: &'static str,
     label: &str,
 ) -> usize {
+    replay_inner(ctx, http, bases, items, Some(check), label)
+        .await
+        .0
+}
+
+/// As `direct_replay`, reporting nothing: how many did not replay, and the first few of them
+/// (a caller that judges the whole, as restore-swap does).
+pub async fn replay_quietly(
+    ctx: &Arc<Ctx>,
+    http: &reqwest::Client,
+    base: &str,
+    items: Vec<ReplayItem>,
+) -> (usize, Vec<String>) {
+    replay_inner(ctx, http, &[base.to_string()], items, None, "").await
+}
+
+async fn replay_inner(
+    ctx: &Arc<Ctx>,
+    http: &reqwest::Client,
+    bases: &[String],
+    items: Vec<ReplayItem>,
+    check: Option<&'static str>,
+    label: &str,
+) -> (usize, Vec<String>) {
     let bad = Arc::new(AtomicUsize::new(0));
+    let examples: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     // A server that stopped answering would make every key wait its retries: after this many
     // in a row with no lasting answer, the rest are counted, not sent.
     let unanswered = Arc::new(AtomicUsize::new(0));
@@ -154,6 +179,7 @@ pub async fn direct_replay_many(
         .for_each_concurrent(16, |(i, it)| {
             let base = bases[i % n].clone();
             let bad = bad.clone();
+            let examples = examples.clone();
             let unanswered = unanswered.clone();
             let skipped = skipped.clone();
             let ctx = ctx.clone();
@@ -185,25 +211,30 @@ pub async fn direct_replay_many(
                 };
                 if let Some(w) = wrong {
                     bad.fetch_add(1, Ordering::Relaxed);
-                    ctx.violation(
-                        check,
-                        &format!(
-                            "{label}: key {} ({}) acknowledged, now: {w}",
-                            it.key, it.path
-                        ),
-                    );
+                    let line = format!("key {} ({}) acknowledged, now: {w}", it.key, it.path);
+                    match check {
+                        Some(check) => ctx.violation(check, &format!("{label}: {line}")),
+                        None => {
+                            let mut e = examples.lock().unwrap();
+                            if e.len() < 3 {
+                                e.push(line);
+                            }
+                        }
+                    }
                 }
             }
         })
         .await;
     let sk = skipped.load(Ordering::Relaxed);
     if sk > 0 {
-        ctx.violation(
-            check,
-            &format!("{label}: 50 keys in a row got no lasting answer; {sk} more were not sent"),
-        );
+        let line = format!("50 keys in a row got no lasting answer; {sk} more were not sent");
+        match check {
+            Some(check) => ctx.violation(check, &format!("{label}: {line}")),
+            None => examples.lock().unwrap().push(line),
+        }
     }
-    bad.load(Ordering::Relaxed) + sk
+    let examples = std::mem::take(&mut *examples.lock().unwrap());
+    (bad.load(Ordering::Relaxed) + sk, examples)
 }
 
 /// One request with a key's recorded body, retried while the answer is transient.

@@ -3,8 +3,9 @@
 //! cleanup that removes everything on any exit (normal, Ctrl-C, SIGTERM, a panic).
 
 use crate::lazyfs::LazyFs;
+use crate::model::{Ending, SenderEnd};
 use crate::pg::Pg;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -221,6 +222,12 @@ struct InstState {
     unreported: Vec<Exit>,
     last_exit: Option<Exit>,
     mods: LaunchMods,
+    /// The pid and process generation (its start count) of the process now running, read
+    /// together (the receiver attributes each connection to a process).
+    pid: i32,
+    gen: u64,
+    /// How each process generation ended (or was signalled to end).
+    ends: HashMap<u64, SenderEnd>,
 }
 
 pub struct Instance {
@@ -277,6 +284,33 @@ impl Instance {
 
     pub fn pid(&self) -> i32 {
         self.pid.load(Ordering::SeqCst)
+    }
+
+    /// The running process's pid and generation (1 for the first start), read together;
+    /// pid 0 when none runs.
+    pub fn pid_gen(&self) -> (i32, u64) {
+        let s = self.state.lock().unwrap();
+        (s.pid, s.gen)
+    }
+
+    /// The generation of the process now running (or the last one).
+    pub fn gen(&self) -> u64 {
+        self.state.lock().unwrap().gen
+    }
+
+    /// How process generation `gen` ended, if it has (or has been signalled to).
+    pub fn end_of(&self, gen: u64) -> Option<SenderEnd> {
+        self.state.lock().unwrap().ends.get(&gen).copied()
+    }
+
+    /// Records that the harness is about to end the running process, and how.
+    fn signalled(s: &mut InstState, how: Ending, now: u64) {
+        let gen = s.gen;
+        s.ends.entry(gen).or_insert(SenderEnd {
+            how,
+            signal_ms: Some(now),
+            exit_ms: None,
+        });
     }
 
     pub fn epoch(&self) -> u64 {
@@ -459,15 +493,18 @@ impl Instance {
                 .map_err(|e| format!("{}: {e}", sp.bin.display()))?;
             let pid = child.id().unwrap_or(0) as i32;
             live_add(pid);
-            self.pid.store(pid, Ordering::SeqCst);
-            self.starts.fetch_add(1, Ordering::Relaxed);
-            {
+            let gen = {
                 let mut s = self.state.lock().unwrap();
+                self.pid.store(pid, Ordering::SeqCst);
+                let gen = self.starts.fetch_add(1, Ordering::Relaxed) + 1;
+                s.pid = pid;
+                s.gen = gen;
                 s.running = true;
                 // Under a file-size limit the process is meant to stop by itself (a full
                 // disk): its fault judges the exit.
                 s.expect_exit = mods.fsize_limit.is_some();
-            }
+                gen
+            };
             let me = self.clone();
             tokio::spawn(async move {
                 let st = child.wait().await;
@@ -493,6 +530,24 @@ impl Instance {
                     signal: sig,
                     expected: s.expect_exit,
                 };
+                // Not signalled by the harness: under a file-size limit, the full disk's
+                // exit; otherwise a death of its own.
+                let how = if e.expected {
+                    Ending::FullDiskExit
+                } else {
+                    Ending::Died
+                };
+                s.ends
+                    .entry(gen)
+                    .or_insert(SenderEnd {
+                        how,
+                        signal_ms: None,
+                        exit_ms: None,
+                    })
+                    .exit_ms = Some(now);
+                if s.gen == gen {
+                    s.pid = 0;
+                }
                 s.expect_exit = false;
                 if !e.expected {
                     s.unreported.push(e.clone());
@@ -549,14 +604,21 @@ impl Instance {
 
     /// kill -9 (continuing it first is not needed: SIGKILL ends a stopped process too).
     pub async fn kill9(&self) {
+        self.kill9_as(Ending::Kill9).await
+    }
+
+    /// kill -9, recorded as `how` (a power loss is a kill -9 with the disk's cache dropped).
+    pub async fn kill9_as(&self, how: Ending) {
         let pid = self.pid();
         {
+            let now = self.now_ms();
             let mut s = self.state.lock().unwrap();
             if !s.running {
                 return;
             }
             s.expect_exit = true;
-            s.down_since.get_or_insert(self.now_ms());
+            s.down_since.get_or_insert(now);
+            Self::signalled(&mut s, how, now);
         }
         self.epoch.fetch_add(1, Ordering::SeqCst);
         signal(pid, libc::SIGKILL);
@@ -567,12 +629,14 @@ impl Instance {
     pub async fn terminate(&self, grace: Duration) -> Option<Exit> {
         let pid = self.pid();
         {
+            let now = self.now_ms();
             let mut s = self.state.lock().unwrap();
             if !s.running {
                 return s.last_exit.clone();
             }
             s.expect_exit = true;
-            s.down_since.get_or_insert(self.now_ms());
+            s.down_since.get_or_insert(now);
+            Self::signalled(&mut s, Ending::Term, now);
         }
         self.epoch.fetch_add(1, Ordering::SeqCst);
         signal(pid, libc::SIGCONT);

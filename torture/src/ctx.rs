@@ -79,12 +79,31 @@ pub struct Ctx {
     pub stopping: AtomicBool,
     /// Set when the fault schedule must stop and heal.
     pub faults_stopping: AtomicBool,
+    /// Which instance a backup is streaming from, and which a process fault is on: neither
+    /// starts on an instance the other holds (a backup gets its window).
+    pub window: Mutex<Window>,
+    /// The first round of the main sequence (every kind once) has ended.
+    pub round_done: AtomicBool,
     /// Faults in force now (the receiver's stalls not counted: they touch no instance).
     pub faults_active: AtomicU64,
     /// A fault ended less than a grace period before this: answers that only a fault
     /// explains (a 500, writes that stop) are not judged until then.
     pub quiet_after_ms: AtomicU64,
     pub receiver: Arc<Receiver>,
+}
+
+/// See `Ctx::window`.
+#[derive(Default, Debug)]
+pub struct Window {
+    pub backup_on: Option<usize>,
+    pub fault_on: Option<usize>,
+}
+
+/// Who takes the window.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    Backup,
+    Fault,
 }
 
 /// How many lines of one check are printed before the rest are only counted.
@@ -163,6 +182,40 @@ impl Ctx {
     pub fn faults_busy(&self) -> bool {
         self.faults_active.load(Ordering::SeqCst) > 0
             || self.now_ms() < self.quiet_after_ms.load(Ordering::SeqCst)
+    }
+
+    /// Takes instance `idx` for a backup or a process fault, waiting (at most `max`) while the
+    /// other holds it. Returns whether it waited at all, and false in `.1` if it gave up.
+    pub async fn take_window(&self, who: Holder, idx: usize, max: Duration) -> (bool, bool) {
+        let until = std::time::Instant::now() + max;
+        let mut waited = false;
+        loop {
+            {
+                let mut w = self.window.lock().unwrap();
+                let other = match who {
+                    Holder::Backup => w.fault_on,
+                    Holder::Fault => w.backup_on,
+                };
+                if other != Some(idx) || std::time::Instant::now() > until {
+                    let taken = other != Some(idx);
+                    match who {
+                        Holder::Backup => w.backup_on = Some(idx),
+                        Holder::Fault => w.fault_on = Some(idx),
+                    }
+                    return (waited, taken);
+                }
+            }
+            waited = true;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn release_window(&self, who: Holder) {
+        let mut w = self.window.lock().unwrap();
+        match who {
+            Holder::Backup => w.backup_on = None,
+            Holder::Fault => w.fault_on = None,
+        }
     }
 
     pub fn receiver_url(&self, account: usize) -> String {

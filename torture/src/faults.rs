@@ -1,11 +1,13 @@
 //! The fault schedule and each fault. The seed draws two sequences: the storage and process
 //! faults, one at a time with quiet time between (so each check knows what it is judging), and
 //! the receiver's stalls, which may overlap them (a slow receiver during a stalled heartbeat
-//! is what lets two instances deliver one webhook). Each fault is a history line with its start
-//! and end; a storage stall also watches `/readyz` on every instance.
+//! is what lets two instances deliver one webhook). The main sequence starts with a round of
+//! every enabled kind once, fitted to the run's duration, so that every run injects each kind.
+//! Each fault is a history line with its start and end; a storage stall also watches `/readyz`
+//! on every instance. (restore-swap runs among the end's restores: backup.rs.)
 
 use crate::cluster::LaunchMods;
-use crate::ctx::{Ctx, Engine};
+use crate::ctx::{Ctx, Engine, Holder};
 use crate::model::stale_ready;
 use crate::receiver::{Mode, Receiver};
 use crate::rng::Rng;
@@ -26,9 +28,11 @@ pub enum FaultKind {
     ConnCut,
     ClockStep,
     Failover,
+    GracefulRestart,
+    RestoreSwap,
 }
 
-pub const ALL: [FaultKind; 11] = [
+pub const ALL: [FaultKind; 13] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::ReceiverStall,
@@ -40,6 +44,8 @@ pub const ALL: [FaultKind; 11] = [
     FaultKind::ConnCut,
     FaultKind::ClockStep,
     FaultKind::Failover,
+    FaultKind::GracefulRestart,
+    FaultKind::RestoreSwap,
 ];
 
 impl FaultKind {
@@ -56,6 +62,8 @@ impl FaultKind {
             FaultKind::ConnCut => "conn-cut",
             FaultKind::ClockStep => "clock-step",
             FaultKind::Failover => "failover",
+            FaultKind::GracefulRestart => "graceful-restart",
+            FaultKind::RestoreSwap => "restore-swap",
         }
     }
 
@@ -75,6 +83,26 @@ impl FaultKind {
         }
     }
 
+    /// The fault kills or restarts an instance's process (a backup streaming from it would be
+    /// cut): it waits for the backup's end, and no backup starts on that instance until the
+    /// fault is over. A pause only delays a backup; a clock step takes the window for each
+    /// of its two restarts, not for the time between them.
+    pub fn on_process(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Kill
+                | FaultKind::PowerLoss
+                | FaultKind::DiskFull
+                | FaultKind::GracefulRestart
+        )
+    }
+
+    /// Drawn in the main sequence (the receiver's stalls have their track, restore-swap runs
+    /// among the end's restores).
+    pub fn in_main(self) -> bool {
+        !matches!(self, FaultKind::ReceiverStall | FaultKind::RestoreSwap)
+    }
+
     /// Relative weight in the schedule.
     fn weight(self) -> u32 {
         match self {
@@ -88,7 +116,8 @@ impl FaultKind {
             FaultKind::ConnCut => 3,
             FaultKind::ClockStep => 1,
             FaultKind::Failover => 1,
-            FaultKind::ReceiverStall => 0,
+            FaultKind::GracefulRestart => 2,
+            FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
     }
 }
@@ -104,38 +133,88 @@ pub struct Planned {
     pub variant: u64,
 }
 
-/// The two sequences a seed decides (longer than any run uses: a run stops taking from them).
-pub fn schedule(seed: u64, kinds: &[FaultKind]) -> (Vec<Planned>, Vec<Planned>) {
+/// The quiet time between two faults of the main sequence.
+pub const GAP_MS: (u64, u64) = (3_000, 12_000);
+/// No fault of the weighted draws starts in the run's last this-many ms.
+pub const TAIL_MS: u64 = 15_000;
+
+impl FaultKind {
+    /// The range a fault's duration is drawn from (what it holds, or its down time).
+    pub fn dur_range(self) -> (u64, u64) {
+        match self {
+            FaultKind::Pause => (1_000, 6_000),
+            FaultKind::DiskStall => (3_000, 20_000),
+            FaultKind::LostStandby => (3_000, 20_000),
+            FaultKind::RowsHeld => (2_000, 8_000),
+            FaultKind::ConnCut => (2_000, 10_000),
+            FaultKind::ClockStep => (20_000, 60_000),
+            FaultKind::Kill | FaultKind::PowerLoss => (0, 2_000),
+            // How long the receiver takes to answer while the instance stops.
+            FaultKind::GracefulRestart => (3_000, 9_000),
+            FaultKind::ReceiverStall => (5_000, 30_000),
+            _ => (0, 0),
+        }
+    }
+
+    /// What a fault takes beyond its drawn duration, generously (restarts, the readiness
+    /// watch's end, a standby rebuilt, a disk filled, a POST awaited), for fitting the first
+    /// round into the run.
+    pub fn overhead_ms(self) -> u64 {
+        match self {
+            FaultKind::Kill => 4_000,
+            FaultKind::Pause => 1_000,
+            FaultKind::PowerLoss => 6_000,
+            FaultKind::DiskStall => 4_000,
+            FaultKind::DiskFull => 25_000,
+            FaultKind::LostStandby => 4_000,
+            FaultKind::RowsHeld => 2_000,
+            FaultKind::ConnCut => 4_000,
+            FaultKind::ClockStep => 8_000,
+            FaultKind::Failover => 25_000,
+            FaultKind::GracefulRestart => 15_000,
+            FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
+        }
+    }
+}
+
+/// What a seed decides for a run: the first round (every main-sequence kind once, in a drawn
+/// order), the weighted draws after it, and the receiver's stalls. The draws are longer than
+/// any run uses: a run stops taking from them.
+pub struct Schedule {
+    pub round: Vec<Planned>,
+    pub main: Vec<Planned>,
+    pub recv: Vec<Planned>,
+}
+
+fn draw_one(rng: &mut Rng, kind: FaultKind) -> Planned {
+    let (lo, hi) = kind.dur_range();
+    let dur_ms = if hi > lo { rng.range(lo, hi) } else { lo };
+    Planned {
+        gap_ms: rng.range(GAP_MS.0, GAP_MS.1),
+        kind,
+        target: rng.next_u64(),
+        dur_ms,
+        variant: rng.next_u64(),
+    }
+}
+
+pub fn schedule(seed: u64, kinds: &[FaultKind]) -> Schedule {
     let mut rng = Rng::stream(seed, "faults", 0);
-    let main_kinds: Vec<FaultKind> = kinds
-        .iter()
-        .copied()
-        .filter(|k| *k != FaultKind::ReceiverStall)
-        .collect();
+    let main_kinds: Vec<FaultKind> = kinds.iter().copied().filter(|k| k.in_main()).collect();
     let weights: Vec<u32> = main_kinds.iter().map(|k| k.weight()).collect();
     let mut main = Vec::new();
     if !main_kinds.is_empty() {
         for _ in 0..2000 {
             let kind = main_kinds[rng.weighted(&weights)];
-            let dur_ms = match kind {
-                FaultKind::Pause => rng.range(1_000, 6_000),
-                FaultKind::DiskStall => rng.range(3_000, 20_000),
-                FaultKind::LostStandby => rng.range(3_000, 20_000),
-                FaultKind::RowsHeld => rng.range(2_000, 8_000),
-                FaultKind::ConnCut => rng.range(2_000, 10_000),
-                FaultKind::ClockStep => rng.range(20_000, 60_000),
-                FaultKind::Kill | FaultKind::PowerLoss => rng.range(0, 2_000),
-                _ => 0,
-            };
-            main.push(Planned {
-                gap_ms: rng.range(3_000, 12_000),
-                kind,
-                target: rng.next_u64(),
-                dur_ms,
-                variant: rng.next_u64(),
-            });
+            main.push(draw_one(&mut rng, kind));
         }
     }
+    // The round: every kind once, in an order of its own stream (the draws above stay what
+    // they were for a seed).
+    let mut r1 = Rng::stream(seed, "fault-round", 0);
+    let mut order = main_kinds.clone();
+    r1.shuffle(&mut order);
+    let round = order.into_iter().map(|k| draw_one(&mut r1, k)).collect();
     let mut recv = Vec::new();
     if kinds.contains(&FaultKind::ReceiverStall) {
         let mut r2 = Rng::stream(seed, "receiver-faults", 0);
@@ -149,7 +228,80 @@ pub fn schedule(seed: u64, kinds: &[FaultKind]) -> (Vec<Planned>, Vec<Planned>) 
             });
         }
     }
-    (main, recv)
+    Schedule { round, main, recv }
+}
+
+/// The quiet time before the first fault of the main sequence.
+pub fn warmup_ms(duration_ms: u64) -> u64 {
+    (duration_ms / 10).clamp(3_000, 15_000)
+}
+
+/// The least a round of these kinds takes: each at its shortest gap and duration, with its
+/// overhead.
+fn round_fixed_ms(kinds: &[FaultKind]) -> u64 {
+    kinds
+        .iter()
+        .map(|k| GAP_MS.0 + k.dur_range().0 + k.overhead_ms())
+        .sum()
+}
+
+/// The schedule fitted to the duration: the round's gaps and durations scaled down (each
+/// toward the bottom of its range, all by one factor) until the round fits between the
+/// warm-up and the run's last `TAIL_MS`; the first receiver stall made to fit too. Err: the
+/// least duration that would fit.
+pub fn fit(s: &mut Schedule, kinds: &[FaultKind], duration_ms: u64) -> Result<(), u64> {
+    let need = minimum_duration_ms(kinds);
+    if duration_ms < need {
+        return Err(need);
+    }
+    let avail = duration_ms - warmup_ms(duration_ms) - TAIL_MS;
+    let round_kinds: Vec<FaultKind> = s.round.iter().map(|p| p.kind).collect();
+    let fixed = round_fixed_ms(&round_kinds);
+    let var: u64 = s
+        .round
+        .iter()
+        .map(|p| (p.gap_ms - GAP_MS.0) + (p.dur_ms - p.kind.dur_range().0))
+        .sum();
+    if var > 0 && fixed + var > avail {
+        let room = avail.saturating_sub(fixed);
+        for p in &mut s.round {
+            let lo = p.kind.dur_range().0;
+            p.gap_ms = GAP_MS.0 + (p.gap_ms - GAP_MS.0) * room / var;
+            p.dur_ms = lo + (p.dur_ms - lo) * room / var;
+        }
+    }
+    if let Some(first) = s.recv.first_mut() {
+        // The first stall starts early enough and ends before the run's last TAIL_MS.
+        let room = duration_ms.saturating_sub(TAIL_MS + 2_000);
+        first.gap_ms = first.gap_ms.min(2_000 + room / 4);
+        first.dur_ms = first
+            .dur_ms
+            .min(duration_ms.saturating_sub(TAIL_MS + first.gap_ms + 1_000))
+            .max(FaultKind::ReceiverStall.dur_range().0);
+    }
+    Ok(())
+}
+
+/// The least --duration of any run: a backup taken under load must complete and be checked
+/// (and restore-swap needs one).
+pub const MIN_RUN_MS: u64 = 30_000;
+
+/// The least --duration that fits one round of `kinds` (and `MIN_RUN_MS`), rounded up to 10 s.
+pub fn minimum_duration_ms(kinds: &[FaultKind]) -> u64 {
+    let main: Vec<FaultKind> = kinds.iter().copied().filter(|k| k.in_main()).collect();
+    let fixed = round_fixed_ms(&main);
+    let mut need = MIN_RUN_MS;
+    if !main.is_empty() {
+        let mut d = fixed + TAIL_MS;
+        while d < fixed + TAIL_MS + warmup_ms(d) {
+            d += 1_000;
+        }
+        need = need.max(d);
+    }
+    if kinds.contains(&FaultKind::ReceiverStall) {
+        need = need.max(2_000 + FaultKind::ReceiverStall.dur_range().0 + TAIL_MS + 1_000);
+    }
+    need.div_ceil(10_000) * 10_000
 }
 
 /// Sleeps `ms`, waking early when the faults must stop. Returns false if stopped.
@@ -167,39 +319,89 @@ async fn nap(ctx: &Ctx, ms: u64) -> bool {
     true
 }
 
-/// The main sequence, until the run's end (no fault starts in its last 15 s).
-pub async fn run_main(ctx: Arc<Ctx>, plan: Vec<Planned>, end_ms: u64) {
-    let warmup = (ctx.cfg.duration.as_millis() as u64 / 10).clamp(3_000, 15_000);
+/// Runs one planned fault of the main sequence: history line, printed line, then every
+/// instance back and ready.
+async fn inject(ctx: &Arc<Ctx>, p: &Planned) {
+    // A process fault waits while a backup streams from its instance (the backup's window).
+    let held = p.kind.on_process().then(|| {
+        let n = ctx.cluster.instances.len() as u64;
+        (p.target % n) as usize
+    });
+    let mut waited_note = String::new();
+    if let Some(idx) = held {
+        let t = Instant::now();
+        let (waited, taken) = ctx.take_window(Holder::Fault, idx, WINDOW_WAIT).await;
+        if waited {
+            waited_note = format!(
+                " (waited {:.1} s for a backup from instance {idx}{})",
+                t.elapsed().as_secs_f64(),
+                if taken { "" } else { ", then went ahead" }
+            );
+        }
+    }
+    let start = ctx.now_ms();
+    ctx.fault_begin();
+    let (target, mut info) = run_one(ctx, p).await;
+    info.push_str(&waited_note);
+    let end = ctx.now_ms();
+    ctx.fault_end(10_000);
+    ctx.count_fault(p.kind.name());
+    ctx.hist.fault(p.kind.name(), &target, start, end, &info);
+    println!(
+        "torture: {:>7.1}s fault {} {target} ({:.1} s){}",
+        start as f64 / 1000.0,
+        p.kind.name(),
+        (end - start) as f64 / 1000.0,
+        if info.is_empty() {
+            String::new()
+        } else {
+            format!(": {info}")
+        }
+    );
+    // Every instance back and ready before the next fault (bounded).
+    recover(ctx).await;
+    if held.is_some() {
+        ctx.release_window(Holder::Fault);
+    }
+}
+
+/// The longest a process fault waits for a backup streaming from its instance (a backup is
+/// bounded by 120 s).
+const WINDOW_WAIT: Duration = Duration::from_secs(130);
+
+/// The main sequence: first the round (every kind once, fitted to the run; a round running
+/// late takes its gaps at their shortest), then the weighted draws until the run's end (none
+/// starts in its last `TAIL_MS`).
+pub async fn run_main(ctx: Arc<Ctx>, round: Vec<Planned>, plan: Vec<Planned>, end_ms: u64) {
+    let warmup = warmup_ms(ctx.cfg.duration.as_millis() as u64);
     if !nap(&ctx, warmup).await {
         return;
     }
+    let t0 = ctx.now_ms();
+    let mut planned = 0u64;
+    for p in &round {
+        let behind = (ctx.now_ms() - t0).saturating_sub(planned);
+        let gap = p.gap_ms.saturating_sub(behind).max(GAP_MS.0);
+        planned += p.gap_ms + p.dur_ms + p.kind.overhead_ms();
+        if !nap(&ctx, gap).await {
+            return;
+        }
+        inject(&ctx, p).await;
+    }
+    ctx.round_done.store(true, Ordering::SeqCst);
+    ctx.note(&format!(
+        "the first round of faults ({} kinds) ended at {} ms",
+        round.len(),
+        ctx.now_ms()
+    ));
     for p in plan {
         if !nap(&ctx, p.gap_ms).await {
             return;
         }
-        if ctx.now_ms() + p.dur_ms + 15_000 > end_ms {
+        if ctx.now_ms() + p.dur_ms + TAIL_MS > end_ms {
             return;
         }
-        let start = ctx.now_ms();
-        ctx.fault_begin();
-        let (target, info) = run_one(&ctx, &p).await;
-        let end = ctx.now_ms();
-        ctx.fault_end(10_000);
-        ctx.count_fault(p.kind.name());
-        ctx.hist.fault(p.kind.name(), &target, start, end, &info);
-        println!(
-            "torture: {:>7.1}s fault {} {target} ({:.1} s){}",
-            start as f64 / 1000.0,
-            p.kind.name(),
-            (end - start) as f64 / 1000.0,
-            if info.is_empty() {
-                String::new()
-            } else {
-                format!(": {info}")
-            }
-        );
-        // Every instance back and ready before the next fault (bounded).
-        recover(&ctx).await;
+        inject(&ctx, &p).await;
     }
 }
 
@@ -209,7 +411,7 @@ pub async fn run_receiver(ctx: Arc<Ctx>, recv: Arc<Receiver>, plan: Vec<Planned>
         if !nap(&ctx, p.gap_ms).await {
             break;
         }
-        if ctx.now_ms() + p.dur_ms + 15_000 > end_ms {
+        if ctx.now_ms() + p.dur_ms + TAIL_MS > end_ms {
             break;
         }
         let start = ctx.now_ms();
@@ -297,7 +499,7 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
             let Some(l) = &ctx.cluster.lazyfs else {
                 return ("instance 0".into(), "no LazyFS".into());
             };
-            inst.kill9().await;
+            inst.kill9_as(crate::model::Ending::PowerLoss).await;
             let cleared = l.clear_cache().await;
             nap(ctx, p.dur_ms).await;
             let t = Instant::now();
@@ -402,6 +604,7 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
         }
         FaultKind::ClockStep => {
             let offset = if p.variant % 2 == 0 { "+10m" } else { "-10m" };
+            let _ = ctx.take_window(Holder::Fault, inst.idx, WINDOW_WAIT).await;
             let t = Instant::now();
             if let Some(e) = inst.terminate(Duration::from_secs(35)).await {
                 check_stop(ctx, inst.idx, &e, t);
@@ -411,14 +614,17 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
                 ..Default::default()
             });
             let r = inst.start(sp).await;
+            ctx.release_window(Holder::Fault);
             let mut note = restart_note(ctx, inst.idx, r, t);
             nap(ctx, p.dur_ms).await;
+            let _ = ctx.take_window(Holder::Fault, inst.idx, WINDOW_WAIT).await;
             let t = Instant::now();
             if let Some(e) = inst.terminate(Duration::from_secs(35)).await {
                 check_stop(ctx, inst.idx, &e, t);
             }
             inst.set_mods(LaunchMods::default());
             let r = inst.start(sp).await;
+            ctx.release_window(Holder::Fault);
             note = format!(
                 "clock {offset} for {} s; {note}; back: {}",
                 p.dur_ms / 1000,
@@ -438,8 +644,132 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
                 }
             }
         }
+        FaultKind::GracefulRestart => graceful_restart(ctx, &inst, p).await,
         FaultKind::ReceiverStall => ("receiver".into(), "on its own track".into()),
+        FaultKind::RestoreSwap => ("backups".into(), "among the end's restores".into()),
     }
+}
+
+/// How long graceful-restart waits for a POST of the target process to be on the wire.
+const POST_WAIT: Duration = Duration::from_secs(10);
+
+/// A graceful stop while webhook POSTs are on the wire (contract §17 and §23): the receiver
+/// made slow (an override the stall track cannot cancel), the target process's first POST
+/// awaited (orders with a callback placed through it if none comes), then SIGTERM (it must end
+/// within 30 s and let the POST end: the receiver judges both), a restart, and the receiver
+/// back to its track.
+async fn graceful_restart(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    p: &Planned,
+) -> (String, String) {
+    let slow = Duration::from_millis(p.dur_ms.max(1_000));
+    ctx.receiver.set_override(Some(Mode::Slow(slow)));
+    let gen = inst.gen();
+    let http = crate::http::client();
+    let waited = Instant::now();
+    let mut next_order = waited + Duration::from_secs(1);
+    let mut placed = 0u32;
+    let mut open = 0;
+    while waited.elapsed() < POST_WAIT {
+        open = ctx.receiver.on_wire_from(inst.idx, gen);
+        if open > 0 {
+            break;
+        }
+        // The workload's callbacks usually come within a moment; if not, orders of our own.
+        if Instant::now() >= next_order {
+            place_callback_order(ctx, &http, inst.idx).await;
+            placed += 1;
+            next_order = Instant::now() + Duration::from_millis(700);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waited_s = waited.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut note = if open > 0 {
+        format!(
+            "receiver answering after {:.1} s; SIGTERM with {open} POST(s) of process {gen} on the wire (after {waited_s:.1} s",
+            slow.as_secs_f64()
+        )
+    } else {
+        format!(
+            "receiver answering after {:.1} s; no POST of process {gen} opened within {} s: SIGTERM anyway (",
+            slow.as_secs_f64(),
+            POST_WAIT.as_secs()
+        )
+    };
+    if placed > 0 {
+        note.push_str(&format!(
+            "{}{placed} orders with a callback placed through it",
+            if open > 0 { "; " } else { "" }
+        ));
+    }
+    note.push(')');
+    if let Some(e) = inst.terminate(Duration::from_secs(35)).await {
+        check_stop(ctx, inst.idx, &e, t);
+        note.push_str(&format!(
+            "; stopped in {:.1} s (exit {:?})",
+            t.elapsed().as_secs_f64(),
+            e.code
+        ));
+    }
+    // Half the time the restart waits 2 s, so that the other instances (PostgreSQL) take the
+    // deliveries the stopped one handed back, not only its own restart.
+    if p.variant % 2 == 1 && ctx.cluster.instances.len() > 1 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        note.push_str("; 2 s down");
+    }
+    let t = Instant::now();
+    let r = inst.start(&ctx.cluster.spawner).await;
+    note = format!("{note}; {}", restart_note(ctx, inst.idx, r, t));
+    ctx.receiver.set_override(None);
+    (format!("instance {}", inst.idx), note)
+}
+
+/// One order with a callback, through instance `idx`, under a key made for the fault and held
+/// by the model like any other (the end replays it, the ledger counts it).
+async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize) {
+    use crate::http::{Auth, Req};
+    use crate::model::KeyRecord;
+    static PLACED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PLACED.fetch_add(1, Ordering::Relaxed);
+    let acc = crate::setup::HOT;
+    let key = format!("{}-fault-o{n}", crate::setup::run_tag(ctx.cfg.seed));
+    let body = serde_json::json!({
+        "items": [{"productId": "tp-gem", "quantity": 1}],
+        "externalOrderId": key,
+        "callbackUrl": ctx.receiver_url(acc),
+    });
+    let req = Req::new(
+        "fault.order",
+        reqwest::Method::POST,
+        "/b2b/orders",
+        idx,
+        usize::MAX,
+    )
+    .auth(Auth::Key(ctx.state.account(acc).client_keys[0].clone()))
+    .key(key.clone())
+    .json(&body);
+    let b = req.body.clone().expect("a body");
+    ctx.state.keys.lock().unwrap().on_send(&key, || {
+        KeyRecord::new(acc, "order", "POST", "/b2b/orders".into(), b)
+    });
+    let r = crate::http::send(ctx, http, &req).await;
+    let (object, amount) = if r.ok() {
+        crate::workload::object_of("order", &r, &key)
+    } else {
+        (String::new(), 0)
+    };
+    ctx.check();
+    let f = ctx.state.keys.lock().unwrap().on_answer(
+        &key,
+        &r.outcome(),
+        &object,
+        amount,
+        r.start_ms,
+        r.end_ms,
+    );
+    crate::setup::report(ctx, f);
 }
 
 fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> String {
@@ -663,5 +993,69 @@ impl ReadyWatch {
         self.task
             .await
             .unwrap_or_else(|e| format!("readiness watch failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PG: [FaultKind; 9] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::ReceiverStall,
+        FaultKind::LostStandby,
+        FaultKind::RowsHeld,
+        FaultKind::ConnCut,
+        FaultKind::Failover,
+        FaultKind::GracefulRestart,
+        FaultKind::RestoreSwap,
+    ];
+
+    #[test]
+    fn the_round_has_every_main_kind_once() {
+        let s = schedule(7, &PG);
+        let mut kinds: Vec<FaultKind> = s.round.iter().map(|p| p.kind).collect();
+        kinds.sort();
+        let mut want: Vec<FaultKind> = PG.iter().copied().filter(|k| k.in_main()).collect();
+        want.sort();
+        assert_eq!(kinds, want);
+        assert!(!s.recv.is_empty());
+        // Another seed, another order (the seed draws it).
+        let orders: std::collections::HashSet<Vec<FaultKind>> = (0..8)
+            .map(|seed| schedule(seed, &PG).round.iter().map(|p| p.kind).collect())
+            .collect();
+        assert!(orders.len() > 1);
+    }
+
+    #[test]
+    fn the_round_is_fitted_to_the_duration() {
+        let need = minimum_duration_ms(&PG);
+        assert_eq!(need % 10_000, 0);
+        for d in [need, need + 30_000, 180_000, 600_000] {
+            let mut s = schedule(3, &PG);
+            fit(&mut s, &PG, d).unwrap();
+            let planned: u64 = s
+                .round
+                .iter()
+                .map(|p| p.gap_ms + p.dur_ms + p.kind.overhead_ms())
+                .sum();
+            assert!(
+                warmup_ms(d) + planned + TAIL_MS <= d,
+                "duration {d}: the round takes {planned} ms"
+            );
+            for p in &s.round {
+                let (lo, hi) = p.kind.dur_range();
+                assert!(p.dur_ms >= lo && p.dur_ms <= hi.max(lo), "{p:?}");
+                assert!(p.gap_ms >= GAP_MS.0, "{p:?}");
+            }
+            let r = &s.recv[0];
+            assert!(r.gap_ms + r.dur_ms + TAIL_MS <= d, "{r:?} in {d}");
+        }
+        let mut s = schedule(3, &PG);
+        assert_eq!(fit(&mut s, &PG, need - 1), Err(need));
+        // Nothing to fit: a run still needs a backup under load.
+        assert_eq!(minimum_duration_ms(&[]), MIN_RUN_MS);
+        assert_eq!(minimum_duration_ms(&[FaultKind::RestoreSwap]), MIN_RUN_MS);
     }
 }

@@ -60,8 +60,9 @@ struct Args {
     #[arg(long, env = "ORDERLY_TORTURE_SEED")]
     seed: Option<u64>,
     /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
-    /// lost-standby, rows-held, conn-cut, clock-step, failover), `all`, or `none`. Default:
-    /// every fault the engine and the machine support.
+    /// lost-standby, rows-held, conn-cut, clock-step, failover, graceful-restart,
+    /// restore-swap), `all`, or `none`. Default: every fault the engine and the machine
+    /// support.
     #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
     faults: Option<String>,
     /// Concurrent clients.
@@ -309,6 +310,35 @@ async fn main() {
             faults.push(k);
         }
     }
+    // What the machine lacks, known before anything starts (the rest is found while the
+    // storage is set up, and only shrinks the list).
+    if faults.contains(&FaultKind::ClockStep) && !args.faketime_lib.exists() {
+        faults.retain(|k| *k != FaultKind::ClockStep);
+        skipped.push((
+            "clock-step".into(),
+            format!("no libfaketime at {}", args.faketime_lib.display()),
+        ));
+    }
+    if engine == Engine::Sled && args.lazyfs.is_none() {
+        for k in [FaultKind::PowerLoss, FaultKind::DiskStall] {
+            if let Some(p) = faults.iter().position(|x| *x == k) {
+                faults.remove(p);
+                skipped.push((k.name().into(), "LazyFS not given (--lazyfs PATH or LAZYFS_BIN; scripts/lazyfs.sh build DIR prints it)".into()));
+            }
+        }
+    }
+    // Every enabled kind is injected at least once: the first round of the main sequence has
+    // each, fitted to the duration; a duration too short for it is refused here.
+    let duration_ms = duration.as_millis() as u64;
+    let minimum = faults::minimum_duration_ms(&faults);
+    if duration_ms < minimum && !args.dry_run {
+        usage(&format!(
+            "--duration {}: too short for one round of the enabled faults ({}) and a backup under load: it needs at least {}",
+            humantime::format_duration(duration),
+            faults.iter().map(|k| k.name()).collect::<Vec<_>>().join(","),
+            humantime::format_duration(Duration::from_millis(minimum))
+        ));
+    }
     let drawn = draw(seed, engine, &args);
     if args.dry_run {
         // Nothing runs yet: a closed pipe (`| head`) may end the process quietly.
@@ -329,11 +359,36 @@ async fn main() {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        let (main_plan, recv) = faults::schedule(seed, &faults);
-        let mut t = (duration.as_millis() as u64 / 10).clamp(3_000, 15_000);
-        for p in main_plan.iter().take_while(|p| {
+        println!(
+            "torture: the least --duration for one round of these faults: {}",
+            humantime::format_duration(Duration::from_millis(minimum))
+        );
+        let mut sched = faults::schedule(seed, &faults);
+        if let Err(need) = faults::fit(&mut sched, &faults, duration_ms) {
+            println!(
+                "torture: --duration {} is too short (it needs {})",
+                humantime::format_duration(duration),
+                humantime::format_duration(Duration::from_millis(need))
+            );
+            std::process::exit(2);
+        }
+        let mut t = faults::warmup_ms(duration_ms);
+        for p in &sched.round {
             t += p.gap_ms;
-            let fits = t + p.dur_ms + 15_000 <= duration.as_millis() as u64;
+            println!(
+                "torture: round: {} for {} ms after {} ms of quiet (target draw {}, variant {}; planned by {} ms)",
+                p.kind.name(),
+                p.dur_ms,
+                p.gap_ms,
+                p.target % 3,
+                p.variant % 3,
+                t + p.dur_ms + p.kind.overhead_ms()
+            );
+            t += p.dur_ms + p.kind.overhead_ms();
+        }
+        for p in sched.main.iter().take_while(|p| {
+            t += p.gap_ms;
+            let fits = t + p.dur_ms + faults::TAIL_MS <= duration_ms;
             t += p.dur_ms + 2_000;
             fits
         }) {
@@ -346,8 +401,11 @@ async fn main() {
                 p.variant % 3
             );
         }
-        if let Some(r) = recv.first() {
-            println!("torture: receiver stalls from {} ms on", r.gap_ms);
+        if let Some(r) = sched.recv.first() {
+            println!(
+                "torture: receiver stalls from {} ms on (the first for {} ms)",
+                r.gap_ms, r.dur_ms
+            );
         }
         std::process::exit(0);
     }
@@ -475,13 +533,6 @@ async fn main() {
             }
         }
     }
-    if faults.contains(&FaultKind::ClockStep) && !args.faketime_lib.exists() {
-        faults.retain(|k| *k != FaultKind::ClockStep);
-        skipped.push((
-            "clock-step".into(),
-            format!("no libfaketime at {}", args.faketime_lib.display()),
-        ));
-    }
 
     let cfg = Config {
         bin: bin.clone(),
@@ -575,6 +626,8 @@ async fn main() {
         stopping: AtomicBool::new(false),
         faults_stopping: AtomicBool::new(false),
         faults_active: AtomicU64::new(0),
+        round_done: AtomicBool::new(false),
+        window: std::sync::Mutex::new(ctx::Window::default()),
         quiet_after_ms: AtomicU64::new(0),
         receiver: receiver.clone(),
     });
@@ -597,6 +650,13 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     if let Err(e) = setup::prefill(ctx, ctx.cfg.prefill).await {
         cannot_run(&e);
     }
+    // restore-swap's other file: a backup of the store before the workload (other keys, other
+    // counts than any backup taken under load).
+    let base = if ctx.cfg.faults.contains(&FaultKind::RestoreSwap) {
+        Some(backup::take_base(ctx).await)
+    } else {
+        None
+    };
     let monitor = tokio::spawn(monitor::run(ctx.clone()));
     let started = Instant::now();
     let end_ms = ctx.now_ms() + ctx.cfg.duration.as_millis() as u64;
@@ -604,12 +664,29 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
         "workload starts at {} ms, ends at {end_ms} ms",
         ctx.now_ms()
     ));
-    let (main_plan, recv_plan) = faults::schedule(ctx.cfg.seed, &ctx.cfg.faults);
-    let f_main = tokio::spawn(faults::run_main(ctx.clone(), main_plan, end_ms));
+    let mut sched = faults::schedule(ctx.cfg.seed, &ctx.cfg.faults);
+    if let Err(need) = faults::fit(
+        &mut sched,
+        &ctx.cfg.faults,
+        ctx.cfg.duration.as_millis() as u64,
+    ) {
+        cannot_run(&format!(
+            "--duration is too short for one round of the faults (it needs {})",
+            humantime::format_duration(Duration::from_millis(need))
+        ));
+    }
+    ctx.round_done
+        .store(sched.round.is_empty(), Ordering::SeqCst);
+    let f_main = tokio::spawn(faults::run_main(
+        ctx.clone(),
+        sched.round,
+        sched.main,
+        end_ms,
+    ));
     let f_recv = tokio::spawn(faults::run_receiver(
         ctx.clone(),
         ctx.receiver.clone(),
-        recv_plan,
+        sched.recv,
         end_ms,
     ));
     let backups = tokio::spawn(backup::run_schedule(ctx.clone(), ctx.cfg.backups, end_ms));
@@ -628,8 +705,19 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     let clients: Vec<_> = (0..ctx.cfg.clients)
         .map(|c| tokio::spawn(workload::Client::new(ctx.clone(), c, mix.clone()).run()))
         .collect();
-    // The run.
-    while started.elapsed() < ctx.cfg.duration {
+    // The run; past its duration only while the first round of faults has not ended (at
+    // most 2 minutes more: a fault that took far longer than its estimate).
+    let mut extended = false;
+    while started.elapsed() < ctx.cfg.duration
+        || (!ctx.round_done.load(Ordering::SeqCst)
+            && started.elapsed() < ctx.cfg.duration + Duration::from_secs(120))
+    {
+        if started.elapsed() >= ctx.cfg.duration && !extended {
+            extended = true;
+            let line = "the workload runs on past --duration until the first round of faults ends";
+            println!("torture: {line}");
+            ctx.note(line);
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     ctx.stopping.store(true, Ordering::SeqCst);
@@ -639,11 +727,12 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     }
     let _ = tokio::time::timeout(Duration::from_secs(150), f_main).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), f_recv).await;
-    let backups = tokio::time::timeout(Duration::from_secs(150), backups)
+    let mut backups = tokio::time::timeout(Duration::from_secs(150), backups)
         .await
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or_default();
+    backups.splice(0..0, base);
     println!(
         "torture: {:.1}s workload done; healing and checking",
         ctx.now_ms() as f64 / 1000.0
@@ -670,9 +759,9 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     }
     quiesce(ctx).await;
     checks::end_checks(ctx).await;
-    ctx.receiver.recording.store(false, Ordering::SeqCst);
-    backup::verify_all(ctx, &backups).await;
     monitor.abort();
+    // The end of the run stops every instance gracefully (it must within 30 s, and let a POST
+    // on the wire end); the restores come after, with no instance of the run left.
     for i in &ctx.cluster.instances {
         let t = Instant::now();
         if let Some(e) = i.terminate(Duration::from_secs(35)).await {
@@ -689,6 +778,25 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
                 );
             }
         }
+    }
+    // Every process has ended: the POSTs whose senders went away can all be judged now.
+    let judged = ctx.receiver.judge_cut_posts(ctx);
+    if judged > 0 {
+        ctx.note(&format!(
+            "end: {judged} POSTs whose sender went away judged against its process's end"
+        ));
+    }
+    ctx.receiver.recording.store(false, Ordering::SeqCst);
+    backup::verify_all(ctx, &backups).await;
+    // Every kind the run enabled was injected at least once.
+    ctx.check();
+    let enabled: Vec<&str> = ctx.cfg.faults.iter().map(|k| k.name()).collect();
+    let injected = ctx.tally.faults.lock().unwrap().clone();
+    for k in model::missing_kinds(&enabled, &|k| injected.get(k).is_some_and(|n| *n > 0)) {
+        ctx.violation(
+            "fault-coverage",
+            &format!("fault {k} was enabled and never injected"),
+        );
     }
     summary(ctx)
 }
@@ -782,7 +890,7 @@ fn summary(ctx: &Ctx) -> i32 {
         .map(|i| format!("{}", i.rss_peak_kib.load(Ordering::Relaxed) / 1024))
         .collect();
     println!(
-        "torture: {} requests exempt from the deadline (instance paused or killed in flight); peak RSS MiB per instance [{}]; {} webhook POSTs ({} same-instance overlaps); history {}{}",
+        "torture: {} requests exempt from the deadline (instance paused or killed in flight); peak RSS MiB per instance [{}]; {} webhook POSTs ({} same-process overlaps); history {}{}",
         exempt,
         rss.join(","),
         ctx.receiver.count.load(Ordering::Relaxed),

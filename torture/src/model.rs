@@ -293,22 +293,96 @@ impl Unkeyed {
     }
 }
 
-/// One POST of a webhook as the receiver saw it.
+/// How a sender process ended (cluster.rs records it for each process generation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// kill -9 by the harness (the kill fault, a stuck start).
+    Kill9,
+    /// kill -9 with LazyFS's cache dropped: a power loss.
+    PowerLoss,
+    /// The exit the full-disk fault expects (status 1 within 5 s of the first refused write:
+    /// the contract gives it no time to let a POST end).
+    FullDiskExit,
+    /// An exit the harness did not cause (reported apart as `instance-died`).
+    Died,
+    /// SIGTERM by the harness: a graceful stop, which must let a POST on the wire end.
+    Term,
+}
+
+impl Ending {
+    /// The process went away at once, as in a crash: whatever it had on the wire was cut,
+    /// and nothing it could have done would have let it end.
+    pub fn crash_like(self) -> bool {
+        !matches!(self, Ending::Term)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Ending::Kill9 => "kill -9",
+            Ending::PowerLoss => "power loss",
+            Ending::FullDiskExit => "its exit on a full disk",
+            Ending::Died => "a death the harness did not cause",
+            Ending::Term => "SIGTERM",
+        }
+    }
+}
+
+/// How one sender process (an instance index and its process generation) ended: how, when the
+/// harness signalled it (none for an exit of its own), when it exited (none while stopping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SenderEnd {
+    pub how: Ending,
+    pub signal_ms: Option<u64>,
+    pub exit_ms: Option<u64>,
+}
+
+impl SenderEnd {
+    /// When the process stopped being able to send: the signal, or the exit of its own.
+    pub fn at_ms(&self) -> Option<u64> {
+        self.signal_ms.or(self.exit_ms)
+    }
+}
+
+/// One POST of a webhook as the receiver saw it: the sender process (its instance index and
+/// process generation, when the connection could be attributed), and its span at the
+/// receiver (from its arrival to the answer, or, when the sender went away during a stall,
+/// to when the receiver would have answered, at most 10 s after the start).
 #[derive(Clone, Debug)]
 pub struct Post {
     pub instance: Option<usize>,
+    /// The instance's process generation (its start count) that held the connection.
+    pub gen: Option<u64>,
     pub start_ms: u64,
     pub end_ms: u64,
+    /// How that process ended, if it has (or has been signalled).
+    pub sender_end: Option<SenderEnd>,
 }
 
-/// Two POSTs of one webhook-id overlapping in time, from two instances, are a second delivery
-/// while the first is on the wire (contract §17: one piece of work, one instance at a time),
-/// unless the first sender was paused during its POST (a process paused past its lease may
-/// finish a POST it had begun). `paused(instance, from, to)` says whether that instance was
-/// stopped at some point in the interval. Returns the pairs (earlier, later) that violate.
+impl Post {
+    fn same_process(&self, other: &Post) -> bool {
+        self.instance.is_some() && self.instance == other.instance && self.gen == other.gen
+    }
+}
+
+/// Two POSTs of one webhook-id overlapping in time are a second delivery while the first is
+/// on the wire (contract §17: one piece of work, one sender at a time):
+/// - from two instances (or a sender that could not be attributed): a violation unless the
+///   first sender was paused during its POST (a process paused past its lease may finish a
+///   POST it had begun; `paused(instance, from, to)` says whether that instance was stopped
+///   at some point in the interval);
+/// - from one instance index but two processes (a restart between them): a violation, unless
+///   the engine is sled and the earlier process ended as in a crash (kill -9, power loss, the
+///   full disk's exit) during its POST: a sled process killed mid-POST sends again at once
+///   after its restart, and nothing it could have done prevents that. A graceful stop
+///   (SIGTERM) gets no such exemption (it must let the POST end), nor PostgreSQL (the
+///   attempting claim outlives a kill);
+/// - from one process: not judged here (a redelivery racing an attempt; the caller notes it).
+///
+/// Returns the pairs (earlier, later) that violate.
 pub fn overlapping_posts(
     posts: &[Post],
     paused: &dyn Fn(Option<usize>, u64, u64) -> bool,
+    sled: bool,
 ) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for i in 0..posts.len() {
@@ -320,15 +394,20 @@ pub fn overlapping_posts(
             };
             let (pa, pb) = (&posts[a], &posts[b]);
             let overlap = pb.start_ms < pa.end_ms && pa.start_ms < pb.end_ms;
-            if !overlap {
+            if !overlap || pa.same_process(pb) {
                 continue;
             }
-            // Attributed to one instance: a redelivery by the same process is another matter
-            // (reported apart by the caller); unattributed pairs are judged as two senders.
-            if pa.instance.is_some() && pa.instance == pb.instance {
-                continue;
-            }
-            if paused(pa.instance, pa.start_ms, pa.end_ms)
+            let same_index = pa.instance.is_some() && pa.instance == pb.instance;
+            if same_index {
+                let crashed_mid_post = pa.sender_end.is_some_and(|e| {
+                    e.how.crash_like()
+                        && e.at_ms()
+                            .is_some_and(|t| pa.start_ms <= t && t <= pa.end_ms)
+                });
+                if sled && crashed_mid_post {
+                    continue;
+                }
+            } else if paused(pa.instance, pa.start_ms, pa.end_ms)
                 || paused(pb.instance, pb.start_ms, pb.end_ms)
             {
                 continue;
@@ -337,6 +416,59 @@ pub fn overlapping_posts(
         }
     }
     out
+}
+
+/// The pairs of overlapping POSTs from one and the same process (noted, not judged).
+pub fn same_process_overlaps(posts: &[Post]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for i in 0..posts.len() {
+        for j in i + 1..posts.len() {
+            let (pa, pb) = (&posts[i], &posts[j]);
+            if pa.same_process(pb) && pb.start_ms < pa.end_ms && pa.start_ms < pb.end_ms {
+                out.push((i, j));
+            }
+        }
+    }
+    out
+}
+
+/// A POST whose connection the sender closed before its attempt could have timed out: less
+/// than this after its start (the server's attempt timeout is 10 s; the receiver sees the
+/// request a little after it was sent).
+pub const CUT_BEFORE_MS: u64 = 9_500;
+/// How long after the process's exit, as the harness saw it, its connections' closes may
+/// still be noticed by the receiver.
+pub const EXIT_SLACK_MS: u64 = 1_000;
+
+/// contract §23 with §17: a graceful stop (SIGTERM) lets a POST on the wire end (answered, or
+/// at its attempt's timeout). A POST whose sender closed the connection less than
+/// `CUT_BEFORE_MS` after it started, between the SIGTERM and the process's exit, was cut by
+/// the stop. `gone_ms` is when the receiver saw the sender go; `end` how the sender process
+/// ended. Some(true): cut by a graceful stop; Some(false): not; None: not known yet (the
+/// process has not ended).
+pub fn cut_by_graceful_stop(start_ms: u64, gone_ms: u64, end: Option<&SenderEnd>) -> Option<bool> {
+    if gone_ms.saturating_sub(start_ms) >= CUT_BEFORE_MS {
+        return Some(false);
+    }
+    let end = end?;
+    if end.how != Ending::Term {
+        return Some(false);
+    }
+    let Some(signal) = end.signal_ms else {
+        return Some(false);
+    };
+    if gone_ms < signal {
+        return Some(false);
+    }
+    Some(
+        end.exit_ms
+            .is_none_or(|exit| gone_ms <= exit + EXIT_SLACK_MS),
+    )
+}
+
+/// The fault kinds a run enabled and never injected (names), for `fault-coverage`.
+pub fn missing_kinds<'a>(enabled: &[&'a str], injected: &dyn Fn(&str) -> bool) -> Vec<&'a str> {
+    enabled.iter().copied().filter(|k| !injected(k)).collect()
 }
 
 /// The readiness rule (contract §23): `/readyz` must be 503 once no write has completed for 5 s
@@ -604,44 +736,129 @@ mod tests {
         assert!(!u.allowed(0));
     }
 
+    fn post(instance: usize, gen: u64, start_ms: u64, end_ms: u64) -> Post {
+        Post {
+            instance: Some(instance),
+            gen: Some(gen),
+            start_ms,
+            end_ms,
+            sender_end: None,
+        }
+    }
+
+    fn ended(how: Ending, signal_ms: Option<u64>, exit_ms: Option<u64>) -> Option<SenderEnd> {
+        Some(SenderEnd {
+            how,
+            signal_ms,
+            exit_ms,
+        })
+    }
+
     #[test]
     fn overlapping_posts_from_two_instances_are_a_double_delivery() {
         let never = |_: Option<usize>, _: u64, _: u64| false;
         let posts = vec![
-            Post {
-                instance: Some(0),
-                start_ms: 0,
-                end_ms: 8000,
-            },
-            Post {
-                instance: Some(1),
-                start_ms: 3000,
-                end_ms: 11000,
-            },
-            Post {
-                instance: Some(1),
-                start_ms: 12000,
-                end_ms: 12100,
-            },
+            post(0, 1, 0, 8000),
+            post(1, 1, 3000, 11000),
+            post(1, 1, 12000, 12100),
         ];
-        assert_eq!(overlapping_posts(&posts, &never), vec![(0, 1)]);
+        for sled in [false, true] {
+            assert_eq!(overlapping_posts(&posts, &never, sled), vec![(0, 1)]);
+        }
         // The first sender was paused during its POST: allowed.
         let paused0 = |i: Option<usize>, _: u64, _: u64| i == Some(0);
-        assert!(overlapping_posts(&posts, &paused0).is_empty());
+        assert!(overlapping_posts(&posts, &paused0, false).is_empty());
         // One after the other is a retry, not an overlap.
-        let seq = vec![
-            Post {
-                instance: Some(0),
-                start_ms: 0,
-                end_ms: 100,
-            },
-            Post {
-                instance: Some(1),
-                start_ms: 100,
-                end_ms: 200,
-            },
-        ];
-        assert!(overlapping_posts(&seq, &never).is_empty());
+        let seq = vec![post(0, 1, 0, 100), post(1, 1, 100, 200)];
+        assert!(overlapping_posts(&seq, &never, false).is_empty());
+        // A sender that could not be attributed is judged as another sender.
+        let mut anon = posts.clone();
+        anon[1].instance = None;
+        anon[1].gen = None;
+        assert_eq!(overlapping_posts(&anon, &never, false), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn overlapping_posts_of_two_processes_of_one_instance() {
+        let never = |_: Option<usize>, _: u64, _: u64| false;
+        // Process 1 stopped gracefully mid-POST (the receiver still handles it until 6000),
+        // process 2 (its restart) sends the same webhook-id at 2000.
+        let mut posts = vec![post(0, 1, 0, 6000), post(0, 2, 2000, 2100)];
+        posts[0].sender_end = ended(Ending::Term, Some(500), Some(700));
+        for sled in [false, true] {
+            assert_eq!(overlapping_posts(&posts, &never, sled), vec![(0, 1)]);
+        }
+        // Killed with -9 (or power loss, or its exit on a full disk) during its POST: sled
+        // sends again at once after its restart, allowed there; not on PostgreSQL.
+        for how in [Ending::Kill9, Ending::PowerLoss, Ending::FullDiskExit] {
+            posts[0].sender_end = ended(how, Some(500), Some(510));
+            assert!(
+                overlapping_posts(&posts, &never, true).is_empty(),
+                "{how:?}"
+            );
+            assert_eq!(overlapping_posts(&posts, &never, false), vec![(0, 1)]);
+        }
+        // Killed, but not during this POST (after its span ended): no exemption.
+        posts[0].sender_end = ended(Ending::Kill9, Some(7000), Some(7010));
+        assert_eq!(overlapping_posts(&posts, &never, true), vec![(0, 1)]);
+        // Not ended at all (how could a second process send?): judged.
+        posts[0].sender_end = None;
+        assert_eq!(overlapping_posts(&posts, &never, true), vec![(0, 1)]);
+        // A pause does not excuse two processes of one instance.
+        let paused = |_: Option<usize>, _: u64, _: u64| true;
+        assert_eq!(overlapping_posts(&posts, &paused, false), vec![(0, 1)]);
+        // One process twice: noted apart, never judged here.
+        let same = vec![post(0, 1, 0, 6000), post(0, 1, 2000, 2100)];
+        assert!(overlapping_posts(&same, &never, false).is_empty());
+        assert_eq!(same_process_overlaps(&same), vec![(0, 1)]);
+        assert!(same_process_overlaps(&posts).is_empty());
+    }
+
+    #[test]
+    fn a_post_cut_by_a_graceful_stop() {
+        let term = SenderEnd {
+            how: Ending::Term,
+            signal_ms: Some(1000),
+            exit_ms: Some(1200),
+        };
+        // Closed at the stop, 1.1 s into the POST.
+        assert_eq!(cut_by_graceful_stop(100, 1100, Some(&term)), Some(true));
+        // Noticed a little after the exit.
+        assert_eq!(cut_by_graceful_stop(100, 2100, Some(&term)), Some(true));
+        assert_eq!(cut_by_graceful_stop(100, 2300, Some(&term)), Some(false));
+        // Closed before the SIGTERM: not the stop's doing.
+        assert_eq!(cut_by_graceful_stop(100, 900, Some(&term)), Some(false));
+        // At the attempt's own timeout: the sender let it end.
+        let late = SenderEnd {
+            exit_ms: Some(20_000),
+            ..term
+        };
+        assert_eq!(cut_by_graceful_stop(100, 9_700, Some(&late)), Some(false));
+        assert_eq!(cut_by_graceful_stop(100, 9_500, Some(&late)), Some(true));
+        // Still stopping: between the SIGTERM and an exit to come.
+        let stopping = SenderEnd {
+            exit_ms: None,
+            ..term
+        };
+        assert_eq!(cut_by_graceful_stop(100, 1100, Some(&stopping)), Some(true));
+        // A crash is not a graceful stop; a process not ended is not known yet.
+        let killed = SenderEnd {
+            how: Ending::Kill9,
+            ..term
+        };
+        assert_eq!(cut_by_graceful_stop(100, 1100, Some(&killed)), Some(false));
+        assert_eq!(cut_by_graceful_stop(100, 1100, None), None);
+    }
+
+    #[test]
+    fn every_enabled_kind_must_be_injected() {
+        let injected = |k: &str| k == "kill" || k == "pause";
+        assert_eq!(
+            missing_kinds(&["kill", "pause", "graceful-restart"], &injected),
+            vec!["graceful-restart"]
+        );
+        assert!(missing_kinds(&["kill"], &injected).is_empty());
+        assert!(missing_kinds(&[], &injected).is_empty());
     }
 
     #[test]

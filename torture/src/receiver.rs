@@ -1,12 +1,18 @@
 //! The harness's webhook receiver: a small HTTP/1.1 server the orders' callbackUrl points at.
-//! It records every POST (webhook-id, which instance sent it, arrival, end), verifies the
-//! Standard Webhooks signature against the secrets the account is known to have had, and can
-//! stall (answer after 8 s, or not at all for a while) on the fault schedule's word. Two POSTs
-//! of one webhook-id from two instances that overlap in time are reported as they end.
+//! It records every POST (webhook-id, which process sent it: the instance and its process
+//! generation, arrival, end), verifies the Standard Webhooks signature against the secrets the
+//! account is known to have had, and can stall (answer after 8 s, or not at all for a while)
+//! on the fault schedule's word, or be made slow by a fault (an override the stalls cannot
+//! cancel). Like a real receiver it cannot tell when a sender went away: a POST whose sender
+//! closed the connection during a stall is still being handled until the receiver would have
+//! answered (at most 10 s after its start, the server's attempt timeout). Two POSTs of one
+//! webhook-id from two senders that overlap in time are reported as they end (model.rs).
 
 use crate::ctx::Ctx;
 use crate::history::excerpt;
-use crate::model::{overlapping_posts, Post};
+use crate::model::{
+    cut_by_graceful_stop, overlapping_posts, same_process_overlaps, Post, CUT_BEFORE_MS,
+};
 use crate::rng::Rng;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -15,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -29,14 +35,38 @@ pub enum Mode {
     Hold,
 }
 
+/// What the receiver does now: the stall track's mode, and a fault's override (the track's
+/// changes do not touch it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Modes {
+    track: Mode,
+    over: Option<Mode>,
+}
+
+impl Modes {
+    fn effective(self) -> Mode {
+        self.over.unwrap_or(self.track)
+    }
+}
+
+/// The longest a POST is held to be handled after its sender went away: the server's webhook
+/// attempt timeout (a sender's fence can only cover its own attempt).
+pub const SPAN_CAP: Duration = Duration::from_secs(10);
+
 #[derive(Clone, Debug)]
 pub struct PostRec {
     pub instance: Option<usize>,
+    /// The process generation of the instance that held the connection.
+    pub gen: Option<u64>,
     pub start_ms: u64,
     pub end_ms: Option<u64>,
     pub status: u16,
+    /// When the sender closed the connection before the answer.
+    pub gone_ms: Option<u64>,
     /// The pairs already reported (so each overlap is one violation).
     pub reported: bool,
+    /// Judged by the graceful-stop rule already.
+    pub cut_judged: bool,
 }
 
 /// A POST whose signature matched none of the secrets known when it came: judged again at the
@@ -52,7 +82,9 @@ pub struct Unverified {
 
 pub struct Receiver {
     pub port: u16,
-    mode: watch::Sender<Mode>,
+    mode: watch::Sender<Modes>,
+    /// POSTs on the wire now (arrived, not answered, sender still there), by sender process.
+    on_wire: Mutex<HashMap<(usize, u64), u32>>,
     pub posts: Mutex<HashMap<String, Vec<PostRec>>>,
     pub unverified: Mutex<Vec<Unverified>>,
     pub count: AtomicU64,
@@ -68,10 +100,14 @@ impl Receiver {
     pub async fn start(seed: u64) -> std::io::Result<Arc<Receiver>> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let (mode, _) = watch::channel(Mode::Normal);
+        let (mode, _) = watch::channel(Modes {
+            track: Mode::Normal,
+            over: None,
+        });
         let r = Arc::new(Receiver {
             port,
             mode,
+            on_wire: Mutex::new(HashMap::new()),
             posts: Mutex::new(HashMap::new()),
             unverified: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -98,8 +134,38 @@ impl Receiver {
         *self.ctx.lock().unwrap() = Arc::downgrade(ctx);
     }
 
+    /// The stall track's mode.
     pub fn set_mode(&self, m: Mode) {
-        self.mode.send_replace(m);
+        self.mode.send_modify(|x| x.track = m);
+    }
+
+    /// A fault's override (None: back to the track's mode); the track cannot cancel it.
+    pub fn set_override(&self, m: Option<Mode>) {
+        self.mode.send_modify(|x| x.over = m);
+    }
+
+    /// POSTs from process `gen` of instance `idx` on the wire now.
+    pub fn on_wire_from(&self, idx: usize, gen: u64) -> u32 {
+        self.on_wire
+            .lock()
+            .unwrap()
+            .get(&(idx, gen))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn wire(&self, sender: Option<(usize, u64)>, up: bool) {
+        let Some(k) = sender else { return };
+        let mut m = self.on_wire.lock().unwrap();
+        let n = m.entry(k).or_insert(0);
+        if up {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&k);
+            }
+        }
     }
 
     pub fn url_for(&self, account: usize) -> String {
@@ -115,20 +181,26 @@ impl Receiver {
             return;
         };
         let local = sock.local_addr().ok();
-        // Which instance holds the other end (read from /proc once per connection).
-        let pids: Vec<(usize, i32)> = ctx
+        // Which process holds the other end (read from /proc once per connection): the
+        // instance and its process generation, read with the pid when the connection came.
+        let pids: Vec<(usize, i32, u64)> = ctx
             .cluster
             .instances
             .iter()
-            .map(|i| (i.idx, i.pid()))
+            .map(|i| {
+                let (pid, gen) = i.pid_gen();
+                (i.idx, pid, gen)
+            })
             .collect();
-        let instance = match local {
-            Some(l) => tokio::task::spawn_blocking(move || owner_instance(peer, l, &pids))
+        let sender: Option<(usize, u64)> = match local {
+            Some(l) => tokio::task::spawn_blocking(move || owner_process(peer, l, &pids))
                 .await
                 .ok()
                 .flatten(),
             None => None,
         };
+        let instance = sender.map(|s| s.0);
+        let gen = sender.map(|s| s.1);
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         loop {
             // Read one request: head, then Content-Length bytes of body.
@@ -159,6 +231,7 @@ impl Receiver {
                 }
             };
             let start_ms = ctx.now_ms();
+            let started = Instant::now();
             let get = |name: &str| {
                 headers
                     .iter()
@@ -220,13 +293,17 @@ impl Receiver {
                 let v = posts.entry(id.clone()).or_default();
                 v.push(PostRec {
                     instance,
+                    gen,
                     start_ms,
                     end_ms: None,
                     status: 0,
+                    gone_ms: None,
                     reported: false,
+                    cut_judged: false,
                 });
                 v.len() - 1
             };
+            self.wire(sender, true);
             if id.is_empty() || account.is_none() || body_id != id {
                 ctx.violation(
                     "webhook-shape",
@@ -239,31 +316,42 @@ impl Receiver {
             // Decide the answer: the fault's mode first, then a few refusals of our own so
             // retries and given-up deliveries happen.
             let mut mode_rx = self.mode.subscribe();
-            let mode = *mode_rx.borrow_and_update();
-            let wait: Option<Duration> = match mode {
+            let mode = mode_rx.borrow_and_update().effective();
+            let answer_in: Option<Duration> = match mode {
                 Mode::Normal => None,
                 Mode::Slow(d) => Some(d),
                 Mode::Hold => Some(Duration::from_secs(45)),
             };
-            let mut gone = false;
-            if let Some(d) = wait {
-                let sleep = tokio::time::sleep(d);
-                tokio::pin!(sleep);
+            // A sender that goes away does not end the POST for the receiver, which cannot
+            // tell: it is handled until it would have been answered, at most SPAN_CAP after
+            // its start.
+            let mut gone_ms: Option<u64> = None;
+            if let Some(d) = answer_in {
+                let answer = tokio::time::sleep_until((started + d).into());
+                let cap = tokio::time::sleep_until((started + SPAN_CAP).into());
+                tokio::pin!(answer);
+                tokio::pin!(cap);
                 let mut probe = [0u8; 1024];
                 loop {
                     tokio::select! {
-                        _ = &mut sleep => break,
-                        r = sock.read(&mut probe) => match r {
-                            Ok(0) | Err(_) => { gone = true; break }
+                        _ = &mut answer => break,
+                        _ = &mut cap, if gone_ms.is_some() => break,
+                        r = sock.read(&mut probe), if gone_ms.is_none() => match r {
+                            Ok(0) | Err(_) => {
+                                let t = ctx.now_ms();
+                                gone_ms = Some(t);
+                                self.mark_gone(&id, slot, t);
+                                self.wire(sender, false);
+                            }
                             Ok(n) => buf.extend_from_slice(&probe[..n]),
                         },
                         ch = mode_rx.changed(), if mode == Mode::Hold => {
-                            if ch.is_err() || *mode_rx.borrow() != Mode::Hold { break }
+                            if ch.is_err() || mode_rx.borrow().effective() != Mode::Hold { break }
                         }
                     }
                 }
             }
-            let status = if gone {
+            let status = if gone_ms.is_some() {
                 0
             } else {
                 let x = self.rng.lock().unwrap().below(100);
@@ -273,7 +361,7 @@ impl Receiver {
                     _ => 200,
                 }
             };
-            if !gone {
+            if gone_ms.is_none() {
                 let reason = match status {
                     200 => "OK",
                     410 => "Gone",
@@ -281,13 +369,17 @@ impl Receiver {
                 };
                 let resp = format!("HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\n\r\n");
                 if sock.write_all(resp.as_bytes()).await.is_err() {
-                    gone = true;
+                    let t = ctx.now_ms();
+                    gone_ms = Some(t);
+                    self.mark_gone(&id, slot, t);
                 }
+                self.wire(sender, false);
             }
+            let gone = gone_ms.is_some();
             let end_ms = ctx.now_ms();
             ctx.hist.op(serde_json::json!({
-                "t": "post", "id": id, "acc": account, "i": instance, "s": start_ms, "e": end_ms,
-                "st": status, "sig": sig_ok, "gone": gone,
+                "t": "post", "id": id, "acc": account, "i": instance, "g": gen, "s": start_ms,
+                "e": end_ms, "st": status, "sig": sig_ok, "gone": gone, "gone_at": gone_ms,
             }));
             self.finish(&ctx, &id, slot, end_ms, status);
             if gone || close {
@@ -296,25 +388,113 @@ impl Receiver {
         }
     }
 
+    fn mark_gone(&self, id: &str, slot: usize, t: u64) {
+        if let Some(p) = self
+            .posts
+            .lock()
+            .unwrap()
+            .get_mut(id)
+            .and_then(|v| v.get_mut(slot))
+        {
+            p.gone_ms = Some(t);
+        }
+    }
+
+    /// The posts of one webhook-id as model.rs judges them (a POST still open ends `now`).
+    fn view(ctx: &Ctx, v: &[PostRec], now: u64) -> Vec<Post> {
+        v.iter()
+            .map(|p| Post {
+                instance: p.instance,
+                gen: p.gen,
+                start_ms: p.start_ms,
+                end_ms: p.end_ms.unwrap_or(now.max(p.start_ms + 1)),
+                sender_end: match (p.instance, p.gen) {
+                    (Some(i), Some(g)) => ctx.cluster.instances[i].end_of(g),
+                    _ => None,
+                },
+            })
+            .collect()
+    }
+
+    /// The graceful-stop rule for one POST whose sender went away (once known, once judged).
+    fn judge_cut(ctx: &Ctx, id: &str, p: &mut PostRec) -> Option<String> {
+        let gone = p.gone_ms?;
+        if p.cut_judged {
+            return None;
+        }
+        let (Some(i), Some(g)) = (p.instance, p.gen) else {
+            p.cut_judged = true;
+            return None;
+        };
+        let end = ctx.cluster.instances[i].end_of(g);
+        let cut = cut_by_graceful_stop(p.start_ms, gone, end.as_ref())?;
+        p.cut_judged = true;
+        ctx.check();
+        if !cut {
+            return None;
+        }
+        let end = end?;
+        Some(format!(
+            "webhook-id {id}: instance {i} (process {g}) closed its POST {} ms after it began, \
+             while it was stopping gracefully (SIGTERM at {} ms, exit at {}): the stop cut a \
+             POST on the wire instead of letting it end",
+            gone - p.start_ms,
+            end.signal_ms.unwrap_or(0),
+            end.exit_ms
+                .map(|e| format!("{e} ms"))
+                .unwrap_or_else(|| "(not yet)".into()),
+        ))
+    }
+
+    /// At the end of the run (every process ended): the POSTs the graceful-stop rule could not
+    /// judge when they ended. Returns how many were judged.
+    pub fn judge_cut_posts(&self, ctx: &Arc<Ctx>) -> usize {
+        let mut lines = Vec::new();
+        let mut judged = 0;
+        {
+            let mut posts = self.posts.lock().unwrap();
+            for (id, v) in posts.iter_mut() {
+                for p in v.iter_mut() {
+                    if p.gone_ms.is_some() && !p.cut_judged {
+                        judged += 1;
+                        lines.extend(Self::judge_cut(ctx, id, p));
+                    }
+                }
+            }
+        }
+        for l in lines {
+            ctx.violation("graceful-stop-cut-post", &l);
+        }
+        judged
+    }
+
     /// Records a POST's end and judges it against the other POSTs of its webhook-id.
     fn finish(&self, ctx: &Arc<Ctx>, id: &str, slot: usize, end_ms: u64, status: u16) {
         let mut posts = self.posts.lock().unwrap();
         let Some(v) = posts.get_mut(id) else { return };
         v[slot].end_ms = Some(end_ms);
         v[slot].status = status;
+        let cut = if v[slot]
+            .gone_ms
+            .is_some_and(|g| g - v[slot].start_ms < CUT_BEFORE_MS)
+        {
+            Self::judge_cut(ctx, id, &mut v[slot])
+        } else {
+            if v[slot].gone_ms.is_some() {
+                v[slot].cut_judged = true;
+            }
+            None
+        };
         if v.len() < 2 {
+            drop(posts);
+            if let Some(l) = cut {
+                ctx.violation("graceful-stop-cut-post", &l);
+            }
             return;
         }
         ctx.check();
         let now = end_ms;
-        let view: Vec<Post> = v
-            .iter()
-            .map(|p| Post {
-                instance: p.instance,
-                start_ms: p.start_ms,
-                end_ms: p.end_ms.unwrap_or(now.max(p.start_ms + 1)),
-            })
-            .collect();
+        let view = Self::view(ctx, v, now);
         let paused = |inst: Option<usize>, from: u64, to: u64| -> bool {
             match inst {
                 Some(i) => ctx.cluster.instances[i].paused_during(from, to),
@@ -325,7 +505,8 @@ impl Receiver {
                     .any(|x| x.paused_during(from, to)),
             }
         };
-        let pairs = overlapping_posts(&view, &paused);
+        let sled = ctx.cfg.engine == crate::ctx::Engine::Sled;
+        let pairs = overlapping_posts(&view, &paused, sled);
         let mut lines = Vec::new();
         for (a, b) in pairs {
             if a != slot && b != slot {
@@ -336,48 +517,68 @@ impl Receiver {
             }
             v[a].reported = true;
             v[b].reported = true;
-            let show = |p: &PostRec| {
+            let show = |p: &PostRec, e: &Post| {
                 format!(
-                    "instance {} {}..{}",
+                    "instance {} (process {}) {}..{}{}",
                     p.instance
                         .map(|i| i.to_string())
                         .unwrap_or_else(|| "?".into()),
+                    p.gen.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
                     p.start_ms,
-                    match p.end_ms {
-                        Some(e) if p.status == 0 => format!("{e} ms, the sender gone"),
-                        Some(e) => format!("{e} ms answered {}", p.status),
-                        None => "(still open) ms".into(),
+                    match (p.end_ms, p.gone_ms) {
+                        (Some(e), Some(g)) => format!(
+                            "{e} ms, the sender gone at {g} ms (the receiver still handling it)"
+                        ),
+                        (Some(e), None) => format!("{e} ms answered {}", p.status),
+                        (None, Some(g)) =>
+                            format!("(still being handled) ms, the sender gone at {g} ms"),
+                        (None, None) => "(still open) ms".into(),
+                    },
+                    match e.sender_end {
+                        Some(x) => format!(
+                            "; that process ended by {}{}",
+                            x.how.name(),
+                            x.at_ms().map(|t| format!(" at {t} ms")).unwrap_or_default()
+                        ),
+                        None => String::new(),
                     }
                 )
             };
+            let two = if v[a].instance.is_some() && v[a].instance == v[b].instance {
+                "by two processes of one instance"
+            } else {
+                "by two instances"
+            };
             lines.push(format!(
-                "webhook-id {id} POSTed twice at once: {} and {}",
-                show(&v[a]),
-                show(&v[b])
+                "webhook-id {id} POSTed twice at once {two}: {} and {}",
+                show(&v[a], &view[a]),
+                show(&v[b], &view[b])
             ));
         }
-        // The same instance twice at once: counted and written down (a redelivery racing an
-        // attempt), judged apart from the two-instance rule.
-        for (j, p) in v.iter().enumerate() {
-            if j == slot || p.instance.is_none() || p.instance != v[slot].instance {
+        // The same process twice at once: counted and written down (a redelivery racing an
+        // attempt), judged apart from the rules above.
+        for (a, b) in same_process_overlaps(&view) {
+            if a != slot && b != slot {
                 continue;
             }
-            let pe = p.end_ms.unwrap_or(now);
-            if p.start_ms < end_ms && v[slot].start_ms < pe {
-                self.same_instance_overlaps.fetch_add(1, Ordering::Relaxed);
-                ctx.note(&format!(
-                    "webhook-id {id}: two POSTs from instance {} overlap ({}..{} and {}..{})",
-                    p.instance.unwrap_or(0),
-                    p.start_ms,
-                    pe,
-                    v[slot].start_ms,
-                    end_ms
-                ));
-            }
+            let j = if a == slot { b } else { a };
+            self.same_instance_overlaps.fetch_add(1, Ordering::Relaxed);
+            ctx.note(&format!(
+                "webhook-id {id}: two POSTs from instance {} (process {}) overlap ({}..{} and {}..{})",
+                v[slot].instance.unwrap_or(0),
+                v[slot].gen.unwrap_or(0),
+                view[j].start_ms,
+                view[j].end_ms,
+                v[slot].start_ms,
+                end_ms
+            ));
         }
         drop(posts);
         for l in lines {
             ctx.violation("webhook-double-delivery", &l);
+        }
+        if let Some(l) = cut {
+            ctx.violation("graceful-stop-cut-post", &l);
         }
     }
 }
@@ -413,9 +614,14 @@ pub fn verify(secrets: &[String], id: &str, ts: &str, body: &[u8], signatures: &
     false
 }
 
-/// The instance whose process owns the other end of a connection the receiver accepted:
-/// /proc/net/tcp names the socket's inode, /proc/PID/fd of each instance says who holds it.
-fn owner_instance(peer: SocketAddr, local: SocketAddr, pids: &[(usize, i32)]) -> Option<usize> {
+/// The process (instance index, process generation) that owns the other end of a connection
+/// the receiver accepted: /proc/net/tcp names the socket's inode, /proc/PID/fd of each
+/// instance says who holds it.
+fn owner_process(
+    peer: SocketAddr,
+    local: SocketAddr,
+    pids: &[(usize, i32, u64)],
+) -> Option<(usize, u64)> {
     let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
         return None;
     };
@@ -437,7 +643,7 @@ fn owner_instance(peer: SocketAddr, local: SocketAddr, pids: &[(usize, i32)]) ->
         (f.len() > 9 && f[1] == want_local && f[2] == want_rem).then(|| f[9].to_string())
     })?;
     let needle = format!("socket:[{inode}]");
-    for (idx, pid) in pids {
+    for (idx, pid, gen) in pids {
         if *pid <= 0 {
             continue;
         }
@@ -446,7 +652,7 @@ fn owner_instance(peer: SocketAddr, local: SocketAddr, pids: &[(usize, i32)]) ->
         };
         for e in rd.flatten() {
             if std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == needle) {
-                return Some(*idx);
+                return Some((*idx, *gen));
             }
         }
     }

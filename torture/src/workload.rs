@@ -1307,7 +1307,7 @@ impl Client {
 }
 
 /// What a 200 of a keyed write names: (object id, amount).
-fn object_of(op: &str, r: &Resp, key: &str) -> (String, i64) {
+pub fn object_of(op: &str, r: &Resp, key: &str) -> (String, i64) {
     let v = r.json().unwrap_or(Value::Null);
     match op {
         // A credit's ledger reference is its reason, which the workload sets to the key.
