@@ -13,7 +13,33 @@ fn main() -> std::process::ExitCode {
     // (a migration applied, a flush on close) would only bury it.
     let quiet = matches!(cli.command, Command::Copy(_));
     orderly::logging::init(if quiet { "warn" } else { "info" });
+    stop_on_a_broken_money_invariant();
     let code = orderly::commands::run(cli.command);
     orderly::logging::flush();
     code
+}
+
+/// A money invariant that does not hold (`orderly::domain::invariant`) ends the process at
+/// once with status 1, whichever thread found it: the write it guards is not made, and no
+/// answer leaves after it, as after a failed flush. Other panics go on as before (a worker's
+/// pass is caught and retried).
+fn stop_on_a_broken_money_invariant() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with(orderly::domain::invariant::VIOLATED) {
+            log::error!(
+                "{message} ({}); stopping",
+                info.location().map_or_else(String::new, |l| l.to_string())
+            );
+            orderly::logging::flush();
+            std::process::exit(1);
+        }
+        previous(info);
+    }));
 }

@@ -51,14 +51,16 @@ pub fn money_in(
     now: Millis,
 ) -> Option<LedgerEntry> {
     let after = balance.checked_add(amount)?;
-    Some(LedgerEntry {
+    let entry = LedgerEntry {
         id: txn.to_string(),
         amount,
         reason,
         reference,
         balance_after: after,
         created_at: now,
-    })
+    };
+    super::invariant::money_in_is_positive(&entry);
+    Some(entry)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use super::event::{Delivery, Event, EventKind};
 use super::ids::{AccountId, Id};
+use super::invariant;
 use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::order::{Order, OrderStatus, Refund};
@@ -133,6 +134,8 @@ pub fn cancel(
         order.id.to_string(),
         stamp,
     );
+    invariant::cancel_returns_the_rest(&order, &entry);
+    invariant::entry_moves_the_balance(balance, &entry);
     let emitted = emit(
         EventKind::OrderCancelled,
         &order,
@@ -192,6 +195,9 @@ pub fn refund(
         refund.id.clone(),
         stamp,
     );
+    invariant::refunded_within_total(&order);
+    invariant::money_in_is_positive(&entry);
+    invariant::entry_moves_the_balance(balance, &entry);
     let emitted = emit(
         EventKind::OrderRefunded,
         &order,

@@ -8,6 +8,7 @@ pub mod event;
 pub mod fingerprint;
 pub mod idempotency_key;
 pub mod ids;
+pub mod invariant;
 pub mod ledger;
 pub mod lifecycle;
 pub mod limits;

@@ -6,6 +6,7 @@ use super::account::{debit, Account, Shortfall};
 use super::basket::{price_basket, BasketRejection, RequestedLine};
 use super::callback_url::CallbackUrl;
 use super::ids::{Id, OrderId};
+use super::invariant;
 use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::order::{Order, OrderStatus};
@@ -82,6 +83,10 @@ pub fn place<E>(
         balance_after: after,
         created_at: stamp.now,
     };
+    invariant::total_is_the_lines(&order);
+    invariant::charged_its_total(&order, &entry);
+    invariant::entry_moves_the_balance(balance, &entry);
+    invariant::within_credit_line(after, terms.account.credit_limit);
     Ok(Ok(Placed { order, entry }))
 }
 

@@ -119,6 +119,8 @@ pub fn decide(
     orders: &[&NewOrder],
     now: Millis,
 ) -> Result<Decisions, StoreError> {
+    // What each account had before the batch, for the invariant checked at its end.
+    let before = view.balances.clone();
     let mut taken_here: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut accepted: Vec<Accepted> = Vec::with_capacity(orders.len());
     let mut decided = Vec::with_capacity(orders.len());
@@ -172,6 +174,12 @@ pub fn decide(
         .collect();
     balances.sort_by_key(|(account, _)| *account);
     balances.dedup_by_key(|(account, _)| *account);
+    // What both engines write: each account's balance is where its entries lead.
+    crate::domain::invariant::batch_adds_up(
+        |account| before.get(&account).copied(),
+        accepted.iter().map(|a| (a.order.account_id, &a.entry)),
+        &balances,
+    );
     Ok(Decisions {
         decided,
         accepted,
