@@ -17,68 +17,30 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import referencing
 import referencing.jsonschema
 
+from webhook_receiver import Receiver, admin as admin_call, call as call_status
+
 BASE, ADMIN = sys.argv[1], sys.argv[2]
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-received = []
-arrived = threading.Condition()
-
-
-class Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        with arrived:
-            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-            arrived.notify_all()
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+receiver = Receiver()
 
 
 def call(method, path, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(BASE + path, data=data, method=method)
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return call_status(BASE, method, path, body, headers)
 
 
 def admin(method, path, body=None):
-    return call(method, path, body, {"Authorization": f"Bearer {ADMIN}",
-                                     "X-Idempotency-Key": str(uuid.uuid4())})[1]
+    return admin_call(BASE, ADMIN, method, path, body)
 
 
 def delivery_of(kind, within=20):
     """The first delivery of an event of type `kind`."""
-    deadline = time.monotonic() + within
-    with arrived:
-        while True:
-            for headers, body in received:
-                if json.loads(body)["type"] == kind:
-                    return headers, body
-            left = deadline - time.monotonic()
-            if left <= 0:
-                sys.exit(f"FAIL: no {kind} delivery within {within} s")
-            arrived.wait(left)
+    return receiver.first(lambda _, body: json.loads(body)["type"] == kind, within,
+                          f"a {kind} delivery")
 
 
 def examples_verify(secret, headers, body):
@@ -101,9 +63,7 @@ def examples_verify(secret, headers, body):
 
 
 def main():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hooks/orders?token=abc"
+    url = f"{receiver.base}/hooks/orders?token=abc"
 
     admin("PUT", "/admin/products/prd_ex", {"name": "Examples", "price": 250, "regions": [],
                                             "deliveryFields": [], "active": True})
@@ -167,7 +127,7 @@ def main():
     failed = [name for name, ok in checks if not ok]
     for name, ok in checks:
         print(("ok   " if ok else "FAIL ") + name)
-    server.shutdown()
+    receiver.stop()
     if failed:
         sys.exit(f"FAIL: {len(failed)} of {len(checks)} checks")
     print(f"webhook examples: {len(checks)} checks passed")

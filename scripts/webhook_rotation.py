@@ -10,62 +10,24 @@ same event and checks that the new secret alone verifies it, with the same webho
 """
 
 import base64
-import json
 import os
 import sys
-import threading
 import time
-import urllib.request
-import uuid
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from webhook_receiver import Receiver, admin as admin_call, call as call_status
+
 BASE, ADMIN = sys.argv[1], sys.argv[2]
-received = []
-arrived = threading.Condition()
-
-
-class Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        with arrived:
-            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-            arrived.notify_all()
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
 
 
 def call(method, path, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(BASE + path, data=data, method=method)
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.loads(answer.read())
+    return call_status(BASE, method, path, body, headers)[1]
 
 
 def admin(method, path, body=None):
-    return call(method, path, body, {"Authorization": f"Bearer {ADMIN}",
-                                     "X-Idempotency-Key": str(uuid.uuid4())})
-
-
-def wait_for(n, within=15):
-    deadline = time.monotonic() + within
-    with arrived:
-        while len(received) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                sys.exit(f"FAIL: {len(received)} deliveries arrived, {n} expected")
-            arrived.wait(left)
-        return received[n - 1]
+    return admin_call(BASE, ADMIN, method, path, body)
 
 
 def verifies(secret, delivery):
@@ -78,9 +40,8 @@ def verifies(secret, delivery):
 
 
 def main():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    receiver = Receiver()
+    url = f"{receiver.base}/hooks"
 
     admin("PUT", "/admin/products/prd_rot", {"name": "Rotation", "price": 100, "regions": [],
                                              "deliveryFields": [], "active": True})
@@ -96,7 +57,7 @@ def main():
     call("POST", "/b2b/orders", {"items": [{"productId": "prd_rot", "quantity": 1}],
                                  "callbackUrl": url},
          {"X-Api-Key": key, "X-Idempotency-Key": "rotation-1"})
-    during = wait_for(1)
+    during = receiver.nth(1)
     checks = [
         ("during the overlap, the old secret verifies", verifies(old, during)),
         ("during the overlap, the new secret verifies", verifies(new, during)),
@@ -108,7 +69,7 @@ def main():
     time.sleep(max(0.0, ends - time.time()))
     event_id = during[0]["webhook-id"]
     answer = admin("POST", f"/admin/events/{event_id}/redeliver")
-    after = wait_for(2)
+    after = receiver.nth(2)
     checks += [
         ("the redelivery is queued", answer == {"success": True, "delivery": "pending"}),
         ("the redelivery has the same webhook-id", after[0]["webhook-id"] == event_id),
@@ -119,7 +80,7 @@ def main():
     failed = [name for name, ok in checks if not ok]
     for name, ok in checks:
         print(("ok   " if ok else "FAIL ") + name)
-    server.shutdown()
+    receiver.stop()
     if failed:
         sys.exit(f"FAIL: {len(failed)} of {len(checks)} checks")
     print(f"webhook rotation: {len(checks)} checks passed with standardwebhooks")
