@@ -1,5 +1,5 @@
 //! How much memory the per-IP rate limiter holds for many distinct clients, and whether
-//! pruning gives it back. Issue #3 asks for the figure at 100,000 addresses.
+//! pruning gives it back. docs/benchmarks.md gives the figure at 100,000 addresses.
 //!
 //!   cargo run --release --example rate_limit_memory
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput/latency of POST /b2b/orders under wrk, printed as a Markdown table for BENCHMARKS.md.
+# Throughput/latency of POST /b2b/orders under wrk, printed as a Markdown table for docs/benchmarks.md.
 #
 #   ORDERLY_BIN=path/to/orderly BENCH_SECONDS=10 scripts/bench.sh [--database-url URL]
 #

@@ -179,6 +179,57 @@ def check_file_names(overlay=None, files=None):
     return problems
 
 
+# Source files whose comments are checked, and how a comment starts in each.
+COMMENT_MARKERS = {".rs": "//", ".sh": "#", ".py": "#", ".sql": "--", ".lua": "--", ".toml": "#",
+                   ".js": "//", ".css": "/*"}
+CODE_DIRS = ("src/", "tests/", "scripts/", "client/", "perf/", "benches/", "examples/",
+             "torture/", ".ci/", "build.rs", "Cargo.toml")
+# An issue of a tracker the repository does not hold; upstream projects' trackers are public.
+ISSUE = re.compile(r"(?<![\w-])(?<!sled )(?<!upstream )(?<!sled's )issues? #?\d+", re.I)
+SECTION = re.compile(r"§\s*\d")
+
+
+def comment_of(line, marker):
+    """The comment on a line of code, or None: the first marker outside a string (one that
+    follows an even number of double quotes)."""
+    at = line.find(marker)
+    while at >= 0 and line[:at].count('"') % 2 == 1:
+        at = line.find(marker, at + 1)
+    return None if at < 0 else line[at + len(marker):]
+
+
+def check_comments(overlay=None, files=None):
+    """Comments cite only what the repository holds: no issue of a tracker it does not
+    contain, no numbered section of a document it does not contain, no file it lacks."""
+    overlay = overlay or {}
+    files = files if files is not None else repository_files()
+    basenames = {os.path.basename(f) for f in files}
+    problems = []
+    sources = sorted(f for f in set(files) | set(overlay) if f.startswith(CODE_DIRS)
+                     and os.path.splitext(f)[1] in COMMENT_MARKERS and not f.startswith("vendor/"))
+    for path in sources:
+        marker = COMMENT_MARKERS[os.path.splitext(path)[1]]
+        try:
+            text = read(path, overlay)
+        except (OSError, UnicodeDecodeError):
+            continue
+        here = os.path.dirname(path)
+        for lineno, line in enumerate(text.split("\n"), 1):
+            comment = comment_of(line, marker)
+            if comment is None:
+                continue
+            for found in ISSUE.findall(comment):
+                problems.append(f"{path}:{lineno}: \"{found}\": cites a tracker the repository does not hold")
+            if SECTION.search(comment):
+                problems.append(f"{path}:{lineno}: cites a numbered section (§) no document of the repository has")
+            for name in FILE_NAME.findall(comment):
+                if re.search(r"https?://\S*" + re.escape(name), comment) or name.startswith(BUILT):
+                    continue
+                if not names_a_file(name, here, files, basenames):
+                    problems.append(f"{path}:{lineno}: {name}: no such file in the repository")
+    return problems
+
+
 def command_flags(binary):
     """Each command's flags, as its `--help` prints them."""
     result = {}
@@ -331,6 +382,13 @@ def self_test(flags, routes):
     found = [f for f in check_file_names({API: planted}) if f not in already]
     if len(found) != 2 or not ("BENCHMARKS.md" in found[0] and "src/store/nowhere.rs" in found[1]):
         failures.append(f"file names: expected BENCHMARKS.md and src/store/nowhere.rs, got {found}")
+    code = "src/domain/money.rs"
+    planted = read(code, {}) + "\n// See BENCHMARKS.md, issue 41 and contract §23.\n"
+    already = set(check_comments())
+    found = [f for f in check_comments({code: planted}) if f not in already]
+    kinds = ["BENCHMARKS.md", "issue 41", "§"]
+    if len(found) != 3 or not all(any(k in f for f in found) for k in kinds):
+        failures.append(f"comments: expected a file, an issue and a section in {code}, got {found}")
     if flags:
         operations = read(OPERATIONS, {})
         for command in ["serve", "restore"]:
@@ -367,7 +425,8 @@ def self_test(flags, routes):
     if not failures:
         print(
             "check-docs self-test: each check fails as it should "
-            "(a missing heading and file, two file names, a serve and a restore flag without "
+            "(a missing heading and file, two file names, a file, an issue and a section in a "
+            "comment, a serve and a restore flag without "
             "their rows and a row without its flag, "
             f"{routes[0] if routes else 'no route'} undocumented, a route unserved and one undescribed)"
         )
@@ -383,7 +442,7 @@ def main():
     routes = openapi_routes(args.bin) if args.bin else []
     if args.self_test:
         return 1 if self_test(flags, routes) else 0
-    problems = check_links() + check_file_names()
+    problems = check_links() + check_file_names() + check_comments()
     if args.bin:
         problems += check_flags(flags) + check_routes(routes)
         problems += check_route_table(route_table(), routes)

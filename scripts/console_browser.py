@@ -211,7 +211,7 @@ def main():
         check("the last status of the delivery is shown", "HTTP 500" in last, last)
         shot(driver, "account-callbacks", (1280, 800), "events-title")
 
-        # The delivery filter, the redeliver button and the secret's rotation (contract §22).
+        # The delivery filter, the redeliver button and the secret's rotation (docs/contract.md "7. Webhooks").
         def filter_events(state):
             driver.execute_script("const f = document.getElementById('events-filter');"
                                   "f.value = arguments[0]; f.dispatchEvent(new Event('change'));", state)

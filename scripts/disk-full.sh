@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A full disk stops the server, and nothing acknowledged is lost (contract §20, second rule).
+# A full disk stops the server, and nothing acknowledged is lost (docs/contract.md "5. Failures", second rule).
 #
 #   ORDERLY_BIN=path/to/orderly scripts/disk-full.sh        (as root)
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a flood of unauthenticated clients costs partner orders (contract §17: unauthenticated
+# What a flood of unauthenticated clients costs partner orders (docs/contract.md "6. Many instances": unauthenticated
 # traffic costs the database bounded work). One instance with --trusted-proxies 127.0.0.1/32,
 # on a throwaway PostgreSQL cluster (ENGINE=postgres, the default) or on sled (ENGINE=sled);
 # partner orders (perf/'s wrk new_order.lua, 16 connections) run quiet, then again while 2,000

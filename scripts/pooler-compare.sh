@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # orderly on PostgreSQL through PgBouncer against orderly on the same server direct, in one
-# run (contract §23: a pooler in between changes nothing, and should cost little). One throwaway
+# run (docs/contract.md "When the storage is slow": a pooler in between changes nothing, and should cost little). One throwaway
 # cluster, PgBouncer in front of it (scripts/pgbouncer.sh, pool_mode transaction unless
 # POOL_MODE says session), one orderly on a database of its own through each path, both seeded
 # by perf/orderly-setup.py; then, alternating (direct, pooled, direct, ...), new

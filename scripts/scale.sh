@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does orderly keep its speed, size, memory and restart time as its store grows to about a
-# million orders? Prints a Markdown table for BENCHMARKS.md.
+# million orders? Prints a Markdown table for docs/benchmarks.md.
 #
 #   ORDERLY_BIN=path/to/orderly scripts/scale.sh [--database-url URL]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A storage that stops answering under full load, as an operator meets it (contract §23), on either
+# A storage that stops answering under full load, as an operator meets it (docs/contract.md "When the storage is slow"), on either
 # engine, one instance, 64 connections of new orders (perf/'s wrk new_order.lua, 100
 # accounts, wrk's own timeout 30 s):
 #   postgres  one throwaway cluster whose every COMMIT waits for a synchronous standby that
@@ -145,7 +145,7 @@ limit_ms=$(python3 -c "import re; d='$DEADLINE'; s=float(re.sub('[^0-9.]','',d))
 echo "stall summary ($ENGINE): slowest answer ${max_ms} ms (limit ${limit_ms})," \
   "memory +$(( (rss_peak - rss_before) / 1024 )) MiB, readyz 503 ${unready} s into the stall," \
   "SIGTERM to exit ${took} s (status $code), $ledgers"
-# The goals of contract §23 (issue 34): each missed one is named, and the exit status is 1.
+# The goals of docs/contract.md "When the storage is slow": each missed one is named, and the exit status is 1.
 failed=()
 python3 -c "import sys; sys.exit(0 if float('${max_ms:-inf}') <= $limit_ms else 1)" \
   || failed+=("an answer came ${max_ms} ms after its request, past the deadline + 1 s")

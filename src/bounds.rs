@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 /// `--request-deadline`'s default: every request is answered within this of its arrival,
-/// whatever the storage does (contract §23). Twice the wait for a busy key, so that a request that
+/// whatever the storage does (docs/contract.md "When the storage is slow"). Twice the wait for a busy key, so that a request that
 /// waited out a key still has time to look it up and answer; well under the 15 to 30 s after
 /// which partners' HTTP clients and load balancers commonly give up, so the answer arrives
 /// while someone still listens.
@@ -44,7 +44,7 @@ pub const MAX_READS_IN_FLIGHT: usize = 256;
 pub const READ_THREADS: usize = 8;
 
 /// How long a request waits for a key (or a row) that another request holds before it is the
-/// in-progress 409 (contract §5 and 17: "about 5 s"): long enough for a commit at the p99.99 of a
+/// in-progress 409 (docs/api.md "POST /b2b/orders" and docs/contract.md "6. Many instances": "about 5 s"): long enough for a commit at the p99.99 of a
 /// loaded database, short enough that a partner's retry loop sees the answer well within its
 /// own timeout. Capped by the request's deadline.
 pub const KEY_WAIT: Duration = Duration::from_secs(5);
@@ -58,7 +58,7 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
 /// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
 /// that died without closing its socket (a lost machine): ending it releases the rows it had
 /// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
-/// within the 30 s of contract §17. A kill -9 closes the socket and releases them at once.
+/// within the 30 s of docs/contract.md "6. Many instances". A kill -9 closes the socket and releases them at once.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long opening one database connection may take: a server that accepts no connection in
@@ -73,7 +73,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// the server's to end, and the pool opens a new one.
 pub const COMMIT_PATIENCE: Duration = Duration::from_secs(60);
 
-/// `/readyz` turns 503 once a commit (or flush) has been in flight this long. contract §23 calls
+/// `/readyz` turns 503 once a commit (or flush) has been in flight this long. docs/contract.md "When the storage is slow" calls
 /// writes stopped once a commit is 5 s old and wants the 503 within 5 s of that; at the p99 a
 /// commit takes milliseconds, so 4 s already means a storage that stopped completing writes,
 /// and the second left over absorbs a load balancer's polling interval. A balancer that probes
@@ -87,7 +87,7 @@ pub const STALLED_AFTER: Duration = Duration::from_secs(4);
 /// probe that waits on a stalled disk, or behind `READ_THREADS` reads that do, fails so.)
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (contract §23):
+/// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (docs/contract.md "When the storage is slow"):
 /// the common default of orchestrators (Kubernetes' grace period, systemd's is 90 s) before
 /// they kill.
 pub const STOP_WITHIN: Duration = Duration::from_secs(30);

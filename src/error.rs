@@ -74,7 +74,7 @@ pub struct RateLimited<'a> {
 
 /// Every refusal of the HTTP surface, named for what happened. Each variant's status, token
 /// and sentence are decided below (`status_code`, `message`) and nowhere else; the wire
-/// format is contract §8's, byte for byte.
+/// format is docs/api.md "Errors"'s, byte for byte.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("invalid or missing API key")]
@@ -118,7 +118,7 @@ pub enum ApiError {
     InvalidKey { reason: &'static str },
     #[error("invalid callbackUrl: {reason}")]
     InvalidCallbackUrl { reason: CallbackRefusal },
-    /// A basket rule (contract §5 step 4).
+    /// A basket rule (docs/api.md "POST /b2b/orders" step 4).
     #[error("basket refused: {0:?}")]
     Basket(BasketRejection),
     #[error("currency mismatch")]
@@ -129,7 +129,7 @@ pub enum ApiError {
     /// The key was used before for another request (`other_operation`: another kind).
     #[error("idempotency key reused")]
     KeyReused { other_operation: bool },
-    /// The key's first use is still in flight past the wait (contract §5).
+    /// The key's first use is still in flight past the wait (docs/api.md "POST /b2b/orders").
     #[error("duplicate request in progress")]
     InProgress,
     #[error("order not cancellable: {}", status.as_str())]
@@ -152,7 +152,7 @@ pub enum ApiError {
     /// The storage does not answer (`/readyz`).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
-    /// The port failed; by its kind in the log, the opaque 500 on the wire (contract §20).
+    /// The port failed; by its kind in the log, the opaque 500 on the wire (docs/contract.md "5. Failures").
     #[error("storage: {0}")]
     Storage(#[from] StoreError),
     /// An invariant of orderly's own that did not hold; the opaque 500.
@@ -367,7 +367,7 @@ impl ApiError {
     }
 }
 
-/// The sentence of each basket rule (contract §5 step 4), its token first.
+/// The sentence of each basket rule (docs/api.md "POST /b2b/orders" step 4), its token first.
 fn basket_message(rejection: &BasketRejection) -> String {
     match rejection {
         BasketRejection::TooManyItems => {

@@ -1,5 +1,5 @@
 //! The operator's reads, which the console polls: every account, and an account's orders,
-//! ledger and events, in the list shape of contract §16 and with the same items and order as their
+//! ledger and events, in the list shape of docs/architecture.md "Decisions where the contract was silent" and with the same items and order as their
 //! `/b2b` twins. Each event adds its callback's state and every attempt.
 
 use crate::bounds::Deadline;

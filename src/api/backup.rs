@@ -37,7 +37,7 @@ pub async fn backup(
     crate::background::spawn_idle("orderly-backup-encode", move || {
         let (mut writer, header) = Writer::start(now_millis());
         // The header goes at once: the status and the first bytes are the client's within the
-        // deadline (contract §23), however long the walk before the first record takes.
+        // deadline (docs/contract.md "When the storage is slow"), however long the walk before the first record takes.
         if chunks.blocking_send(Ok(header.into())).is_err() {
             return;
         }

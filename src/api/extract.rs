@@ -290,7 +290,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// The path of the first string (a key or a value) that holds U+0000, if any. This is the
 /// one place that refuses it, for every field of every body and so for every engine:
 /// PostgreSQL's text and jsonb cannot store it, and the same input must get the same answer
-/// everywhere, before anything is stored (contract §20).
+/// everywhere, before anything is stored (docs/contract.md "5. Failures").
 fn nul_path(bytes: &[u8]) -> Option<Vec<serde_json::Value>> {
     // JSON carries U+0000 only as the escape `\u0000`, so a body without those six bytes
     // (nearly every body) has none and is not parsed again.

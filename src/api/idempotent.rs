@@ -129,7 +129,7 @@ where
         let used = match first_use().await {
             // The 402 says the key is free. A first use left to read the key where it writes
             // may have lost every race before it read it (a balance row held elsewhere), and
-            // the key's check comes before the balance's (contract §5): a key already used
+            // the key's check comes before the balance's (docs/api.md "POST /b2b/orders"): a key already used
             // still decides, by its durable row.
             Err(ApiError::ConcurrentModification) => {
                 return match lookup(store, metrics, write, write.deadline).await? {

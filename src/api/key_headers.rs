@@ -1,5 +1,5 @@
 //! The idempotency key's headers as `/openapi.json` documents them, written once for every
-//! keyed route: `X-Idempotency-Key` and the IETF spelling `Idempotency-Key` (contract §5). The
+//! keyed route: `X-Idempotency-Key` and the IETF spelling `Idempotency-Key` (docs/api.md "POST /b2b/orders"). The
 //! structs only document (the handlers read the headers themselves), hence never built.
 
 /// A write that requires a key (orders, refunds, credits).

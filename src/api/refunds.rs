@@ -51,7 +51,7 @@ pub async fn cancel_order(
     // Eight extractors are too many for one signature: the request carries its deadline.
     let deadline = deadline_of(&req);
     let _: CancelBody = optional_json_body(&req, payload).await?;
-    // The key's 400 before the order's 404 (contract §20), as on every keyed route.
+    // The key's 400 before the order's 404 (docs/contract.md "5. Failures"), as on every keyed route.
     let key = optional_idempotency_key(&req)?;
     let order = own_order(&**store, deadline, partner.account.id, &path)
         .await?

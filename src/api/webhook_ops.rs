@@ -1,4 +1,4 @@
-//! Webhook operations (contract §22): rotating an account's webhook secret with an overlap, and
+//! Webhook operations (docs/contract.md "7. Webhooks"): rotating an account's webhook secret with an overlap, and
 //! bringing back callbacks: one event's (the operator's or the partner's own), or every one of
 //! an account given up since a time.
 

@@ -20,7 +20,7 @@ pub enum AddressPolicy {
     AllowPrivate,
 }
 
-/// Why a callbackUrl is refused; its text follows `Invalid callbackUrl: ` in the 400 (contract §8)
+/// Why a callbackUrl is refused; its text follows `Invalid callbackUrl: ` in the 400 (docs/api.md "Errors")
 /// and `callbackUrl no longer acceptable: ` in a delivery given up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallbackRefusal {
@@ -161,7 +161,7 @@ fn in_v6_net(bits: u128, net: u128, prefix: u32) -> bool {
 }
 
 /// Whether a resolved address may be called back: a globally routable IPv4 address, or an
-/// IPv6 address outside every internal range (contract §20). IPv4-mapped, IPv4-compatible and
+/// IPv6 address outside every internal range (docs/contract.md "5. Failures"). IPv4-mapped, IPv4-compatible and
 /// NAT64 forms are judged by the IPv4 address inside them; 6to4 and Teredo, which tunnel to
 /// addresses that cannot be judged from here, are refused outright.
 pub fn is_public_ip(ip: IpAddr) -> bool {

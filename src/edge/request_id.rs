@@ -1,4 +1,4 @@
-//! Every answer's `Request-Id` (contract §8): what a partner quotes when asking why a request
+//! Every answer's `Request-Id` (docs/api.md "Errors"): what a partner quotes when asking why a request
 //! was refused, and what an operator searches the log for.
 //!
 //! Distinct per request without a lock: a random 64-bit prefix drawn once per process (so

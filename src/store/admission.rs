@@ -1,4 +1,4 @@
-//! Time and room for writes, the same on every engine (contract §23):
+//! Time and room for writes, the same on every engine (docs/contract.md "When the storage is slow"):
 //!
 //! - `Admission`: how many writes wait for the storage at once (`--max-pending-writes`). A
 //!   write holds its place from the call until the engine is done with it (answered after its

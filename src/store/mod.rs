@@ -54,7 +54,7 @@ pub use records::{
 pub use snapshot::{Producer, Snapshot};
 
 /// Why a call on the port did not complete, by what the caller can do about it. Every variant
-/// is the opaque 500 on the wire (contract §20); they differ in whether the same call may succeed
+/// is the opaque 500 on the wire (docs/contract.md "5. Failures"); they differ in whether the same call may succeed
 /// when made again, which `retryable` answers.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -74,16 +74,16 @@ pub enum StoreError {
     Failed(String),
     /// Not done by the request's deadline, and never to be done: a write that had not been
     /// sent to the storage (it is dropped before its commit), or a read. Nothing was written:
-    /// a 503 with `Retry-After` (contract §23).
+    /// a 503 with `Retry-After` (docs/contract.md "When the storage is slow").
     #[error("not done by the deadline: {0}")]
     TimedOut(String),
     /// Too many writes (`--max-pending-writes`), or reads, wait for the storage already:
-    /// refused at once, nothing written, a 503 with `Retry-After` (contract §23).
+    /// refused at once, nothing written, a 503 with `Retry-After` (docs/contract.md "When the storage is slow").
     #[error("too many requests waiting for the storage")]
     Overloaded,
     /// A write sent to the storage (its commit sent, its flush begun) and not confirmed by
     /// the request's deadline: its outcome is unknown, so the opaque 500, and the key of the
-    /// write decides its retry (contract §20 and 23). Not a failure of the storage.
+    /// write decides its retry (docs/contract.md "5. Failures" and docs/contract.md "When the storage is slow"). Not a failure of the storage.
     #[error("outcome unknown at the deadline: {0}")]
     InDoubt(String),
     /// A record that does not decode, or an index that points nowhere.
@@ -144,7 +144,7 @@ pub struct Spent {
     pub ahead_nanos: i64,
 }
 
-/// The per-client rate budget that every instance sharing one store spends from (contract §17),
+/// The per-client rate budget that every instance sharing one store spends from (docs/contract.md "6. Many instances"),
 /// so that adding instances never multiplies a client's limit.
 #[async_trait]
 pub trait SharedRateLimit: Send + Sync + 'static {
@@ -172,7 +172,7 @@ pub struct Page<T> {
 /// outbox never show a write before that.
 ///
 /// Every call takes the deadline of the request it serves (a worker's pass has one of its
-/// own) and resolves by then, whatever the storage does (contract §23): a write not yet sent to
+/// own) and resolves by then, whatever the storage does (docs/contract.md "When the storage is slow"): a write not yet sent to
 /// the storage is dropped, never to be written, and fails with `TimedOut`; one sent but not
 /// confirmed fails with `InDoubt`; a read fails with `TimedOut`. Writes waiting for the
 /// storage at once are bounded: one more fails at once with `Overloaded`, nothing written.
@@ -358,7 +358,7 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Page<Event>, StoreError>;
 
-    // --- webhook operations (contract §22)
+    // --- webhook operations (docs/contract.md "7. Webhooks")
     /// Replaces the account's webhook secret with `secret`; the one replaced keeps signing
     /// for `overlap` after `now` (`domain::webhook_secret::retire`). `None`: no such account.
     async fn rotate_webhook_secret(

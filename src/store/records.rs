@@ -94,7 +94,7 @@ pub struct KeyClaim {
     pub fingerprint: Fingerprint,
     /// The row expires this long after the commit.
     pub ttl: Duration,
-    /// The end of the request's wait for the key and the rows its write locks (contract §5: about
+    /// The end of the request's wait for the key and the rows its write locks (docs/api.md "POST /b2b/orders": about
     /// 5 s in all); an engine whose locks are shared with other processes waits no longer.
     pub wait_until: Instant,
 }

@@ -1,4 +1,4 @@
-//! contract §14: the operator's API.
+//! docs/api.md "Operator routes": the operator's API.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};

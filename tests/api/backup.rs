@@ -1,4 +1,4 @@
-//! contract §21, backups and restores: `GET /admin/backup` taken while orders stream in,
+//! docs/operations.md "One binary", backups and restores: `GET /admin/backup` taken while orders stream in,
 //! restored with `orderly restore` into an empty data directory, and the restored server
 //! holding every order acknowledged before the backup began, no order without its charge,
 //! balanced ledgers, and every key of the backup replaying byte for byte. A truncated or
@@ -358,7 +358,7 @@ async fn a_backup_many_times_its_read_ahead_streams_every_record_and_leaves_no_f
 
 /// A restore into a database whose orderly tables hold rows is refused before anything of it
 /// is written, its schema included: here a database at the schema before the latest
-/// migration keeps that schema (contract §20: the empty check comes before any schema is written).
+/// migration keeps that schema (docs/contract.md "5. Failures": the empty check comes before any schema is written).
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_restore_into_a_database_with_rows_is_refused_before_its_schema_is_migrated() {

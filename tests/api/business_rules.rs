@@ -1,4 +1,4 @@
-//! contract §5.4: each business rule is a 400 with its token, and charges nothing.
+//! docs/api.md "POST /b2b/orders".4: each business rule is a 400 with its token, and charges nothing.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,5 +1,5 @@
-//! contract §17, a busy key is never a 500: on PostgreSQL a key or a row that another session
-//! (another instance's transaction) holds past the bound is the in-progress 409 of contract §5,
+//! docs/contract.md "6. Many instances", a busy key is never a 500: on PostgreSQL a key or a row that another session
+//! (another instance's transaction) holds past the bound is the in-progress 409 of docs/api.md "POST /b2b/orders",
 //! after about 5 s in all (never a lock timeout per statement, one after another), and
 //! nothing is written: once it is free, the same request is a first use.
 

@@ -1,4 +1,4 @@
-//! contract §17, the database's clock decides: two instances on one PostgreSQL database, one of
+//! docs/contract.md "6. Many instances", the database's clock decides: two instances on one PostgreSQL database, one of
 //! them run 10 minutes ahead or behind under libfaketime (Debian's `faketime`; its monotonic
 //! clock left alone, as a wrong wall clock leaves it). No key is swept early, no live claim
 //! is taken over, and an `after=` poller misses no event. Each test first checks that the

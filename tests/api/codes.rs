@@ -1,4 +1,4 @@
-//! contract §8, machine codes and request ids: every refusal carries a `code` a program can
+//! docs/api.md "Errors", machine codes and request ids: every refusal carries a `code` a program can
 //! branch on, after the fields the seeds fix (whose bytes, prefix first, stay as they were);
 //! every answer carries a `Request-Id` of its own, written on that request's log line.
 

@@ -1,4 +1,4 @@
-//! contract §18: the console page and the admin reads it uses.
+//! docs/operations.md "The console": the console page and the admin reads it uses.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! contract §17, `orderly copy`: a stopped sled deployment moved whole into an empty
+//! docs/contract.md "6. Many instances", `orderly copy`: a stopped sled deployment moved whole into an empty
 //! PostgreSQL database, where instances carry on as if nothing had happened; a database with
 //! rows, or a source that is running, is refused and nothing is written. Each runs only when
 //! `ORDERLY_TEST_DATABASE_URL` is set (the source is sled either way).

@@ -1,4 +1,4 @@
-//! contract §§2 and 16 (Demo): `--demo` seeds data/demo.json into an empty database only,
+//! docs/operations.md "Every flag of `orderly serve`" and docs/architecture.md "Decisions where the contract was silent" (Demo): `--demo` seeds data/demo.json into an empty database only,
 //! and prints the keys and the admin token it runs with.
 
 use reqwest::{Method, StatusCode};

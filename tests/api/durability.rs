@@ -1,4 +1,4 @@
-//! contract §20, first two rules, on the embedded engine with its durability step under the
+//! docs/contract.md "5. Failures", first two rules, on the embedded engine with its durability step under the
 //! test's control: the application runs in this process with a flush hook that can stall
 //! the group commit or make it fail, so "before the flush" is a state the test holds.
 

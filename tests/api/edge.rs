@@ -1,4 +1,4 @@
-//! contract §§4.1 and 9: the Origin check before the limiter, and the limiter's arithmetic.
+//! docs/contract.md "3. The order of checks" and "3.3 The rate limit": the Origin check before the limiter, and the limiter's arithmetic.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! contract §10: expired rows decide until the sweeper deletes them; then the key is new.
+//! docs/contract.md "2.8 A key lives 24 hours, then is swept": expired rows decide until the sweeper deletes them; then the key is new.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! contract §23's last rule: a failover is a reconnect. A primary and its synchronous streaming
+//! docs/contract.md "When the storage is slow"'s last rule: a failover is a reconnect. A primary and its synchronous streaming
 //! standby (clusters of the test's own: `pg_basebackup -R`, the standby's `primary_conninfo`
 //! in `postgresql.auto.conf`), two instances on libpq's multi-host URL with
 //! `target_session_attrs=read-write`. The primary is killed under load and the standby

@@ -1,4 +1,4 @@
-//! contract §20, the rules that hold on every engine: bounded metric labels, isolated
+//! docs/contract.md "5. Failures", the rules that hold on every engine: bounded metric labels, isolated
 //! webhook receivers, capped Retry-After, the structured IETF key, the order of checks on
 //! cancel and refunds, and logs without callback secrets.
 

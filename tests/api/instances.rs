@@ -1,4 +1,4 @@
-//! contract §17 across instances: two (or more) `orderly serve` processes on one
+//! docs/contract.md "6. Many instances" across instances: two (or more) `orderly serve` processes on one
 //! PostgreSQL database, tested where only many instances can fail: one key, one rate budget,
 //! one revocation, one migration, claimed work taken over after a kill -9, one credit per
 //! provider notification, and no acknowledged order lost with an instance. Each runs only
@@ -118,7 +118,7 @@ async fn fifty_requests_of_one_key_split_over_two_instances_place_one_order_and_
 /// An instance with the API key in memory and no copy of the idempotency key leaves the key
 /// to its first use, which reads it under the balance's lock. When that lock is held past the
 /// retries the first use never read the key; the key's check comes before the balance's
-/// (contract §5), so the answer is still the key's, never the 402 that says it is free.
+/// (docs/api.md "POST /b2b/orders"), so the answer is still the key's, never the 402 that says it is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn a_different_body_under_a_key_used_through_the_other_instance_is_the_409_while_its_balance_row_stays_locked(

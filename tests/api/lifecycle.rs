@@ -1,4 +1,4 @@
-//! contract §§11 and 12: fulfillment, cancel, refunds and the event list.
+//! docs/api.md "Partner routes" and docs/contract.md "7. Webhooks": fulfillment, cancel, refunds and the event list.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! contract §§2 and 15: metrics, the OpenAPI document, flags, and a graceful stop.
+//! docs/operations.md "Every flag of `orderly serve`" and "Health, readiness and metrics": metrics, the OpenAPI document, flags, and a graceful stop.
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! contract §4: auth, then schema, then the idempotency key; a refused call changes nothing.
+//! docs/contract.md "3. The order of checks": auth, then schema, then the idempotency key; a refused call changes nothing.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

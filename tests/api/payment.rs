@@ -1,4 +1,4 @@
-//! contract §5.5: the 402s roll everything back and leave the key free.
+//! docs/api.md "POST /b2b/orders".5: the 402s roll everything back and leave the key free.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! contract §17 where PostgreSQL differs from the embedded engine: a schema newer than the
+//! docs/contract.md "6. Many instances" where PostgreSQL differs from the embedded engine: a schema newer than the
 //! binary, a balance row held by another transaction past every retry (the 402 `Concurrent
 //! balance modification`, which sled never produces), and the database stopped and started
 //! under load (`/readyz` 503 meanwhile, no acknowledged order lost, service back without
@@ -511,7 +511,7 @@ async fn budget_lent_to_an_instance_and_not_drawn_goes_back_to_the_client() {
     );
 }
 
-/// contract §23: statements are prepared and kept only where nothing can hand a server session to
+/// docs/contract.md "When the storage is slow": statements are prepared and kept only where nothing can hand a server session to
 /// another client with a kept statement missing, or someone else's under its name: directly,
 /// or behind a pooler proved at start to keep statements itself (PgBouncer 1.21 and newer);
 /// behind anything else every statement goes unnamed. The log says which, and orders and

@@ -1,4 +1,4 @@
-//! contract §13: provider notifications credit exactly once, however often they arrive.
+//! docs/contract.md "4.7 A provider payment credits once": provider notifications credit exactly once, however often they arrive.
 
 use futures::future::join_all;
 use hmac::{Hmac, Mac};

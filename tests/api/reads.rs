@@ -1,4 +1,4 @@
-//! contract §§11 and 16: the read endpoints, their scopes, lists and cursors.
+//! docs/api.md "Partner routes" and docs/architecture.md "Decisions where the contract was silent": the read endpoints, their scopes, lists and cursors.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

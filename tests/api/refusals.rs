@@ -1,5 +1,5 @@
-//! contract §23, "a pooler in between changes nothing", last sentence, and issue 35's operator
-//! messages: a database orderly cannot use as given (unreachable, missing, the login refused,
+//! docs/contract.md "When the storage is slow", "a pooler in between changes nothing", last
+//! sentence, and docs/operations.md "When it cannot start": a database orderly cannot use as given (unreachable, missing, the login refused,
 //! read-only, a pooler refusing a startup parameter or allowing no transactions) stops `serve`
 //! at once with status 1 and one line saying which and what to check, never `db error`.
 

@@ -1,4 +1,4 @@
-//! contract §§5.3 and 6: replays are byte for byte, conflicts are 409, and the fingerprint
+//! docs/contract.md "2.3 Same key, same request: the same bytes again" and "2.4 The same request means the same fingerprint": replays are byte for byte, conflicts are 409, and the fingerprint
 //! covers the normalized basket only.
 
 use reqwest::StatusCode;

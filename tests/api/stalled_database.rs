@@ -1,4 +1,4 @@
-//! contract §23 on PostgreSQL, through the binary: commits that wait for a synchronous standby
+//! docs/contract.md "When the storage is slow" on PostgreSQL, through the binary: commits that wait for a synchronous standby
 //! that is gone (`synchronous_standby_names` naming one that does not exist, on a cluster of
 //! the test's own, since every commit on it waits), a row held past the deadline, backends
 //! stopped with SIGSTOP, and one write more than `--max-pending-writes`. Every request is

@@ -1,4 +1,4 @@
-//! contract §23 on the embedded engine, with its group commit held in the test's hand (the flush
+//! docs/contract.md "When the storage is slow" on the embedded engine, with its group commit held in the test's hand (the flush
 //! hook of `in_process`), as a disk that stopped answering would hold it: every request is
 //! answered by its deadline, readiness follows progress, the writes waiting are bounded, and
 //! once the flush goes on every write answered 500 is wholly there or wholly absent.

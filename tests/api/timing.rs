@@ -1,4 +1,4 @@
-//! What the stall tests measure (contract §23): requests sent at once, each one's status,
+//! What the stall tests measure (docs/contract.md "When the storage is slow"): requests sent at once, each one's status,
 //! `Retry-After` and time to its answer; whether each came by the deadline; and how long a
 //! probe took to turn.
 
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Client, RequestBuilder, StatusCode};
 
-/// What a request may take past its deadline (contract §23's "deadline + 1 s").
+/// What a request may take past its deadline (docs/contract.md "When the storage is slow"'s "deadline + 1 s").
 pub const SLACK: Duration = Duration::from_secs(1);
 
 /// One answer: the request's idempotency key, the status, `Retry-After`, the time it took.

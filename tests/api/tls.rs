@@ -1,4 +1,4 @@
-//! contract §21, HTTPS: certificates made here (a test CA and leaves signed by it), the
+//! docs/operations.md "One binary", HTTPS: certificates made here (a test CA and leaves signed by it), the
 //! binary serving TLS 1.2 and 1.3 only, a SIGHUP reload for new connections, and a pair that
 //! does not belong together refused at start with exit status 2.
 

@@ -1,4 +1,4 @@
-//! contract §22, webhook operations: a receiver's 410 stops the delivery, given-up
+//! docs/contract.md "7. Webhooks", webhook operations: a receiver's 410 stops the delivery, given-up
 //! deliveries are counted and found by the admin list's `delivery=` filter, a secret rotates
 //! with an overlap in which both sign, and any delivery can be redelivered or recovered.
 

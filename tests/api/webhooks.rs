@@ -1,4 +1,4 @@
-//! contract §12: callbacks to a real receiver on 127.0.0.1, signed, retried under one id,
+//! docs/contract.md "7. Webhooks": callbacks to a real receiver on 127.0.0.1, signed, retried under one id,
 //! and surviving a restart.
 
 use std::time::Duration;
@@ -141,7 +141,7 @@ async fn a_delivery_that_failed_before_a_crash_arrives_after_the_restart() {
     // The kill may land after the receiver answered and before the outcome was settled: on
     // PostgreSQL the attempt's claim then holds its whole attempt lease (20 s, fenced so that
     // no second instance sends meanwhile), and the work of an instance that died is taken
-    // over within 30 s (contract §17). Seen: 1 run in 6 waited past 15 s.
+    // over within 30 s (docs/contract.md "6. Many instances"). Seen: 1 run in 6 waited past 15 s.
     let got = receiver.wait_for(2, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 2, "the event arrived after the restart");
     assert!(

@@ -226,7 +226,7 @@ impl Batcher {
 
 /// An order's outcome as its caller gets it: a failure before its COMMIT once its deadline
 /// passed wrote nothing (the 503); a race lost on every try, or a balance row held elsewhere
-/// past its wait, is the partner's to retry with its key (contract §5's 402); anything else is the
+/// past its wait, is the partner's to retry with its key (docs/api.md "POST /b2b/orders"'s 402); anything else is the
 /// storage's.
 fn answer_of(outcome: Result<Result<Vec<u8>, OrderRefusal>, Fault>, order: &Admitted) -> Answer {
     match outcome {

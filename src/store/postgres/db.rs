@@ -1,4 +1,4 @@
-//! The engine's connections and what bounds them (contract §23): the pool, the writes admitted at
+//! The engine's connections and what bounds them (docs/contract.md "When the storage is slow"): the pool, the writes admitted at
 //! once, the commits in flight, and `Conn`, a pooled connection that carries its request's
 //! bounds into every transaction it begins and is given up, not handed back, when the work
 //! using it is dropped midway (a statement may still be running on it).

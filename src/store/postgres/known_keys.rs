@@ -1,6 +1,6 @@
 //! Every API key that can authenticate, known to this instance by its hash, so that a key
 //! it does not know is refused with no statement at all: a flood of made-up keys, one
-//! repeated or a new one each time, costs the database nothing (contract §17).
+//! repeated or a new one each time, costs the database nothing (docs/contract.md "6. Many instances").
 //!
 //! Exact under change, by the cache lease of `shared_cache.rs`: every creation or revocation
 //! of a key bumps `auth_cache_version` and writes that change's number into the key's row

@@ -1,5 +1,5 @@
 //! Budget the shared rate limit lends one instance ahead of a hot client's requests, so that
-//! they are allowed without a statement each (issue 22: a replay in no round trip).
+//! they are allowed without a statement each (a replay in no round trip).
 //!
 //! A loan is spent from the shared budget like requests are, in the same statement as the
 //! requests that were waiting, and only from what is left over after them: the database grants

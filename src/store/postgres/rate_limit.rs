@@ -3,7 +3,7 @@
 //! across instances, and the database's clock is the only clock, so instances whose clocks
 //! drift still spend from one budget.
 //!
-//! The database's work is bounded per instance, however many clients are counting (contract §17):
+//! The database's work is bounded per instance, however many clients are counting (docs/contract.md "6. Many instances"):
 //! one statement in flight at a time, on a connection of its own (never one of the pool's
 //! that partner requests wait for), at most one per `TICK`. Every request that arrives while
 //! a statement runs, of every client, goes into the next one: one multi-row upsert that

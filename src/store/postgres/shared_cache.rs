@@ -1,12 +1,12 @@
 //! Rows that partner requests read on every call, kept in this instance's memory so that a
 //! replay costs the database nothing, and exact across every instance on the database: no
-//! instance serves a copy that a committed change has made wrong (contract §17: a key revoked
+//! instance serves a copy that a committed change has made wrong (docs/contract.md "6. Many instances": a key revoked
 //! through one instance is 401 on every other at once).
 //!
 //! - An idempotency key's row never changes once committed; only the sweeper deletes it, and
 //!   only after its `expires_at` on the database's clock, which every instance follows
 //!   (`clock.rs`). A copy is served until `KEY_ROW_MARGIN` before that instant, then read again
-//!   (expired rows still decide until swept, contract §10, and the database says which are).
+//!   (expired rows still decide until swept, docs/contract.md "2.8 A key lives 24 hours, then is swept", and the database says which are).
 //! - An API key and its account change (a revocation, a rotated webhook secret). A copy is
 //!   served only while this instance holds a live *lease*, and a change answers only once every
 //!   live lease has acknowledged it:

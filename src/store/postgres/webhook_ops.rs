@@ -1,4 +1,4 @@
-//! Webhook operations on PostgreSQL (contract §22): secret rotation, redelivery and recovery.
+//! Webhook operations on PostgreSQL (docs/contract.md "7. Webhooks"): secret rotation, redelivery and recovery.
 //!
 //! A redelivery and the settling of an attempt of the same event hold one transaction-level
 //! advisory lock (`lock_callback`), so one sees the other whole: a redelivery never misses

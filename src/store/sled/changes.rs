@@ -6,7 +6,8 @@
 //! The writer thread is the only writer of the store (every write is a writer job), so these
 //! notes are exact. sled's own subscribers (`watch_prefix`) were not: they lose every event
 //! after a write that rewrites the same bytes, and then block the writer inside its commit
-//! (DEPENDENCIES.md). A note is taken before the write it describes can be seen: inside the
+//! (read in sled 0.34.7's `Tree::insert_inner` and `Subscriber::next_timeout`, and seen in a
+//! probe: a key revoked twice during a backup, then 1,500 key creations, stopped every write). A note is taken before the write it describes can be seen: inside the
 //! transaction, which commits after its closure returns, and before a write outside one. So a
 //! walk that reads a key's new value finds the key's pre-image noted.
 //!

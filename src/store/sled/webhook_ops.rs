@@ -1,4 +1,4 @@
-//! Webhook operations on sled (contract §22): secret rotation, redelivery and recovery. Each runs
+//! Webhook operations on sled (docs/contract.md "7. Webhooks"): secret rotation, redelivery and recovery. Each runs
 //! as one job on the writer thread, so it is ordered with every attempt's settling: an
 //! attempt in flight on an entry a redelivery replaced finds its entry gone and only logs.
 

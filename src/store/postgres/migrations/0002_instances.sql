@@ -1,4 +1,4 @@
--- Many instances on one database (issue 11).
+-- Many instances on one database (docs/contract.md "6. Many instances").
 
 -- The per-client rate budget shared by every instance: one row per client bucket holding its
 -- GCRA theoretical arrival time, in nanoseconds on the database's clock (one clock for every

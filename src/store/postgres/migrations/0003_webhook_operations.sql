@@ -1,4 +1,4 @@
--- Webhook operations (issue 24).
+-- Webhook operations: secret rotation, redelivery, recovery (docs/contract.md "7. Webhooks").
 
 -- The webhook secret an account's last rotation replaced: it signs beside the current one
 -- until valid_until (milliseconds), read with each due delivery, so every instance signs alike.

@@ -1,4 +1,4 @@
--- Each instance keeps API keys and their accounts in memory (issue 22: a replay in no round
+-- Each instance keeps API keys and their accounts in memory (a replay in no round
 -- trip), and every change to them waits until no instance can still serve the old copy
 -- (store/postgres/shared_cache.rs).
 

@@ -1,4 +1,4 @@
--- Delivery claims are fenced (issue 41): two instances must never send one webhook-id at once.
+-- Delivery claims are fenced (store/postgres/outbox.rs): two instances must never send one webhook-id at once.
 
 -- Each claim takes a number of its own from this sequence; an attempt's outcome is written
 -- (the row removed or moved to its next attempt, the claim released) only under the number
