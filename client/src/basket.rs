@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The order body of contract §5 without `externalOrderId`, which the client sets to the
+/// The order body of docs/api.md "POST /b2b/orders" without `externalOrderId`, which the client sets to the
 /// intent id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,5 +1,5 @@
 //! Flags (each with an `ORDERLY_CLIENT_*` twin), the four commands, one JSON line per intent
-//! on stdout, and the exit codes of contract §19: 0 when every printed intent is placed,
+//! on stdout, and the exit codes of client/README.md: 0 when every printed intent is placed,
 //! 1 otherwise, 2 for bad usage.
 
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@ use crate::journal::{Begun, Entry, Journal, JournalError};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::policy::{self, Answer, Lookup, Verdict, Wait};
 
-/// Where and how to call orderly. `Config::new` has the defaults of contract §19.
+/// Where and how to call orderly. `Config::new` has the defaults of client/README.md.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Base URL of the server, e.g. `https://orders.example.com`.

@@ -2,7 +2,7 @@
 //!
 //! An intent (one business order) is journaled with its idempotency key and its exact request
 //! bytes, fsynced, before the first attempt; every retry sends those bytes under that key,
-//! after the policy of contract §19 says how long to wait; `resume` picks up what a
+//! after the policy of client/README.md says how long to wait; `resume` picks up what a
 //! restart left pending, and past the key's 24-hour lifetime an intent is only looked up,
 //! never re-sent. `webhooks` verifies and deduplicates the callbacks coming back.
 

@@ -1,5 +1,5 @@
 //! What became of an intent: the value `place_order` and `resume` return, the journal keeps
-//! and the binary prints (one JSON line in the shape of contract §19).
+//! and the binary prints (one JSON line in the shape of client/README.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +44,7 @@ impl Outcome {
         self.outcome == OutcomeKind::Placed
     }
 
-    /// The one JSON line of contract §19.
+    /// The one JSON line of client/README.md.
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).expect("an outcome always serializes")
     }

@@ -1,4 +1,4 @@
-//! The retry policy of contract §19 as pure functions: an answer in, a verdict out.
+//! The retry policy of client/README.md as pure functions: an answer in, a verdict out.
 //!
 //! It branches on the status first and never on `success`; inside a status it matches the
 //! token prefix (`idempotency_key_reused_with_different_body:`), never the sentence after it,
