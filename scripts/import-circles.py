@@ -5,9 +5,11 @@ tested without the other, and layers that should point one way do not.
 
     python3 scripts/import-circles.py [SRC_DIR]     (default: src)
 
-Reads `use super::NAME` and `super::NAME::` paths of each file against its siblings (a
-folder's `mod.rs` is the folder's own module, whose children may name it only as `super`,
-which is not counted: the parent owns its children)."""
+Reads `use super::NAME` and `super::NAME::` paths of each file against its siblings, and
+`crate::PATH::NAME` where PATH is the folder's own module path (at the crate's root, where
+`main.rs` or `lib.rs` sits, `crate::NAME` names a sibling). A folder's `mod.rs` is the
+folder's own module, whose children may name it only as `super`, which is not counted: the
+parent owns its children."""
 import pathlib
 import re
 import sys
@@ -24,9 +26,15 @@ for folder in sorted({p.parent for p in root.rglob("*.rs")}):
         if sub.is_dir() and (sub / "mod.rs").exists():
             siblings[sub.name] = sub / "mod.rs"
     graph = {}
+    # The folder's path from the crate's root, as `crate::` paths spell it.
+    prefix = "".join(part + "::" for part in folder.relative_to(root).parts)
+    crate_path = re.escape("crate::" + prefix)
     for name, path in siblings.items():
         text = path.read_text()
         used = set(re.findall(r"\bsuper::([a-z_][a-z0-9_]*)", text))
+        used |= set(re.findall(r"\b" + crate_path + r"([a-z_][a-z0-9_]*)", text))
+        for group in re.findall(r"use\s+" + crate_path + r"\{([^}]*)\}", text):
+            used |= set(re.findall(r"(?:^|[,\s{])([a-z_][a-z0-9_]*)", group))
         # `use super::{a, b::c}` lists
         for group in re.findall(r"use\s+super::\{([^}]*)\}", text):
             used |= set(re.findall(r"(?:^|[,\s{])([a-z_][a-z0-9_]*)", group))

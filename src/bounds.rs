@@ -177,10 +177,4 @@ mod tests {
         assert_eq!(deadline.capped(Duration::from_secs(5)), deadline.instant());
         assert!(deadline.capped(Duration::from_millis(10)) < deadline.instant());
     }
-
-    #[test]
-    fn the_default_deadline_parses_as_the_flag_takes_it() {
-        let flag = crate::config::REQUEST_DEADLINE_FLAG_DEFAULT;
-        assert_eq!(humantime::parse_duration(flag).unwrap(), REQUEST_DEADLINE);
-    }
 }

@@ -299,6 +299,14 @@ mod tests {
     }
 
     #[test]
+    fn the_default_deadline_parses_as_the_flag_takes_it() {
+        assert_eq!(
+            humantime::parse_duration(REQUEST_DEADLINE_FLAG_DEFAULT).unwrap(),
+            crate::bounds::REQUEST_DEADLINE
+        );
+    }
+
+    #[test]
     fn defaults_match_the_contract() {
         let s = serve(&[]).unwrap();
         assert_eq!(s.listen, "127.0.0.1:8080");

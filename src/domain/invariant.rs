@@ -1,5 +1,5 @@
 //! The money invariants, asserted where money moves: each decision of `placing.rs`,
-//! `lifecycle.rs` and `ledger.rs`, and each batch of orders before an engine writes it
+//! `lifecycle.rs` and `money_in.rs`, and each batch of orders before an engine writes it
 //! (`store/batch`). The tests and the random workload check the same rules from outside; these
 //! catch a bug at the write that would break them, before the write is made.
 //!

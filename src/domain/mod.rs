@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod limits;
 pub mod money;
+pub(crate) mod money_in;
 pub mod order;
 pub mod placing;
 pub mod product;

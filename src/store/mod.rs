@@ -238,7 +238,7 @@ pub trait Store: Send + Sync + 'static {
     /// Creates or replaces the product with this id. Orders placed after it is durable are
     /// priced from it; orders placed before keep the prices they were charged.
     async fn put_product(&self, deadline: Deadline, product: Product) -> Result<(), StoreError>;
-    /// Adds money (an admin credit, or the demo seed), decided by `domain::ledger::money_in`:
+    /// Adds money (an admin credit, or the demo seed), decided by `domain::money_in::money_in`:
     /// a ledger entry, the new balance and, with a claim, the key's row holding the 200 body
     /// (`credit.render`), which is returned. `BalanceOverflow` and `KeyTaken` write nothing.
     /// Resolves once durable.

@@ -4,9 +4,10 @@
 //! the 200 body (rendered by the request) and the key's row that stores it.
 
 use crate::domain::ids::{AccountId, Id, OrderId};
-use crate::domain::ledger::{money_in, LedgerEntry, LedgerReason};
+use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{self, Change, Stamp};
 use crate::domain::money::Cents;
+use crate::domain::money_in::money_in;
 use crate::domain::order::{BalanceView, Order};
 use crate::domain::time::Millis;
 use crate::store::batch::first_use;
@@ -32,7 +33,7 @@ impl<T> Decided<T> {
 }
 
 impl NewCredit {
-    /// The credit on `balance` (`domain::ledger::money_in`), its body and key row.
+    /// The credit on `balance` (`domain::money_in::money_in`), its body and key row.
     pub fn decide(
         &self,
         balance: Cents,
