@@ -213,8 +213,8 @@ async fn take(ctx: &Arc<Ctx>, n: usize, instance: usize) -> Backup {
     })
     .await;
     b.done_ms = ctx.now_ms();
-    // contract §23: a streamed answer is bounded by its start (status and first bytes within the
-    // deadline), whatever became of the rest.
+    // docs/contract.md "When the storage is slow": a streamed answer is bounded by its start
+    // (status and first bytes within the deadline), whatever became of the rest.
     let first = match first_byte.load(Ordering::SeqCst) {
         0 => b.done_ms,
         t => t,

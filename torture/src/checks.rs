@@ -2,10 +2,16 @@
 //! account's orders and ledger against what was acknowledged (never charged twice, never a
 //! paid order lost, every ledger sums to its balance, cancels, refunds, credits and provider
 //! payments each once), every acknowledged key replayed byte for byte, every "nothing was
-//! changed" left without a trace, every delivered event received, every poller without a gap.
+//! changed" left without a trace, every delivered event received, every poller without a gap;
+//! what a rewind of the database may have undone is not expected, and what it did undo is
+//! counted (per kind). And the online checks of API keys on every instance: a key created works
+//! at once, a key revoked is refused at once (docs/contract.md "A revoked key is refused by
+//! every instance", "A created key works on every instance" and "When the database goes back
+//! in time").
 
 use crate::ctx::Ctx;
-use crate::model::{EndExpectation, Finding};
+use crate::http::{Auth, Req};
+use crate::model::{EndExpectation, Finding, Rewinds, Span};
 use crate::rng::Rng;
 use crate::setup::report;
 use futures_util::StreamExt;
@@ -71,15 +77,18 @@ pub struct ReplayItem {
     pub digest: [u8; 32],
 }
 
-/// The acknowledged keys (those acknowledged before `below_seq` when given), with a sample of
-/// the prefill's (at most 5,000: they are many and alike).
+/// The acknowledged keys (those acknowledged before `below_seq` when given), with a sample of the
+/// prefill's (at most 5,000: they are many and alike). Acknowledgements a rewind may have undone
+/// are left out (docs/contract.md "When the database goes back in time"): a backup taken in or
+/// after a rewind's window holds a history that may not have them.
 pub fn acked_items(ctx: &Ctx, below_seq: Option<u64>) -> Vec<ReplayItem> {
+    let rw = ctx.state.rewinds();
     let mut items: Vec<ReplayItem> = {
         let keys = ctx.state.keys.lock().unwrap();
         keys.map
             .iter()
             .filter_map(|(k, r)| {
-                let a = r.acked.as_ref()?;
+                let a = r.safe_ack(&rw)?;
                 if below_seq.is_some_and(|s| a.seq >= s) {
                     return None;
                 }
@@ -552,14 +561,15 @@ pub fn check_account(d: &AccountData, e: &Expected) -> Vec<Finding> {
     out
 }
 
-/// What the model expects of each account index.
+/// What the model expects of each account index (nothing a rewind may have undone).
 fn expectations(ctx: &Ctx) -> HashMap<usize, Expected> {
+    let rw = ctx.state.rewinds();
     let mut ex: HashMap<usize, Expected> = HashMap::new();
     {
         let keys = ctx.state.keys.lock().unwrap();
         for (k, r) in &keys.map {
             let e = ex.entry(r.account).or_default();
-            match (r.op, &r.acked, r.end_expectation()) {
+            match (r.op, r.safe_ack(&rw), r.end_expectation(&rw)) {
                 ("order", Some(a), _) => {
                     e.orders.insert(a.object_id.clone(), (k.clone(), a.amount));
                 }
@@ -604,7 +614,10 @@ fn expectations(ctx: &Ctx) -> HashMap<usize, Expected> {
             .orders
             .insert(p.order_id.clone(), (p.key.clone(), p.total));
     }
-    for id in ctx.state.cancelled.lock().unwrap().iter() {
+    for (id, at) in ctx.state.cancelled.lock().unwrap().iter() {
+        if rw.at_risk(*at) {
+            continue;
+        }
         // Unkeyed cancels: the order's account is found by listing; add to every account's
         // set is wrong, so they are checked against the order list wherever the order is.
         for e in ex.values_mut() {
@@ -612,7 +625,7 @@ fn expectations(ctx: &Ctx) -> HashMap<usize, Expected> {
         }
     }
     for (id, p) in ctx.state.providers.lock().unwrap().iter() {
-        if p.acked {
+        if p.answers.must_show(&rw) {
             ex.entry(p.account)
                 .or_default()
                 .providers
@@ -631,6 +644,9 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
     let bases: Vec<String> = ctx.cluster.instances.iter().map(|i| i.url()).collect();
     let base = bases[0].clone();
     let token = ctx.cluster.admin_token.clone();
+    let rw = ctx.state.rewinds();
+    // What the store holds after the run, for the count of what the rewinds undid.
+    let mut finals: HashMap<usize, AccountData> = HashMap::new();
 
     // 1. Orders and ledgers.
     let ex = expectations(ctx);
@@ -685,6 +701,9 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
                     d.ledger.len(),
                     d.balance
                 ));
+                if !rw.list.is_empty() {
+                    finals.insert(idx, d);
+                }
             }
             Err(e) => ctx.violation(
                 "end-read",
@@ -705,7 +724,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             .iter()
             .filter(|(_, r)| {
                 (r.op == "refund" || r.op == "cancel")
-                    && r.end_expectation() == EndExpectation::NeverWritten
+                    && r.end_expectation(&rw) == EndExpectation::NeverWritten
             })
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect()
@@ -742,8 +761,15 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
         .values()
         .cloned()
         .collect();
+    let mut lost = Losses::default();
     for (i, rv) in revocables.iter().enumerate() {
-        if !rv.revokes.must_show() && !rv.revokes.must_not_show() {
+        let risky_revoke = rv.revokes.risky_oks(&rw) > 0 && !rv.revokes.must_show(&rw);
+        let risky_create = rw.at_risk(rv.created);
+        if !rv.revokes.must_show(&rw)
+            && !rv.revokes.must_not_show()
+            && !risky_revoke
+            && !risky_create
+        {
             continue;
         }
         let r = http
@@ -753,7 +779,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             .await;
         let st = r.map(|r| r.status().as_u16()).unwrap_or(0);
         ctx.check();
-        if rv.revokes.must_show() && st == 200 {
+        if rv.revokes.must_show(&rw) && st == 200 {
             ctx.violation(
                 "revoked-key-accepted",
                 &format!(
@@ -762,7 +788,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
                 ),
             );
         }
-        if rv.revokes.must_not_show() && st == 401 {
+        if rv.revokes.must_not_show() && st == 401 && !risky_create {
             ctx.violation(
                 "nothing-changed-visible",
                 &format!(
@@ -771,23 +797,51 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
                 ),
             );
         }
+        if risky_revoke {
+            lost.add("key revocation", st == 200);
+        }
+        if risky_create && st != 200 {
+            // Refused: revoked, or never created in the history that remains. Revoking it
+            // again tells (404: no such key); nothing is judged after this.
+            let d = http
+                .delete(format!("{base}/admin/api-keys/{}", rv.key_id))
+                .header("Authorization", format!("Bearer {token}"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0);
+            lost.add("key creation", d == 404);
+        } else if risky_create {
+            lost.add("key creation", false);
+        }
     }
+    let created: Vec<(String, crate::model::Unkeyed)> = ctx
+        .state
+        .created
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     match list_all(&http, &base, &token, "/admin/accounts", "accounts").await {
         Ok(all) => {
             let mut count: HashMap<String, u32> = HashMap::new();
             for a in &all {
                 *count.entry(s(a, "name")).or_insert(0) += 1;
             }
-            for (name, u) in ctx.state.created.lock().unwrap().iter() {
+            for (name, u) in &created {
                 let found = count.get(name).copied().unwrap_or(0);
                 ctx.check();
-                if !u.allowed(found) {
+                if !u.allowed(found, &rw) {
                     let check = if found > u.ok + u.unknown {
                         "nothing-changed-visible"
                     } else {
                         "account-lost"
                     };
-                    ctx.violation(check, &format!("account name {name}: {found} accounts; answers: {} x 200, {} unknown, {} x 503", u.ok, u.unknown, u.nothing));
+                    ctx.violation(check, &format!("account name {name}: {found} accounts; answers: {} x 200 ({} of them in a rewind's window), {} unknown, {} x 503", u.ok, u.risky_oks(&rw), u.unknown, u.nothing));
+                }
+                if u.risky_oks(&rw) > 0 && !u.must_show(&rw) {
+                    lost.add("account creation", found == 0);
                 }
             }
         }
@@ -795,14 +849,14 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
     }
     for idx in 0..n {
         let acc = ctx.state.account(idx);
-        let known = ctx
+        let known = ctx.state.current_secret(idx);
+        let latest = ctx
             .state
             .secrets
             .lock()
             .unwrap()
             .get(&idx)
-            .and_then(|s| s.current.clone());
-        let Some(known) = known else { continue };
+            .and_then(|s| s.rotations.iter().max_by_key(|r| r.1 .1).cloned());
         let r = http
             .get(format!("{base}/admin/accounts/{}", acc.id))
             .header("Authorization", format!("Bearer {token}"))
@@ -812,10 +866,18 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             if let Ok(v) = r.json::<Value>().await {
                 let now = s(&v["account"], "webhookSecret");
                 ctx.check();
-                if !now.is_empty() && now != known {
-                    ctx.violation("nothing-changed-visible", &format!("account {}: its webhook secret changed although no rotation the model knows of says so", acc.id));
+                if let Some(known) = known {
+                    if !now.is_empty() && now != known {
+                        ctx.violation("nothing-changed-visible", &format!("account {}: its webhook secret changed although no rotation the model knows of says so", acc.id));
+                    }
                 }
-                ctx.state.add_secret(idx, &now, false);
+                if let Some((secret, at)) = latest.filter(|l| rw.at_risk(l.1)) {
+                    // The latest rotation was answered in a rewind's window: undone if the
+                    // secret is not the one it answered.
+                    let _ = at;
+                    lost.add("webhook secret rotation", !now.is_empty() && now != secret);
+                }
+                ctx.state.add_secret(idx, &now, None);
             }
         }
     }
@@ -885,14 +947,20 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
         ctx.receiver.received_ids().len()
     ));
 
-    // 5. The pollers of /b2b/events?after=: nothing before their last cursor missed.
+    // 5. The pollers of /b2b/events?after=: nothing before their last cursor missed. Events
+    // listed in a rewind's window may be gone: a poller that did not start over after it is
+    // judged up to the last event listed before it.
     let pollers = ctx.state.pollers.lock().unwrap().clone();
+    let probes = ctx.state.cursor_probes.lock().unwrap().clone();
     let mut lists: HashMap<usize, Vec<String>> = HashMap::new();
-    for p in &pollers {
-        if p.seen.is_empty() || lists.contains_key(&p.account) {
-            continue;
-        }
-        let acc = ctx.state.account(p.account);
+    let wanted: HashSet<usize> = pollers
+        .iter()
+        .filter(|p| !p.seen.is_empty())
+        .map(|p| p.account)
+        .chain(probes.iter().map(|p| p.account))
+        .collect();
+    for account in wanted {
+        let acc = ctx.state.account(account);
         if let Ok(evs) = list_all(
             &http,
             &base,
@@ -902,11 +970,16 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
         )
         .await
         {
-            lists.insert(p.account, evs.iter().map(|e| s(e, "id")).collect());
+            lists.insert(account, evs.iter().map(|e| s(e, "id")).collect());
         }
     }
     for (c, p) in pollers.iter().enumerate() {
-        let (Some(all), Some(last)) = (lists.get(&p.account), p.seen.last()) else {
+        let keep = p
+            .seen_at
+            .iter()
+            .position(|at| rw.at_risk(*at))
+            .unwrap_or(p.seen.len());
+        let (Some(all), Some(last)) = (lists.get(&p.account), p.seen[..keep].last()) else {
             continue;
         };
         let Some(pos) = all.iter().position(|x| x == last) else {
@@ -916,7 +989,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             );
             continue;
         };
-        let seen: HashSet<&String> = p.seen.iter().collect();
+        let seen: HashSet<&String> = p.seen[..keep].iter().collect();
         let missed: Vec<&String> = all[..=pos].iter().filter(|x| !seen.contains(x)).collect();
         ctx.check();
         if !missed.is_empty() {
@@ -926,6 +999,355 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             );
         }
     }
+
+    // 6. What the rewinds undid: each acknowledged write they may have undone, looked up in
+    // the store as it is now.
+    if rw.list.is_empty() {
+        return;
+    }
+    let restarts: u32 = pollers.iter().map(|p| p.restarts).sum();
+    for p in &probes {
+        let gone = lists
+            .get(&p.account)
+            .is_some_and(|all| !all.contains(&p.cursor));
+        let line = format!(
+            "history-rewind: a poller's cursor {} ({}) sent as after= at {} ms: {}",
+            p.cursor,
+            if gone {
+                "an event the rewind lost"
+            } else {
+                "an event still there"
+            },
+            p.at_ms,
+            p.answer
+        );
+        ctx.note(&line);
+    }
+    let gone_probes: Vec<&crate::state::CursorProbe> = probes
+        .iter()
+        .filter(|p| {
+            lists
+                .get(&p.account)
+                .is_some_and(|all| !all.contains(&p.cursor))
+        })
+        .collect();
+    if let Some(p) = gone_probes.first() {
+        let line = format!(
+            "history-rewind: pollers started over {restarts} times; after= of an event the rewind lost ({} of {} cursors probed) answered: {}",
+            gone_probes.len(),
+            probes.len(),
+            p.answer
+        );
+        ctx.summary_line(&line);
+    }
+    let keys: Vec<crate::model::KeyRecord> = ctx
+        .state
+        .keys
+        .lock()
+        .unwrap()
+        .map
+        .values()
+        .cloned()
+        .collect();
+    let present =
+        |account: usize, f: &dyn Fn(&AccountData) -> bool| finals.get(&account).is_some_and(f);
+    let order_status = |account: usize, id: &str| -> Option<String> {
+        finals
+            .get(&account)
+            .and_then(|d| d.orders.iter().find(|o| s(o, "id") == id))
+            .map(|o| s(o, "status"))
+    };
+    for r in &keys {
+        for a in r.risky_acks(&rw) {
+            let undone = match r.op {
+                "order" => !present(r.account, &|d| {
+                    d.orders.iter().any(|o| s(o, "id") == a.object_id)
+                }),
+                "cancel" => order_status(r.account, &a.object_id).as_deref() != Some("cancelled"),
+                "refund" => !present(r.account, &|d| {
+                    d.ledger
+                        .iter()
+                        .any(|x| s(x, "reason") == "refund" && s(x, "reference") == a.object_id)
+                }),
+                "credit" => !present(r.account, &|d| {
+                    d.ledger
+                        .iter()
+                        .any(|x| s(x, "reason") == "credit" && s(x, "reference") == a.object_id)
+                }),
+                _ => continue,
+            };
+            lost.add(
+                match r.op {
+                    "order" => "order",
+                    "cancel" => "cancel (keyed)",
+                    "refund" => "refund",
+                    _ => "credit",
+                },
+                undone,
+            );
+        }
+    }
+    for (id, at) in ctx.state.cancelled.lock().unwrap().iter() {
+        if rw.at_risk(*at) {
+            let cancelled = finals.values().any(|d| {
+                d.orders
+                    .iter()
+                    .any(|o| s(o, "id") == *id && s(o, "status") == "cancelled")
+            });
+            lost.add("cancel (no key)", !cancelled);
+        }
+    }
+    for (id, p) in ctx.state.providers.lock().unwrap().iter() {
+        if p.answers.risky_oks(&rw) > 0 && !p.answers.must_show(&rw) {
+            let there = present(p.account, &|d| {
+                d.ledger
+                    .iter()
+                    .any(|x| s(x, "reason") == "provider_payment" && s(x, "reference") == *id)
+            });
+            lost.add("provider payment", !there);
+        }
+    }
+    let line = format!(
+        "history-rewind: {} rewinds; acknowledged writes in their windows, undone/at risk: {}; revocations soon after a rewind whose key an instance still accepted for a while (within the 2 s grace): {}",
+        rw.list.len(),
+        lost.show(),
+        ctx.tally.rewind_grace_used.load(Ordering::Relaxed)
+    );
+    ctx.summary_line(&line);
+}
+
+/// Per kind of write: how many acknowledged ones a rewind may have undone, and how many it did.
+#[derive(Default)]
+pub struct Losses(std::collections::BTreeMap<&'static str, (u32, u32)>);
+
+impl Losses {
+    pub fn add(&mut self, kind: &'static str, undone: bool) {
+        let e = self.0.entry(kind).or_insert((0, 0));
+        e.1 += 1;
+        if undone {
+            e.0 += 1;
+        }
+    }
+
+    pub fn show(&self) -> String {
+        if self.0.is_empty() {
+            return "none".into();
+        }
+        self.0
+            .iter()
+            .map(|(k, (l, n))| format!("{k} {l}/{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+// --------------------------------------------------------------------------------------------- API
+// keys on every instance, as they are answered (docs/contract.md "A revoked key is refused by every
+// instance", and "When the database goes back in time").
+
+/// The instances running and not paused now.
+fn live_instances(ctx: &Ctx) -> Vec<usize> {
+    ctx.cluster
+        .instances
+        .iter()
+        .filter(|i| i.is_live())
+        .map(|i| i.idx)
+        .collect()
+}
+
+/// Where `t` stands against the last rewind that ended before it (for the evidence).
+fn after_rewind(rw: &Rewinds, t: u64) -> String {
+    match rw
+        .list
+        .iter()
+        .filter_map(|r| r.w1.filter(|w1| *w1 <= t).map(|w1| (r.w0, w1)))
+        .next_back()
+    {
+        Some((w0, w1)) => format!(
+            " ({} ms after the end of the rewind [{w0}, {w1}] ms)",
+            t - w1
+        ),
+        None => String::new(),
+    }
+}
+
+/// A key whose creation was answered 200 authenticates on every live instance, at once: a 401
+/// is `created-key-refused` (unless a rewind may have undone the creation).
+pub async fn created_key_works(
+    ctx: &Arc<Ctx>,
+    http: &reqwest::Client,
+    client: usize,
+    key_id: &str,
+    plaintext: &str,
+    created: Span,
+) {
+    for idx in live_instances(ctx) {
+        let req = Req::new("key.use", reqwest::Method::GET, "/b2b/balance", idx, client)
+            .auth(Auth::Key(plaintext.to_string()));
+        let r = crate::http::send(ctx, http, &req).await;
+        ctx.check();
+        let rw = ctx.state.rewinds();
+        if r.status == Some(401) && !rw.at_risk(created) {
+            ctx.violation(
+                "created-key-refused",
+                &format!(
+                    "key {key_id}, created (200: sent at {} ms, answered at {} ms), answered 401 on instance {idx} at {} ms{}",
+                    created.0,
+                    created.1,
+                    r.end_ms,
+                    after_rewind(&rw, created.1)
+                ),
+            );
+        }
+    }
+}
+
+/// A key whose revocation was answered 200 is refused on every live instance, at once; a
+/// revocation answered soon after a rewind's end gets `REWIND_REVOCATION_GRACE_MS` from its
+/// answer, the key tried again every 100 ms meanwhile. A revocation a rewind may have undone
+/// is not judged.
+pub async fn revoked_key_refused(
+    ctx: &Arc<Ctx>,
+    http: &reqwest::Client,
+    client: usize,
+    key_id: &str,
+    plaintext: &str,
+    revoked: Span,
+) {
+    let rw = ctx.state.rewinds();
+    if rw.at_risk(revoked) {
+        return;
+    }
+    let grace = rw.revocation_grace_until(revoked);
+    for idx in live_instances(ctx) {
+        let mut first_accepted: Option<u64> = None;
+        let mut transient = 0;
+        loop {
+            let req = Req::new(
+                "key.check",
+                reqwest::Method::GET,
+                "/b2b/balance",
+                idx,
+                client,
+            )
+            .auth(Auth::Key(plaintext.to_string()));
+            let r = crate::http::send(ctx, http, &req).await;
+            ctx.check();
+            match r.status {
+                Some(401) => {
+                    if let Some(t) = first_accepted {
+                        ctx.tally.rewind_grace_used.fetch_add(1, Ordering::Relaxed);
+                        ctx.note(&format!(
+                            "key {key_id}, revoked at {} ms after a rewind, was accepted by instance {idx} until {t} ms, refused at {} ms (within the grace)",
+                            revoked.1, r.end_ms
+                        ));
+                    }
+                    break;
+                }
+                Some(s) if (200..300).contains(&s) => {
+                    if grace.is_some_and(|g| r.end_ms < g) {
+                        first_accepted.get_or_insert(r.end_ms);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    ctx.violation(
+                        "revoked-key-accepted",
+                        &format!(
+                            "key {key_id} revoked (200: sent at {} ms, answered at {} ms), then answered {s} on instance {idx} at {} ms{}{}",
+                            revoked.0,
+                            revoked.1,
+                            r.end_ms,
+                            after_rewind(&rw, revoked.1),
+                            if grace.is_some() { " (past its 2 s of grace)" } else { "" }
+                        ),
+                    );
+                    break;
+                }
+                _ => {
+                    // Down, restarting or busy: a moment, then give up on this instance.
+                    transient += 1;
+                    if transient > 10 || !ctx.cluster.instances[idx].is_live() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Right after a rewind: a sample (at most 20) of the keys whose revocation was answered before its
+/// point `w0` must be refused on every instance (docs/contract.md "When the database goes back in
+/// time": what was acknowledged before the point the database went back to is there). Returns a
+/// note.
+pub async fn revoked_before_rewind_refused(ctx: &Arc<Ctx>, w0: u64) -> String {
+    let rw = ctx.state.rewinds();
+    let mut sample: Vec<(String, String, Span)> = ctx
+        .state
+        .revocables
+        .lock()
+        .unwrap()
+        .values()
+        .filter_map(|rv| {
+            rv.revokes
+                .safe_oks(&rw)
+                .into_iter()
+                .find(|s| s.1 < w0)
+                .map(|s| (rv.key_id.clone(), rv.plaintext.clone(), s))
+        })
+        .collect();
+    sample.sort();
+    let mut rng = Rng::stream(ctx.cfg.seed, "rewind-revoked-sample", w0);
+    rng.shuffle(&mut sample);
+    sample.truncate(20);
+    let http = crate::http::client();
+    let (mut refused, mut accepted, mut unanswered) = (0, 0, 0);
+    for (key_id, plaintext, revoked) in &sample {
+        for idx in 0..ctx.cluster.instances.len() {
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                if ctx.cluster.instances[idx].is_live() {
+                    let req = Req::new(
+                        "rewind.revoked-check",
+                        reqwest::Method::GET,
+                        "/b2b/balance",
+                        idx,
+                        usize::MAX,
+                    )
+                    .auth(Auth::Key(plaintext.clone()));
+                    let r = crate::http::send(ctx, &http, &req).await;
+                    ctx.check();
+                    match r.status {
+                        Some(401) => {
+                            refused += 1;
+                            break;
+                        }
+                        Some(s) if (200..300).contains(&s) => {
+                            accepted += 1;
+                            ctx.violation(
+                                "revoked-key-accepted",
+                                &format!(
+                                    "key {key_id}, revoked (200 at {} ms) before the rewind point ({w0} ms), answered {s} on instance {idx} at {} ms, after the rewind",
+                                    revoked.1, r.end_ms
+                                ),
+                            );
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+                if std::time::Instant::now() > until {
+                    unanswered += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    format!(
+        "{} keys revoked before the rewind point tried on every instance after it: {refused} refused, {accepted} accepted, {unanswered} without a lasting answer within 20 s",
+        sample.len()
+    )
 }
 
 #[cfg(test)]

@@ -67,6 +67,11 @@ pub struct Tally {
     pub violations: Mutex<BTreeMap<String, u64>>,
     pub skipped: Mutex<Vec<(String, String)>>,
     pub exempt: AtomicU64,
+    /// Revocations soon after a rewind whose key some instance accepted for a while (within
+    /// the grace).
+    pub rewind_grace_used: AtomicU64,
+    /// Lines the summary prints before its last (what the rewinds undid).
+    pub summary_lines: Mutex<Vec<String>>,
 }
 
 pub struct Ctx {
@@ -165,6 +170,16 @@ impl Ctx {
 
     pub fn note(&self, text: &str) {
         self.hist.note(text);
+    }
+
+    /// A line for the summary (and the history).
+    pub fn summary_line(&self, text: &str) {
+        self.hist.note(text);
+        self.tally
+            .summary_lines
+            .lock()
+            .unwrap()
+            .push(text.to_string());
     }
 
     pub fn fault_begin(&self) {

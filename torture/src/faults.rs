@@ -30,9 +30,10 @@ pub enum FaultKind {
     Failover,
     GracefulRestart,
     RestoreSwap,
+    HistoryRewind,
 }
 
-pub const ALL: [FaultKind; 13] = [
+pub const ALL: [FaultKind; 14] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::ReceiverStall,
@@ -46,6 +47,7 @@ pub const ALL: [FaultKind; 13] = [
     FaultKind::Failover,
     FaultKind::GracefulRestart,
     FaultKind::RestoreSwap,
+    FaultKind::HistoryRewind,
 ];
 
 impl FaultKind {
@@ -64,6 +66,7 @@ impl FaultKind {
             FaultKind::Failover => "failover",
             FaultKind::GracefulRestart => "graceful-restart",
             FaultKind::RestoreSwap => "restore-swap",
+            FaultKind::HistoryRewind => "history-rewind",
         }
     }
 
@@ -78,7 +81,8 @@ impl FaultKind {
             FaultKind::LostStandby
             | FaultKind::RowsHeld
             | FaultKind::ConnCut
-            | FaultKind::Failover => Some(Engine::Postgres),
+            | FaultKind::Failover
+            | FaultKind::HistoryRewind => Some(Engine::Postgres),
             _ => None,
         }
     }
@@ -116,6 +120,7 @@ impl FaultKind {
             FaultKind::ConnCut => 3,
             FaultKind::ClockStep => 1,
             FaultKind::Failover => 1,
+            FaultKind::HistoryRewind => 1,
             FaultKind::GracefulRestart => 2,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
@@ -149,6 +154,8 @@ impl FaultKind {
             FaultKind::ConnCut => (2_000, 10_000),
             FaultKind::ClockStep => (20_000, 60_000),
             FaultKind::Kill | FaultKind::PowerLoss => (0, 2_000),
+            // How long the workload runs between the rewind point and the primary's end.
+            FaultKind::HistoryRewind => (2_000, 8_000),
             // How long the receiver takes to answer while the instance stops.
             FaultKind::GracefulRestart => (3_000, 9_000),
             FaultKind::ReceiverStall => (5_000, 30_000),
@@ -171,6 +178,9 @@ impl FaultKind {
             FaultKind::ConnCut => 4_000,
             FaultKind::ClockStep => 8_000,
             FaultKind::Failover => 25_000,
+            // A base backup, the archive, a recovery or a promotion, a standby rebuilt, and
+            // the keys revoked before it tried on every instance.
+            FaultKind::HistoryRewind => 35_000,
             FaultKind::GracefulRestart => 15_000,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
@@ -645,19 +655,226 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
             }
         }
         FaultKind::GracefulRestart => graceful_restart(ctx, &inst, p).await,
+        FaultKind::HistoryRewind => history_rewind(ctx, p).await,
         FaultKind::ReceiverStall => ("receiver".into(), "on its own track".into()),
         FaultKind::RestoreSwap => ("backups".into(), "among the end's restores".into()),
     }
 }
 
+/// The two ways a database goes back in time under running instances (docs/contract.md "When the
+/// database goes back in time").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RewindVariant {
+    /// The standby cut off after replication was made asynchronous, then promoted.
+    AsyncStandby,
+    /// The primary restored from a base backup to a restore point.
+    PointInTime,
+}
+
+impl RewindVariant {
+    pub fn name(self) -> &'static str {
+        match self {
+            RewindVariant::AsyncStandby => "async-standby promotion",
+            RewindVariant::PointInTime => "point-in-time restore",
+        }
+    }
+
+    /// The variant a fault's draw asks for (even: an asynchronous standby promoted; odd: a
+    /// point-in-time restore), or the other when the run lacks what it needs (a standby; WAL
+    /// archiving on the harness's own server). None: neither can run.
+    pub fn pick(draw: u64, has_standby: bool, can_pitr: bool) -> Option<RewindVariant> {
+        let wanted = if draw % 2 == 0 {
+            RewindVariant::AsyncStandby
+        } else {
+            RewindVariant::PointInTime
+        };
+        let can = |v: RewindVariant| match v {
+            RewindVariant::AsyncStandby => has_standby,
+            RewindVariant::PointInTime => can_pitr,
+        };
+        let other = match wanted {
+            RewindVariant::AsyncStandby => RewindVariant::PointInTime,
+            RewindVariant::PointInTime => RewindVariant::AsyncStandby,
+        };
+        [wanted, other].into_iter().find(|v| can(*v))
+    }
+}
+
+/// How long after the old primary's end an instance may still serve copies it kept from the old
+/// history (docs/contract.md "When the database goes back in time": a lease renewed just before the
+/// primary died holds for 2 s).
+pub const REWIND_LEASE_MS: u64 = 2_000;
+
+/// history-rewind (docs/contract.md "When the database goes back in time"): the database goes back
+/// in time under the running instances. The rewind point w0 is when what is acknowledged may start
+/// to be lost (replication made asynchronous; the restore point); the workload runs on for the
+/// drawn duration; then the primary is lost and the standby that missed the rest is promoted, or
+/// the primary is restored to the restore point. The rewind ends (w1) once the promoted or restored
+/// server is the only one and no lease of the old history can still hold (`REWIND_LEASE_MS` after
+/// the old primary's end): from then on a request can only be answered in the history that remains.
+/// From w0 to w1 what is acknowledged may be gone afterwards (the model's `Rewinds`). Then, the
+/// fault's tail: a standby rebuilt from the new primary (commits synchronous again), and a sample
+/// of the keys revoked before w0 tried on every instance.
+async fn history_rewind(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let target = "database".to_string();
+    let Some(pg) = &ctx.cluster.pg else {
+        return (target, "no PostgreSQL".into());
+    };
+    let Some(variant) = RewindVariant::pick(p.variant, pg.has_standby(), pg.can_pitr()) else {
+        ctx.violation(
+            "harness",
+            "history-rewind could not run: no standby and no WAL archive",
+        );
+        return (target, "no way to rewind".into());
+    };
+    let n = N.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut steps: Vec<String> = Vec::new();
+    let mut w0: Option<u64> = None;
+    let result = match variant {
+        RewindVariant::AsyncStandby => rewind_async(ctx, pg, p, &mut w0, &mut steps).await,
+        RewindVariant::PointInTime => rewind_pitr(ctx, pg, p, n, &mut w0, &mut steps).await,
+    };
+    // No copy of the old history served past its leases.
+    if let Ok(killed) = &result {
+        let until = *killed + Duration::from_millis(REWIND_LEASE_MS);
+        if Instant::now() < until {
+            tokio::time::sleep_until(until.into()).await;
+        }
+    }
+    let w1 = ctx.now_ms();
+    let mut note = variant.name().to_string();
+    if let Some(w0) = w0 {
+        ctx.state.rewinds.write().unwrap().end(w1);
+        note.push_str(&format!(
+            ": w0 {w0} ms, w1 {w1} ms ({:.1} s at risk)",
+            (w1 - w0) as f64 / 1000.0
+        ));
+    }
+    if !steps.is_empty() {
+        note.push_str(&format!("; {}", steps.join(", ")));
+    }
+    let mut failed = result.err();
+    // The tail: a standby again, and what was revoked before the rewind point still refused.
+    let rebuild = async {
+        let t = Instant::now();
+        match pg.rebuild_standby().await {
+            Ok(Some(_)) => Ok(format!(
+                "a standby rebuilt from the new primary in {:.1} s",
+                t.elapsed().as_secs_f64()
+            )),
+            Ok(None) => Ok(String::new()),
+            Err(e) => Err(e),
+        }
+    };
+    let sample = async {
+        match w0 {
+            Some(w0) => {
+                let t = Instant::now();
+                let checked = crate::checks::revoked_before_rewind_refused(ctx, w0).await;
+                format!("{checked} ({:.1} s)", t.elapsed().as_secs_f64())
+            }
+            None => String::new(),
+        }
+    };
+    let (rebuilt, checked) = if failed.is_none() {
+        tokio::join!(rebuild, sample)
+    } else {
+        (Ok(String::new()), sample.await)
+    };
+    match rebuilt {
+        Ok(r) if !r.is_empty() => note.push_str(&format!("; after w1: {r}")),
+        Ok(_) => {}
+        Err(e) => failed = Some(format!("rebuilding the standby: {e}")),
+    }
+    if !checked.is_empty() {
+        note.push_str(&format!("; {checked}"));
+    }
+    if let Some(e) = failed {
+        ctx.violation(
+            "harness",
+            &format!("history-rewind ({}) could not run: {e}", variant.name()),
+        );
+        note.push_str(&format!("; failed: {e}"));
+    }
+    (target, note)
+}
+
+/// Times one step of a rewind for its note.
+fn step(steps: &mut Vec<String>, what: &str, t: Instant) {
+    steps.push(format!("{what} {:.1} s", t.elapsed().as_secs_f64()));
+}
+
+/// Returns when the old primary was killed.
+async fn rewind_async(
+    ctx: &Arc<Ctx>,
+    pg: &crate::pg::Pg,
+    p: &Planned,
+    w0: &mut Option<u64>,
+    steps: &mut Vec<String>,
+) -> Result<Instant, String> {
+    // From the moment commits stop waiting for the standby, what is acknowledged may be lost.
+    let at = ctx.now_ms();
+    ctx.state.rewinds.write().unwrap().begin(at);
+    *w0 = Some(at);
+    let t = Instant::now();
+    pg.cut_standby().await?;
+    step(
+        steps,
+        "replication made asynchronous and the standby cut off in",
+        t,
+    );
+    let t = Instant::now();
+    nap(ctx, p.dur_ms).await;
+    step(steps, "the workload ran on for", t);
+    let (promoted, killed) = pg.promote_standby().await?;
+    steps.push(promoted);
+    Ok(killed)
+}
+
+/// Returns when the primary was killed.
+async fn rewind_pitr(
+    ctx: &Arc<Ctx>,
+    pg: &crate::pg::Pg,
+    p: &Planned,
+    n: u64,
+    w0: &mut Option<u64>,
+    steps: &mut Vec<String>,
+) -> Result<Instant, String> {
+    let t = Instant::now();
+    let backup = pg.base_backup(n).await?;
+    step(steps, "base backup", t);
+    let name = format!("torture-{n}");
+    // Everything acknowledged before the restore point is in the restored history.
+    let at = ctx.now_ms();
+    ctx.state.rewinds.write().unwrap().begin(at);
+    *w0 = Some(at);
+    let t = Instant::now();
+    pg.restore_point(&name).await?;
+    step(steps, &format!("restore point {name} and a WAL switch"), t);
+    let t = Instant::now();
+    nap(ctx, p.dur_ms).await;
+    step(steps, "the workload ran on for", t);
+    let t = Instant::now();
+    let seg = pg.switch_and_archive().await?;
+    step(steps, &format!("WAL switched, {seg} archived in"), t);
+    let t = Instant::now();
+    let (restored, killed) = pg.restore_primary(&backup, &name).await?;
+    steps.push(format!(
+        "{restored} ({:.1} s in all)",
+        t.elapsed().as_secs_f64()
+    ));
+    Ok(killed)
+}
+
 /// How long graceful-restart waits for a POST of the target process to be on the wire.
 const POST_WAIT: Duration = Duration::from_secs(10);
 
-/// A graceful stop while webhook POSTs are on the wire (contract §17 and §23): the receiver
-/// made slow (an override the stall track cannot cancel), the target process's first POST
-/// awaited (orders with a callback placed through it if none comes), then SIGTERM (it must end
-/// within 30 s and let the POST end: the receiver judges both), a restart, and the receiver
-/// back to its track.
+/// A graceful stop while webhook POSTs are on the wire (docs/contract.md "A stop is bounded" and
+/// "One piece of work is done by one instance at a time"): the receiver made slow (an override the
+/// stall track cannot cancel), the target process's first POST awaited (orders with a callback
+/// placed through it if none comes), then SIGTERM (it must end within 30 s and let the POST end:
+/// the receiver judges both), a restart, and the receiver back to its track.
 async fn graceful_restart(
     ctx: &Arc<Ctx>,
     inst: &Arc<crate::cluster::Instance>,
@@ -761,6 +978,7 @@ async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize
         (String::new(), 0)
     };
     ctx.check();
+    let rw = ctx.state.rewinds();
     let f = ctx.state.keys.lock().unwrap().on_answer(
         &key,
         &r.outcome(),
@@ -768,6 +986,7 @@ async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize
         amount,
         r.start_ms,
         r.end_ms,
+        &rw,
     );
     crate::setup::report(ctx, f);
 }
@@ -782,7 +1001,7 @@ fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> Str
     }
 }
 
-/// contract §23: a stop is bounded (30 s) whatever the storage does.
+/// docs/contract.md "A stop is bounded": a stop is bounded (30 s) whatever the storage does.
 fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
     ctx.check();
     let took = t.elapsed();
@@ -799,10 +1018,10 @@ fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
     }
 }
 
-/// A full disk (contract §20): the instance restarted under a file-size limit a little above its
-/// store, writes go on until one is refused, and the process must exit with status 1 within
-/// 5 s of the first refusal; then it restarts without the limit (every acknowledged key is
-/// checked at the end).
+/// A full disk (docs/contract.md "On sled, a failed flush stops the process"): the instance
+/// restarted under a file-size limit a little above its store, writes go on until one is refused,
+/// and the process must exit with status 1 within 5 s of the first refusal; then it restarts
+/// without the limit (every acknowledged key is checked at the end).
 async fn disk_full(ctx: &Arc<Ctx>, inst: &Arc<crate::cluster::Instance>) -> (String, String) {
     let Some(dir) = &ctx.cluster.data_dir else {
         return ("disk".into(), "no data dir".into());
@@ -884,9 +1103,9 @@ fn largest_file(dir: &std::path::Path) -> u64 {
     max
 }
 
-/// Watches /readyz on every instance while a storage fault holds and after it ends (contract §23):
-/// 503 no later than 5.5 s after writes stopped completing, 200 again within 5 s (+1.5 s for
-/// polling and the backlog) of the fault's end.
+/// Watches /readyz on every instance while a storage fault holds and after it ends
+/// (docs/contract.md "When the storage is slow"): 503 no later than 5.5 s after writes stopped
+/// completing, 200 again within 5 s (+1.5 s for polling and the backlog) of the fault's end.
 pub struct ReadyWatch {
     ctx: Arc<Ctx>,
     end: Arc<std::sync::atomic::AtomicU64>,
@@ -1000,7 +1219,7 @@ impl ReadyWatch {
 mod tests {
     use super::*;
 
-    const PG: [FaultKind; 9] = [
+    const PG: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::ReceiverStall,
@@ -1010,7 +1229,25 @@ mod tests {
         FaultKind::Failover,
         FaultKind::GracefulRestart,
         FaultKind::RestoreSwap,
+        FaultKind::HistoryRewind,
     ];
+
+    #[test]
+    fn a_rewind_takes_the_variant_drawn_or_the_one_the_run_can() {
+        use RewindVariant::*;
+        assert_eq!(RewindVariant::pick(0, true, true), Some(AsyncStandby));
+        assert_eq!(RewindVariant::pick(1, true, true), Some(PointInTime));
+        // Through PgBouncer (no standby): the restore.
+        assert_eq!(RewindVariant::pick(0, false, true), Some(PointInTime));
+        assert_eq!(RewindVariant::pick(1, true, false), Some(AsyncStandby));
+        assert_eq!(RewindVariant::pick(3, false, false), None);
+        assert_eq!(
+            FaultKind::parse("history-rewind"),
+            Some(FaultKind::HistoryRewind)
+        );
+        assert_eq!(FaultKind::HistoryRewind.engine(), Some(Engine::Postgres));
+        assert!(FaultKind::HistoryRewind.in_main());
+    }
 
     #[test]
     fn the_round_has_every_main_kind_once() {

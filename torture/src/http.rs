@@ -1,7 +1,7 @@
-//! One request of the workload, from send to history line: which instance it went to, when it
-//! was sent and answered, what the answer says (model::Outcome), whether it ended by the
-//! deadline (contract §23), and whether it is exempt from that because its instance was paused,
-//! killed or restarted while it was in flight.
+//! One request of the workload, from send to history line: which instance it went to, when it was
+//! sent and answered, what the answer says (model::Outcome), whether it ended by the deadline
+//! (docs/contract.md "Every request ends by its deadline"), and whether it is exempt from that
+//! because its instance was paused, killed or restarted while it was in flight.
 
 use crate::ctx::Ctx;
 use crate::history::{excerpt, short_hash};
@@ -258,7 +258,8 @@ pub async fn send(ctx: &Arc<Ctx>, http: &reqwest::Client, req: &Req) -> Resp {
     };
     ctx.count_op(req.kind);
 
-    // contract §23: every request ends by its deadline (the streamed backup is bounded elsewhere).
+    // docs/contract.md "Every request ends by its deadline": every request ends by its deadline
+    // (the streamed backup is bounded elsewhere).
     let elapsed = end_ms - start_ms;
     let refused = resp.failure == Some(Failure::Connect);
     if !refused {

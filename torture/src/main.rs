@@ -61,8 +61,8 @@ struct Args {
     seed: Option<u64>,
     /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
     /// lost-standby, rows-held, conn-cut, clock-step, failover, graceful-restart,
-    /// restore-swap), `all`, or `none`. Default: every fault the engine and the machine
-    /// support.
+    /// restore-swap, history-rewind), `all`, or `none`. Default: every fault the engine and
+    /// the machine support.
     #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
     faults: Option<String>,
     /// Concurrent clients.
@@ -373,15 +373,26 @@ async fn main() {
             std::process::exit(2);
         }
         let mut t = faults::warmup_ms(duration_ms);
+        // What a rewind's draw asks for (the run may have to take the other: no standby
+        // through PgBouncer, no archive on a server not the harness's own).
+        let rewind = |p: &faults::Planned| {
+            if p.kind == FaultKind::HistoryRewind {
+                let v = faults::RewindVariant::pick(p.variant, true, true).expect("both");
+                format!(" [{}]", v.name())
+            } else {
+                String::new()
+            }
+        };
         for p in &sched.round {
             t += p.gap_ms;
             println!(
-                "torture: round: {} for {} ms after {} ms of quiet (target draw {}, variant {}; planned by {} ms)",
+                "torture: round: {} for {} ms after {} ms of quiet (target draw {}, variant {}{}; planned by {} ms)",
                 p.kind.name(),
                 p.dur_ms,
                 p.gap_ms,
                 p.target % 3,
                 p.variant % 3,
+                rewind(p),
                 t + p.dur_ms + p.kind.overhead_ms()
             );
             t += p.dur_ms + p.kind.overhead_ms();
@@ -393,12 +404,13 @@ async fn main() {
             fits
         }) {
             println!(
-                "torture: fault {} for {} ms after {} ms of quiet (target draw {}, variant {})",
+                "torture: fault {} for {} ms after {} ms of quiet (target draw {}, variant {}{})",
                 p.kind.name(),
                 p.dur_ms,
                 p.gap_ms,
                 p.target % 3,
-                p.variant % 3
+                p.variant % 3,
+                rewind(p)
             );
         }
         if let Some(r) = sched.recv.first() {
@@ -475,7 +487,8 @@ async fn main() {
             data_dir = Some(dir);
         }
         Engine::Postgres => {
-            let want_standby = faults.contains(&FaultKind::Failover);
+            let rewinds = faults.contains(&FaultKind::HistoryRewind);
+            let want_standby = faults.contains(&FaultKind::Failover) || rewinds;
             let db = format!("torture_{}_{}", seed % 1_000_000_000, std::process::id());
             match Pg::build(
                 &scripts,
@@ -483,13 +496,23 @@ async fn main() {
                 args.database_url.as_deref(),
                 &db,
                 want_standby,
+                rewinds,
                 args.pooler,
                 args.keep,
             )
             .await
             {
                 Ok((p, notes)) => {
-                    if want_standby && !p.has_standby() {
+                    if rewinds && !p.has_standby() && !p.can_pitr() {
+                        faults.retain(|k| *k != FaultKind::HistoryRewind);
+                        let why = if args.database_url.is_some() {
+                            "the server is not the harness's own (--database-url): neither a standby to promote nor a WAL archive to restore from".to_string()
+                        } else {
+                            format!("neither a standby nor a WAL archive ({})", notes.join("; "))
+                        };
+                        skipped.push(("history-rewind".into(), why));
+                    }
+                    if faults.contains(&FaultKind::Failover) && !p.has_standby() {
                         faults.retain(|k| *k != FaultKind::Failover);
                         let why = if args.database_url.is_some() {
                             "the server is not the harness's own (--database-url)".to_string()
@@ -875,6 +898,9 @@ fn summary(ctx: &Ctx) -> i32 {
     );
     for (k, why) in ctx.tally.skipped.lock().unwrap().iter() {
         println!("torture: SKIPPED {k}: {why}");
+    }
+    for l in ctx.tally.summary_lines.lock().unwrap().iter() {
+        println!("torture: {l}");
     }
     if !violations.is_empty() {
         println!(

@@ -1,7 +1,11 @@
 //! What each answer implies, as pure rules: a 200 fixes a key's answer forever; a 503 (or a
-//! refusal) means nothing was written, so nothing of that attempt may ever show; a 500, a
-//! timeout or a dropped connection leaves the outcome open. The workload feeds every answer in;
-//! the rules return what is a violation. Nothing here does I/O, so every rule is unit-tested.
+//! refusal) means nothing was written, so nothing of that attempt may ever show; a 500, a timeout
+//! or a dropped connection leaves the outcome open. The workload feeds every answer in; the rules
+//! return what is a violation. Nothing here does I/O, so every rule is unit-tested.  A database
+//! that goes back in time (docs/contract.md "When the database goes back in time": an asynchronous
+//! standby promoted, a point-in-time restore) may lose what was acknowledged after the point it
+//! went back to: the `Rewinds` say which answers that may be, and every rule below judges an answer
+//! only against answers of the same history.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,8 +15,8 @@ use std::sync::Arc;
 pub enum Outcome {
     /// A 2xx: `replayed` is the `Idempotency-Replayed: true` header; `digest` the body's SHA-256.
     Ok { replayed: bool, digest: [u8; 32] },
-    /// A 503 on a write: contract §23, "dropped before it is sent (nothing of it is ever written
-    /// afterwards)".
+    /// A 503 on a write: docs/contract.md "When the storage is slow", "dropped before it is sent
+    /// (nothing of it is ever written afterwards)".
     NothingWritten,
     /// A 500, a timeout, a connection dropped after the request was sent: the outcome is open.
     Unknown,
@@ -45,9 +49,126 @@ pub struct Acked {
     pub object_id: String,
     /// The money the answer names: an order's total, a refund's or a credit's amount.
     pub amount: i64,
+    /// When the attempt that was acknowledged was sent, and when its answer came.
+    pub sent_ms: u64,
     pub at_ms: u64,
     /// Position in the order of acknowledgements (a backup holds every key below its snapshot).
     pub seq: u64,
+}
+
+impl Acked {
+    pub fn span(&self) -> Span {
+        (self.sent_ms, self.at_ms)
+    }
+}
+
+/// A request's span: when it was sent, when its answer came (ms of the run).
+pub type Span = (u64, u64);
+
+/// One time the database went back in time under the running instances (docs/contract.md "When the
+/// database goes back in time"): `w0` is the point it went back to (every write acknowledged from
+/// then on may be gone after it), `w1` the end of the fault (None while it runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewind {
+    pub w0: u64,
+    pub w1: Option<u64>,
+}
+
+/// Where an answer stands against one rewind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// Answered before `w0`: every history after it holds what it says.
+    Before,
+    /// Answered from `w0` on, and sent before `w1` (or while the rewind runs): it may belong to
+    /// the history that was lost, or to the one that remains. In flight across the rewind, it
+    /// is an unknown outcome.
+    During,
+    /// Sent after `w1`: the history that remains.
+    After,
+}
+
+impl Rewind {
+    pub fn era(&self, s: Span) -> Era {
+        if s.1 < self.w0 {
+            Era::Before
+        } else if self.w1.is_some_and(|w1| s.0 > w1) {
+            Era::After
+        } else {
+            Era::During
+        }
+    }
+}
+
+/// Past this long after a rewind's end, a revocation gets no grace (docs/contract.md "When the
+/// database goes back in time": the first key change of a new history answers only once no instance
+/// can serve a copy from before it).
+pub const REWIND_GRACE_WINDOW_MS: u64 = 30_000;
+/// How long after its answer a revocation made soon after a rewind may still find its key
+/// accepted somewhere.
+pub const REWIND_REVOCATION_GRACE_MS: u64 = 2_000;
+
+/// Every rewind of the run, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rewinds {
+    pub list: Vec<Rewind>,
+}
+
+impl Rewinds {
+    /// The rewind point is set: what is acknowledged from now on may be lost.
+    pub fn begin(&mut self, w0: u64) {
+        self.list.push(Rewind { w0, w1: None });
+    }
+
+    /// The fault ended: what is sent from now on belongs to the history that remains.
+    pub fn end(&mut self, w1: u64) {
+        if let Some(r) = self.list.iter_mut().rev().find(|r| r.w1.is_none()) {
+            r.w1 = Some(w1);
+        }
+    }
+
+    /// An answer that a rewind may have undone (answered in its window, or in flight across
+    /// its end).
+    pub fn at_risk(&self, s: Span) -> bool {
+        self.list.iter().any(|r| r.era(s) == Era::During)
+    }
+
+    /// At risk from a rewind that has ended: it may be gone now.
+    pub fn at_risk_ended(&self, s: Span) -> bool {
+        self.list
+            .iter()
+            .any(|r| r.w1.is_some() && r.era(s) == Era::During)
+    }
+
+    /// Two answers are of one history: for every rewind, one of them came before it (every
+    /// history holds it), or both came after it.
+    pub fn same_history(&self, a: Span, b: Span) -> bool {
+        self.list.iter().all(|r| {
+            let (x, y) = (r.era(a), r.era(b));
+            x == Era::Before || y == Era::Before || (x == Era::After && y == Era::After)
+        })
+    }
+
+    /// `new` came after every rewind that separates it from `old`: it is an answer of the
+    /// history that remains, and `old` may be gone from it.
+    pub fn supersedes(&self, old: Span, new: Span) -> bool {
+        self.list.iter().all(|r| {
+            let (x, y) = (r.era(old), r.era(new));
+            x == Era::Before || y == Era::Before || y == Era::After
+        })
+    }
+
+    /// Until when a key revoked by a revocation answered at `s` may still be accepted: a
+    /// revocation sent after a rewind's end and answered less than `REWIND_GRACE_WINDOW_MS`
+    /// after it gets `REWIND_REVOCATION_GRACE_MS` from its answer; any other none (refused at
+    /// once).
+    pub fn revocation_grace_until(&self, s: Span) -> Option<u64> {
+        self.list
+            .iter()
+            .any(|r| {
+                r.w1.is_some_and(|w1| s.0 > w1 && s.1 < w1 + REWIND_GRACE_WINDOW_MS)
+            })
+            .then_some(s.1 + REWIND_REVOCATION_GRACE_MS)
+    }
 }
 
 /// Everything the model remembers about one idempotency key.
@@ -69,6 +190,11 @@ pub struct KeyRecord {
     pub fresh_200s: u32,
     /// A replay seen while other attempts were in flight, to be judged once they all answer.
     pub unexplained_replay: Option<String>,
+    /// Acknowledgements a rewind may have undone, replaced by an answer of the history that
+    /// remains (the first answer after the rewind).
+    pub lost: Vec<Acked>,
+    /// Answers of a rewind's window judged against no acknowledgement of another history.
+    pub soft: u32,
 }
 
 impl KeyRecord {
@@ -91,13 +217,32 @@ impl KeyRecord {
             nothing_written: 0,
             fresh_200s: 0,
             unexplained_replay: None,
+            lost: Vec::new(),
+            soft: 0,
         }
     }
 
+    /// The acknowledged answer, unless a rewind may have undone it.
+    pub fn safe_ack(&self, rw: &Rewinds) -> Option<&Acked> {
+        self.acked.as_ref().filter(|a| !rw.at_risk(a.span()))
+    }
+
+    /// Every acknowledgement of this key that a rewind may have undone: those replaced by an
+    /// answer after it, and the current one if it is at risk.
+    pub fn risky_acks(&self, rw: &Rewinds) -> Vec<&Acked> {
+        self.lost
+            .iter()
+            .chain(self.acked.iter())
+            .filter(|a| rw.at_risk(a.span()))
+            .collect()
+    }
+
     /// What the end of the run expects of this key.
-    pub fn end_expectation(&self) -> EndExpectation {
-        if self.acked.is_some() {
+    pub fn end_expectation(&self, rw: &Rewinds) -> EndExpectation {
+        if self.safe_ack(rw).is_some() {
             EndExpectation::Replays
+        } else if self.acked.is_some() {
+            EndExpectation::Either
         } else if !self.may_have_written && self.nothing_written > 0 {
             EndExpectation::NeverWritten
         } else {
@@ -130,10 +275,16 @@ impl Keys {
         rec.in_flight += 1;
     }
 
-    /// The answer to an attempt with the key's own body. `object_id` is what a 200 names.
-    /// `sent_ms` is when this attempt was sent: a refusal says the key was forgotten only when
-    /// the attempt was sent after the acknowledgement arrived (one decided before the commit
-    /// may answer later).
+    /// The answer to an attempt with the key's own body. `object_id` is what a 200 names. `sent_ms`
+    /// is when this attempt was sent: a refusal says the key was forgotten only when the attempt
+    /// was sent after the acknowledgement arrived (one decided before the commit may answer later).
+    /// Rewinds (docs/contract.md "When the database goes back in time"): an acknowledgement made in
+    /// a rewind's window may be gone after it. The first answer sent after the rewind ended is then
+    /// judged as if the key had no acknowledgement (a fresh 200 with another body, a refusal: a
+    /// first use again), and fixes the key's answer from then on; answers of the window itself (or
+    /// in flight across its end) are unknown outcomes against an acknowledgement of another
+    /// history. A key acknowledged before the rewind point is judged as always.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_answer(
         &mut self,
         key: &str,
@@ -142,6 +293,7 @@ impl Keys {
         amount: i64,
         sent_ms: u64,
         now_ms: u64,
+        rw: &Rewinds,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
         let next_seq = self.ack_seq;
@@ -149,6 +301,29 @@ impl Keys {
             return out;
         };
         rec.in_flight = rec.in_flight.saturating_sub(1);
+        let span = (sent_ms, now_ms);
+        if let Some(a) = &rec.acked {
+            if !rw.same_history(a.span(), span) {
+                if rw.supersedes(a.span(), span) {
+                    // The first answer of the history that remains: the acknowledgement may be
+                    // gone; this answer is judged from scratch.
+                    let a = rec.acked.take().expect("matched above");
+                    rec.lost.push(a);
+                    rec.fresh_200s = 0;
+                    rec.unexplained_replay = None;
+                } else {
+                    // An answer of the window against one of another history: it says
+                    // nothing either way, but what it may have written.
+                    rec.soft += 1;
+                    match outcome {
+                        Outcome::Ok { .. } | Outcome::Unknown => rec.may_have_written = true,
+                        Outcome::NothingWritten => rec.nothing_written += 1,
+                        _ => {}
+                    }
+                    return out;
+                }
+            }
+        }
         let mut acked_now = false;
         match outcome {
             Outcome::Ok { replayed: false, digest } => {
@@ -156,7 +331,7 @@ impl Keys {
                 rec.may_have_written = true;
                 match &rec.acked {
                     None => {
-                        rec.acked = Some(Acked { digest: *digest, object_id: object_id.to_string(), amount, at_ms: now_ms, seq: next_seq });
+                        rec.acked = Some(Acked { digest: *digest, object_id: object_id.to_string(), amount, sent_ms, at_ms: now_ms, seq: next_seq });
                         acked_now = true;
                     }
                     // The original answer can arrive after a replay of it (a burst): the same
@@ -196,7 +371,7 @@ impl Keys {
                             rec.unexplained_replay = Some(what);
                         }
                     }
-                    rec.acked = Some(Acked { digest: *digest, object_id: object_id.to_string(), amount, at_ms: now_ms, seq: next_seq });
+                    rec.acked = Some(Acked { digest: *digest, object_id: object_id.to_string(), amount, sent_ms, at_ms: now_ms, seq: next_seq });
                     acked_now = true;
                 }
             },
@@ -234,13 +409,23 @@ impl Keys {
 
     /// The answer to the same key sent with another body, after the key was acknowledged:
     /// only the 409 `idempotency_key_reused_with_different_body:` (or a transient answer) is
-    /// true.
-    pub fn on_other_body_answer(&self, key: &str, outcome: &Outcome) -> Vec<Finding> {
+    /// true. Not judged against an acknowledgement of another history (a rewind's).
+    pub fn on_other_body_answer(
+        &self,
+        key: &str,
+        outcome: &Outcome,
+        span: Span,
+        rw: &Rewinds,
+    ) -> Vec<Finding> {
         let mut out = Vec::new();
         let Some(rec) = self.map.get(key) else {
             return out;
         };
-        let Some(a) = &rec.acked else {
+        let Some(a) = rec
+            .acked
+            .as_ref()
+            .filter(|a| rw.same_history(a.span(), span))
+        else {
             return out;
         };
         match outcome {
@@ -260,26 +445,47 @@ impl Keys {
 
 /// Counts of an unkeyed write's answers on one target (a revocation of a key, a creation under
 /// one name, a rotation of one account's secret): what must, and what must not, be visible.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Each 200 keeps its span: one a rewind may have undone does not have to show.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unkeyed {
     pub ok: u32,
     pub unknown: u32,
     pub nothing: u32,
+    /// The spans of the 200s.
+    pub oks: Vec<Span>,
 }
 
 impl Unkeyed {
-    pub fn record(&mut self, o: &Outcome) {
+    pub fn record(&mut self, o: &Outcome, span: Span) {
         match o {
-            Outcome::Ok { .. } => self.ok += 1,
+            Outcome::Ok { .. } => {
+                self.ok += 1;
+                self.oks.push(span);
+            }
             Outcome::Unknown => self.unknown += 1,
             Outcome::NothingWritten => self.nothing += 1,
             _ => {}
         }
     }
 
-    /// At least one attempt was acknowledged: its effect must be visible.
-    pub fn must_show(&self) -> bool {
-        self.ok > 0
+    /// The 200s no rewind may have undone.
+    pub fn safe_oks(&self, rw: &Rewinds) -> Vec<Span> {
+        self.oks
+            .iter()
+            .copied()
+            .filter(|s| !rw.at_risk(*s))
+            .collect()
+    }
+
+    /// The 200s a rewind may have undone.
+    pub fn risky_oks(&self, rw: &Rewinds) -> usize {
+        self.oks.iter().filter(|s| rw.at_risk(**s)).count()
+    }
+
+    /// At least one attempt was acknowledged, and no rewind may have undone it: its effect
+    /// must be visible.
+    pub fn must_show(&self, rw: &Rewinds) -> bool {
+        !self.safe_oks(rw).is_empty()
     }
 
     /// Only "nothing was changed" answers (and refusals): no trace may exist.
@@ -287,9 +493,17 @@ impl Unkeyed {
         self.ok == 0 && self.unknown == 0 && self.nothing > 0
     }
 
-    /// How many times the effect may exist (creations: accounts under one name).
-    pub fn allowed(&self, found: u32) -> bool {
-        found >= self.ok.min(1) && found <= self.ok + self.unknown
+    /// How many times the effect may exist (creations: accounts under one name). A 200 that a
+    /// rewind may have undone counts as an unknown outcome.
+    pub fn allowed(&self, found: u32, rw: &Rewinds) -> bool {
+        let safe = self.safe_oks(rw).len() as u32;
+        found >= safe.min(1) && found <= self.ok + self.unknown
+    }
+
+    /// A 200 of this target in the same history as `span` (a second "first" answer there is
+    /// a second execution).
+    pub fn ok_in_history_of(&self, span: Span, rw: &Rewinds) -> bool {
+        self.oks.iter().any(|s| rw.same_history(*s, span))
     }
 }
 
@@ -365,7 +579,7 @@ impl Post {
 }
 
 /// Two POSTs of one webhook-id overlapping in time are a second delivery while the first is
-/// on the wire (contract §17: one piece of work, one sender at a time):
+/// on the wire (docs/contract.md "One piece of work is done by one instance at a time"):
 /// - from two instances (or a sender that could not be attributed): a violation unless the
 ///   first sender was paused during its POST (a process paused past its lease may finish a
 ///   POST it had begun; `paused(instance, from, to)` says whether that instance was stopped
@@ -440,12 +654,12 @@ pub const CUT_BEFORE_MS: u64 = 9_500;
 /// still be noticed by the receiver.
 pub const EXIT_SLACK_MS: u64 = 1_000;
 
-/// contract §23 with §17: a graceful stop (SIGTERM) lets a POST on the wire end (answered, or
-/// at its attempt's timeout). A POST whose sender closed the connection less than
-/// `CUT_BEFORE_MS` after it started, between the SIGTERM and the process's exit, was cut by
-/// the stop. `gone_ms` is when the receiver saw the sender go; `end` how the sender process
-/// ended. Some(true): cut by a graceful stop; Some(false): not; None: not known yet (the
-/// process has not ended).
+/// docs/contract.md "A stop is bounded" with "One piece of work is done by one instance at a time":
+/// a graceful stop (SIGTERM) lets a POST on the wire end (answered, or at its attempt's timeout). A
+/// POST whose sender closed the connection less than `CUT_BEFORE_MS` after it started, between the
+/// SIGTERM and the process's exit, was cut by the stop. `gone_ms` is when the receiver saw the
+/// sender go; `end` how the sender process ended. Some(true): cut by a graceful stop; Some(false):
+/// not; None: not known yet (the process has not ended).
 pub fn cut_by_graceful_stop(start_ms: u64, gone_ms: u64, end: Option<&SenderEnd>) -> Option<bool> {
     if gone_ms.saturating_sub(start_ms) >= CUT_BEFORE_MS {
         return Some(false);
@@ -471,10 +685,11 @@ pub fn missing_kinds<'a>(enabled: &[&'a str], injected: &dyn Fn(&str) -> bool) -
     enabled.iter().copied().filter(|k| !injected(k)).collect()
 }
 
-/// The readiness rule (contract §23): `/readyz` must be 503 once no write has completed for 5 s
-/// while writes were waiting. `oldest_pending_ms` is the send time of the oldest write still
-/// waiting, `last_done_ms` the last write that completed (a 200), `slack_ms` the polling and
-/// scheduling allowance. Returns how long writes have not completed when a 200 was wrong.
+/// The readiness rule (docs/contract.md "Readiness tells the truth"): `/readyz` must be 503 once no
+/// write has completed for 5 s while writes were waiting. `oldest_pending_ms` is the send time of
+/// the oldest write still waiting, `last_done_ms` the last write that completed (a 200), `slack_ms`
+/// the polling and scheduling allowance. Returns how long writes have not completed when a 200 was
+/// wrong.
 pub fn stale_ready(
     now_ms: u64,
     oldest_pending_ms: Option<u64>,
@@ -487,8 +702,8 @@ pub fn stale_ready(
     (stuck > 5_000 + slack_ms).then_some(stuck)
 }
 
-/// contract §23: every request is answered within the deadline of its arrival; the client allows
-/// 0.5 s for the network and its own scheduling.
+/// docs/contract.md "Every request ends by its deadline": every request is answered within the
+/// deadline of its arrival; the client allows 0.5 s for the network and its own scheduling.
 pub fn over_deadline(elapsed_ms: u64, deadline_ms: u64) -> bool {
     elapsed_ms > deadline_ms + 500
 }
@@ -528,7 +743,7 @@ mod tests {
 
     fn answer(keys: &mut Keys, o: Outcome) -> Vec<Finding> {
         keys.on_send("k", rec);
-        keys.on_answer("k", &o, "ord_1", 1, 10, 10)
+        keys.on_answer("k", &o, "ord_1", 1, 10, 10, &Rewinds::default())
     }
 
     #[test]
@@ -560,7 +775,10 @@ mod tests {
             }
         )
         .is_empty());
-        assert_eq!(keys.map["k"].end_expectation(), EndExpectation::Replays);
+        assert_eq!(
+            keys.map["k"].end_expectation(&Rewinds::default()),
+            EndExpectation::Replays
+        );
     }
 
     #[test]
@@ -579,11 +797,20 @@ mod tests {
                 "ord_1",
                 1,
                 0,
-                0
+                0,
+                &Rewinds::default()
             )
             .is_empty());
         // It turns out to have written nothing: then nobody wrote what was replayed.
-        let f = keys.on_answer("k", &Outcome::NothingWritten, "", 0, 0, 0);
+        let f = keys.on_answer(
+            "k",
+            &Outcome::NothingWritten,
+            "",
+            0,
+            0,
+            0,
+            &Rewinds::default(),
+        );
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].check, "nothing-changed-visible");
 
@@ -600,6 +827,7 @@ mod tests {
             1,
             0,
             0,
+            &Rewinds::default(),
         );
         // The original 200 arrives late, with the same bytes: all is well.
         assert!(keys
@@ -612,7 +840,8 @@ mod tests {
                 "ord_1",
                 1,
                 0,
-                0
+                0,
+                &Rewinds::default()
             )
             .is_empty());
     }
@@ -668,9 +897,17 @@ mod tests {
         let mut keys = Keys::default();
         keys.on_send("k", rec);
         keys.on_send("k", rec);
-        keys.on_answer("k", &fresh(1), "ord_1", 1, 0, 50);
+        keys.on_answer("k", &fresh(1), "ord_1", 1, 0, 50, &Rewinds::default());
         // Sent at 0 with the other, refused for money before the commit, answered at 60.
-        let f = keys.on_answer("k", &refused(402, "Exceeds credit limit"), "", 0, 0, 60);
+        let f = keys.on_answer(
+            "k",
+            &refused(402, "Exceeds credit limit"),
+            "",
+            0,
+            0,
+            60,
+            &Rewinds::default(),
+        );
         assert!(f.is_empty(), "{f:?}");
     }
 
@@ -679,14 +916,20 @@ mod tests {
         let mut keys = Keys::default();
         answer(&mut keys, Outcome::NothingWritten);
         assert_eq!(
-            keys.map["k"].end_expectation(),
+            keys.map["k"].end_expectation(&Rewinds::default()),
             EndExpectation::NeverWritten
         );
         answer(&mut keys, Outcome::Unknown);
-        assert_eq!(keys.map["k"].end_expectation(), EndExpectation::Either);
+        assert_eq!(
+            keys.map["k"].end_expectation(&Rewinds::default()),
+            EndExpectation::Either
+        );
         let mut keys = Keys::default();
         answer(&mut keys, refused(402, "x"));
-        assert_eq!(keys.map["k"].end_expectation(), EndExpectation::Either);
+        assert_eq!(
+            keys.map["k"].end_expectation(&Rewinds::default()),
+            EndExpectation::Either
+        );
     }
 
     #[test]
@@ -694,12 +937,12 @@ mod tests {
         let mut keys = Keys::default();
         answer(&mut keys, fresh(1));
         assert!(keys
-            .on_other_body_answer("k", &Outcome::KeyConflict)
+            .on_other_body_answer("k", &Outcome::KeyConflict, (0, 0), &Rewinds::default())
             .is_empty());
         assert!(keys
-            .on_other_body_answer("k", &Outcome::NothingWritten)
+            .on_other_body_answer("k", &Outcome::NothingWritten, (0, 0), &Rewinds::default())
             .is_empty());
-        let f = keys.on_other_body_answer("k", &fresh(2));
+        let f = keys.on_other_body_answer("k", &fresh(2), (0, 0), &Rewinds::default());
         assert_eq!(f[0].check, "key-reuse-accepted");
     }
 
@@ -708,10 +951,18 @@ mod tests {
         let mut keys = Keys::default();
         keys.on_send("a", rec);
         keys.on_send("b", rec);
-        keys.on_answer("b", &fresh(1), "ord_b", 1, 5, 5);
-        keys.on_answer("a", &Outcome::NothingWritten, "", 0, 6, 6);
+        keys.on_answer("b", &fresh(1), "ord_b", 1, 5, 5, &Rewinds::default());
+        keys.on_answer(
+            "a",
+            &Outcome::NothingWritten,
+            "",
+            0,
+            6,
+            6,
+            &Rewinds::default(),
+        );
         keys.on_send("a", rec);
-        keys.on_answer("a", &fresh(2), "ord_a", 1, 7, 7);
+        keys.on_answer("a", &fresh(2), "ord_a", 1, 7, 7, &Rewinds::default());
         assert_eq!(keys.map["b"].acked.as_ref().unwrap().seq, 0);
         assert_eq!(keys.map["a"].acked.as_ref().unwrap().seq, 1);
         assert_eq!(keys.ack_seq, 2);
@@ -720,20 +971,23 @@ mod tests {
     #[test]
     fn unkeyed_writes_answered_503_must_leave_no_trace() {
         let mut u = Unkeyed::default();
-        u.record(&Outcome::NothingWritten);
+        u.record(&Outcome::NothingWritten, (0, 0));
         assert!(u.must_not_show());
-        assert!(u.allowed(0));
-        assert!(!u.allowed(1));
-        u.record(&Outcome::Unknown);
+        assert!(u.allowed(0, &Rewinds::default()));
+        assert!(!u.allowed(1, &Rewinds::default()));
+        u.record(&Outcome::Unknown, (0, 0));
         assert!(!u.must_not_show());
-        assert!(u.allowed(1));
-        assert!(!u.allowed(2));
-        u.record(&Outcome::Ok {
-            replayed: false,
-            digest: [0; 32],
-        });
-        assert!(u.must_show());
-        assert!(!u.allowed(0));
+        assert!(u.allowed(1, &Rewinds::default()));
+        assert!(!u.allowed(2, &Rewinds::default()));
+        u.record(
+            &Outcome::Ok {
+                replayed: false,
+                digest: [0; 32],
+            },
+            (0, 0),
+        );
+        assert!(u.must_show(&Rewinds::default()));
+        assert!(!u.allowed(0, &Rewinds::default()));
     }
 
     fn post(instance: usize, gen: u64, start_ms: u64, end_ms: u64) -> Post {
@@ -881,5 +1135,188 @@ mod tests {
     fn the_deadline_allows_half_a_second() {
         assert!(!over_deadline(10_500, 10_000));
         assert!(over_deadline(10_501, 10_000));
+    }
+
+    fn rewound(w0: u64, w1: Option<u64>) -> Rewinds {
+        let mut rw = Rewinds::default();
+        rw.begin(w0);
+        if let Some(w1) = w1 {
+            rw.end(w1);
+        }
+        rw
+    }
+
+    fn at(keys: &mut Keys, o: Outcome, sent: u64, end: u64, rw: &Rewinds) -> Vec<Finding> {
+        keys.on_send("k", rec);
+        keys.on_answer("k", &o, "ord", 1, sent, end, rw)
+    }
+
+    fn checks(f: &[Finding]) -> Vec<&'static str> {
+        f.iter().map(|x| x.check).collect()
+    }
+
+    #[test]
+    fn an_answer_is_before_during_or_after_a_rewind() {
+        let r = Rewind {
+            w0: 100,
+            w1: Some(200),
+        };
+        assert_eq!(r.era((0, 99)), Era::Before);
+        assert_eq!(r.era((50, 100)), Era::During);
+        assert_eq!(r.era((150, 180)), Era::During);
+        // In flight across its end: an unknown outcome.
+        assert_eq!(r.era((190, 900)), Era::During);
+        assert_eq!(r.era((201, 250)), Era::After);
+        let running = Rewind { w0: 100, w1: None };
+        assert_eq!(running.era((5_000, 6_000)), Era::During);
+        let rw = rewound(100, Some(200));
+        assert!(rw.at_risk((150, 180)) && rw.at_risk_ended((150, 180)));
+        assert!(!rw.at_risk((0, 99)) && !rw.at_risk((201, 250)));
+        assert!(rewound(100, None).at_risk((150, 180)));
+        assert!(!rewound(100, None).at_risk_ended((150, 180)));
+        // One history: one of them before, or both after.
+        assert!(rw.same_history((0, 50), (150, 180)));
+        assert!(rw.same_history((201, 220), (300, 310)));
+        assert!(!rw.same_history((150, 180), (300, 310)));
+        assert!(!rw.same_history((150, 180), (160, 170)));
+        assert!(rw.supersedes((150, 180), (300, 310)));
+        assert!(!rw.supersedes((150, 180), (190, 900)));
+        assert!(!rw.supersedes((300, 310), (190, 900)));
+    }
+
+    #[test]
+    fn a_key_acknowledged_in_a_rewind_window_may_be_a_first_use_once_after_it() {
+        let mut keys = Keys::default();
+        let mut rw = rewound(100, None);
+        assert!(at(&mut keys, fresh(1), 110, 120, &rw).is_empty());
+        assert_eq!(keys.map["k"].end_expectation(&rw), EndExpectation::Either);
+        assert!(keys.map["k"].safe_ack(&rw).is_none());
+        rw.end(200);
+        // The first answer after the rewind: a first use again, with another body.
+        assert!(at(&mut keys, fresh(2), 250, 260, &rw).is_empty());
+        let r = &keys.map["k"];
+        assert_eq!(r.acked.as_ref().unwrap().digest, d(2));
+        assert_eq!(r.lost.len(), 1);
+        assert_eq!(r.risky_acks(&rw).len(), 1);
+        assert_eq!(r.end_expectation(&rw), EndExpectation::Replays);
+        // From then on the usual rules.
+        assert_eq!(
+            checks(&at(&mut keys, fresh(3), 300, 310, &rw)),
+            ["second-execution"]
+        );
+        let replay1 = Outcome::Ok {
+            replayed: true,
+            digest: d(1),
+        };
+        assert_eq!(
+            checks(&at(&mut keys, replay1, 320, 330, &rw)),
+            ["replay-bytes"]
+        );
+        // Or the first answer after it is a refusal (the order's key is free again): no
+        // violation, and the next 200 fixes the key.
+        let mut keys = Keys::default();
+        let rw = rewound(100, Some(200));
+        at(&mut keys, fresh(1), 110, 120, &rw);
+        assert!(at(&mut keys, refused(402, "x"), 250, 260, &rw).is_empty());
+        assert!(at(&mut keys, fresh(4), 270, 280, &rw).is_empty());
+        assert_eq!(
+            checks(&at(&mut keys, fresh(5), 290, 295, &rw)),
+            ["second-execution"]
+        );
+    }
+
+    #[test]
+    fn a_key_acknowledged_before_the_rewind_point_replays_as_before() {
+        let mut keys = Keys::default();
+        let rw = rewound(100, Some(200));
+        at(&mut keys, fresh(1), 10, 20, &rw);
+        assert_eq!(keys.map["k"].end_expectation(&rw), EndExpectation::Replays);
+        // During the window and after it alike.
+        for (s, e) in [(150, 160), (190, 900), (250, 260)] {
+            assert_eq!(
+                checks(&at(&mut keys, fresh(2), s, e, &rw)),
+                ["second-execution"]
+            );
+            assert_eq!(
+                checks(&at(&mut keys, refused(404, "x"), s, e, &rw)),
+                ["key-forgotten"]
+            );
+        }
+        assert!(keys
+            .on_other_body_answer("k", &fresh(9), (250, 260), &rw)
+            .iter()
+            .any(|f| f.check == "key-reuse-accepted"));
+    }
+
+    #[test]
+    fn answers_of_the_window_are_unknown_outcomes_against_another_history() {
+        let mut keys = Keys::default();
+        let mut rw = rewound(100, None);
+        at(&mut keys, fresh(1), 110, 120, &rw);
+        // Another first use in the window (the new primary took it): not judged.
+        assert!(at(&mut keys, fresh(2), 130, 140, &rw).is_empty());
+        rw.end(200);
+        // In flight across the end: not judged either.
+        assert!(at(&mut keys, fresh(3), 190, 260, &rw).is_empty());
+        assert!(at(&mut keys, refused(409, "x"), 195, 265, &rw).is_empty());
+        assert_eq!(keys.map["k"].soft, 3);
+        // The first answer after it fixes the key.
+        assert!(at(&mut keys, fresh(4), 300, 310, &rw).is_empty());
+        // A late answer of the window against it: not judged; a later one is.
+        assert!(at(&mut keys, fresh(5), 199, 400, &rw).is_empty());
+        assert!(keys
+            .on_other_body_answer("k", &fresh(9), (199, 400), &rw)
+            .is_empty());
+        assert_eq!(
+            checks(&at(&mut keys, fresh(6), 500, 510, &rw)),
+            ["second-execution"]
+        );
+        // Another body under a key acknowledged in the window, after it: not judged.
+        let mut keys = Keys::default();
+        at(&mut keys, fresh(1), 110, 120, &rw);
+        assert!(keys
+            .on_other_body_answer("k", &fresh(9), (300, 310), &rw)
+            .is_empty());
+    }
+
+    #[test]
+    fn unkeyed_writes_of_a_rewind_window_need_not_show() {
+        let rw = rewound(100, Some(200));
+        let ok = Outcome::Ok {
+            replayed: false,
+            digest: [0; 32],
+        };
+        let mut u = Unkeyed::default();
+        u.record(&ok, (110, 120));
+        assert!(
+            !u.must_show(&rw),
+            "a revocation of the window may be undone"
+        );
+        assert!(!u.must_not_show());
+        assert!(u.allowed(0, &rw) && u.allowed(1, &rw) && !u.allowed(2, &rw));
+        assert_eq!(u.risky_oks(&rw), 1);
+        assert!(!u.ok_in_history_of((300, 310), &rw));
+        u.record(&ok, (300, 310));
+        assert!(u.must_show(&rw));
+        assert!(!u.allowed(0, &rw));
+        assert!(u.ok_in_history_of((400, 410), &rw));
+        let mut before = Unkeyed::default();
+        before.record(&ok, (10, 20));
+        assert!(before.must_show(&rw));
+        assert!(before.ok_in_history_of((300, 310), &rw));
+    }
+
+    #[test]
+    fn a_revocation_soon_after_a_rewind_gets_two_seconds() {
+        let rw = rewound(100, Some(200));
+        assert_eq!(rw.revocation_grace_until((250, 260)), Some(2_260));
+        assert_eq!(rw.revocation_grace_until((10, 20)), None, "before it");
+        assert_eq!(rw.revocation_grace_until((150, 160)), None, "in its window");
+        assert_eq!(
+            rw.revocation_grace_until((30_000, 30_300)),
+            None,
+            "30 s after its end"
+        );
+        assert_eq!(Rewinds::default().revocation_grace_until((5, 6)), None);
     }
 }

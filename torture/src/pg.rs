@@ -1,6 +1,8 @@
 //! PostgreSQL for a run: the throwaway cluster (pg-cluster.sh) or a given server, a fresh
-//! database, a synchronous standby for failovers (rebuilt after each one), PgBouncer, and the
-//! harness's TCP proxies in front of each.
+//! database, a synchronous standby for failovers (rebuilt after each one), WAL archiving for
+//! point-in-time restores, PgBouncer, and the harness's TCP proxies in front of each. And the
+//! two ways the history-rewind fault sends the database back in time: an asynchronous standby
+//! cut off, then promoted; the primary restored from a base backup to a restore point.
 
 use crate::cluster::{register, script, Cleanup};
 use crate::proxy::Proxy;
@@ -29,6 +31,9 @@ pub struct Pg {
     next_dir: AtomicU64,
     /// The synchronous_standby_names a healthy cluster has ('' or '*').
     pub sync_names: Mutex<String>,
+    /// Where the primary archives its WAL (the harness's own cluster, when a rewind may
+    /// restore it to a point in time).
+    pub archive: Option<PathBuf>,
 }
 
 /// `url` with its database (path) replaced by `db`.
@@ -73,18 +78,21 @@ pub fn port_of(url: &str) -> Option<u16> {
 impl Pg {
     /// Starts (or uses) the server, creates a fresh database, and, when asked, a synchronous
     /// standby, PgBouncer and the proxies.
+    #[allow(clippy::too_many_arguments)]
     pub async fn build(
         scripts: &Path,
         work: &Path,
         external: Option<&str>,
         db: &str,
         want_standby: bool,
+        want_archive: bool,
         pooler: bool,
         keep: bool,
     ) -> Result<(Pg, Vec<String>), String> {
         // --keep leaves the data (stopped) for a look afterwards.
         let stop = if keep { "down" } else { "stop" };
         let mut notes = Vec::new();
+        let mut archive = None;
         let (own, maint_url, mut nodes) = match external {
             Some(u) => (false, u.to_string(), Vec::new()),
             None => {
@@ -94,11 +102,22 @@ impl Pg {
                     stop.into(),
                     dir.display().to_string(),
                 ]));
+                // WAL archiving from the start (archive_mode needs a restart to change): a
+                // point-in-time restore replays it. Standbys copied from the primary have the
+                // setting too, so a promoted one archives as well.
+                let mut extra = String::new();
+                if want_archive {
+                    let a = work.join("pg-archive");
+                    std::fs::create_dir_all(&a).map_err(|e| format!("{}: {e}", a.display()))?;
+                    chown_postgres(&a)?;
+                    extra = archive_settings(&a);
+                    archive = Some(a);
+                }
                 let url = script(
                     scripts,
                     "pg-cluster.sh",
                     &["start", &dir.display().to_string()],
-                    &[],
+                    &[("PG_CONF_EXTRA", extra.as_str())],
                 )
                 .await?;
                 let port = port_of(&url).ok_or_else(|| format!("pg-cluster.sh printed {url}"))?;
@@ -227,6 +246,7 @@ impl Pg {
                 work: work.to_path_buf(),
                 next_dir: AtomicU64::new(2),
                 sync_names: Mutex::new(sync_names),
+                archive,
             },
             notes,
         ))
@@ -234,6 +254,306 @@ impl Pg {
 
     pub fn has_standby(&self) -> bool {
         self.nodes.lock().unwrap().len() == 2
+    }
+
+    /// The primary can be restored to a point in time: the harness's own, archiving its WAL.
+    pub fn can_pitr(&self) -> bool {
+        self.archive.is_some() && !self.nodes.lock().unwrap().is_empty()
+    }
+
+    /// The standby's maintenance URL, direct.
+    fn standby_maint_url(&self) -> Option<String> {
+        let nodes = self.nodes.lock().unwrap();
+        if nodes.len() != 2 {
+            return None;
+        }
+        let s = 1 - self.primary.load(Ordering::SeqCst);
+        Some(with_port(&self.maint_url, nodes[s].port))
+    }
+
+    /// The primary's directory (pg-cluster.sh's DIR) and port.
+    fn primary_node(&self) -> Result<(PathBuf, u16), String> {
+        let nodes = self.nodes.lock().unwrap();
+        let n = nodes
+            .get(self.primary.load(Ordering::SeqCst))
+            .ok_or("not the harness's own server")?;
+        Ok((n.dir.clone(), n.port))
+    }
+
+    /// history-rewind, an asynchronous standby: commits no longer wait for the standby
+    /// (`synchronous_standby_names = ''`), then the standby's WAL receiver is cut
+    /// (`primary_conninfo = ''` on it) and the primary shows no standby streaming. What the
+    /// primary acknowledges from now on, the standby misses.
+    pub async fn cut_standby(&self) -> Result<(), String> {
+        let primary = self.primary_maint_url();
+        let standby = self.standby_maint_url().ok_or("no standby")?;
+        set_sync_names(&primary, "").await?;
+        let c = connect(&standby).await?;
+        for q in [
+            "ALTER SYSTEM SET primary_conninfo = ''",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(q)
+                .await
+                .map_err(|e| format!("on the standby: {q}: {e}"))?;
+        }
+        wait_not_streaming(&primary).await
+    }
+
+    /// history-rewind, a point-in-time restore, step 1: a base backup of the primary, beside
+    /// its data directory (`pg_basebackup -X stream -c fast`).
+    pub async fn base_backup(&self, n: u64) -> Result<PathBuf, String> {
+        let (dir, port) = self.primary_node()?;
+        let target = dir.join(format!("base-{n}"));
+        let bin = server_bin_dir()?.join("pg_basebackup");
+        let port = port.to_string();
+        let t = target.display().to_string();
+        as_postgres(
+            &bin,
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                &t,
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        )
+        .await?;
+        Ok(target)
+    }
+
+    /// Step 2: the restore point (the rewind point: the caller notes the time before), and a
+    /// WAL switch so that its segment is archived.
+    pub async fn restore_point(&self, name: &str) -> Result<(), String> {
+        let c = connect(&self.primary_maint_url()).await?;
+        c.query_one("SELECT pg_create_restore_point($1)::text", &[&name])
+            .await
+            .map_err(|e| format!("pg_create_restore_point: {e}"))?;
+        c.batch_execute("SELECT pg_switch_wal()")
+            .await
+            .map_err(|e| format!("pg_switch_wal: {e}"))
+    }
+
+    /// Step 3: another WAL switch, and the wait (at most 30 s) until the archiver has archived
+    /// the segment it closed. Returns that segment's name.
+    pub async fn switch_and_archive(&self) -> Result<String, String> {
+        let c = connect(&self.primary_maint_url()).await?;
+        let seg: String = c
+            .query_one("SELECT pg_walfile_name(pg_switch_wal())", &[])
+            .await
+            .map_err(|e| format!("pg_switch_wal: {e}"))?
+            .get(0);
+        let mut last = String::new();
+        let mut failed = String::new();
+        for _ in 0..300 {
+            let r = c
+                .query_one(
+                    "SELECT coalesce(last_archived_wal, ''), coalesce(last_failed_wal, '') FROM pg_stat_archiver",
+                    &[],
+                )
+                .await
+                .map_err(|e| format!("pg_stat_archiver: {e}"))?;
+            last = r.get(0);
+            failed = r.get(1);
+            if archived_past(&last, &seg) {
+                return Ok(seg);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!(
+            "the archiver did not archive {seg} within 30 s (last archived {last:?}, last failed {failed:?})"
+        ))
+    }
+
+    /// Step 4: the primary killed, its data directory replaced by the base backup (its port
+    /// and configuration are the backup's: the same), set to recover from the archive up to
+    /// the restore point `name` and be promoted there (a new timeline), started, and waited
+    /// for until it is out of recovery. Commits do not wait for a standby
+    /// (`synchronous_standby_names = ''`). If it cannot come up, the old data directory is put
+    /// back and started (crash recovery: no rewind), and the error says so. Returns a note and
+    /// when the primary was killed.
+    pub async fn restore_primary(
+        &self,
+        backup: &Path,
+        name: &str,
+    ) -> Result<(String, std::time::Instant), String> {
+        let (dir, port) = self.primary_node()?;
+        let d = dir.display().to_string();
+        let data = dir.join("data");
+        let old = dir.join("data.before-rewind");
+        let t = std::time::Instant::now();
+        script(&self.scripts, "pg-cluster.sh", &["kill", &d], &[]).await?;
+        let killed = std::time::Instant::now();
+        // The killed postmaster's children notice and exit: none may still write in there.
+        let orphans = wait_no_process_in(&data, Duration::from_secs(10)).await;
+        // The killed postmaster stays a zombie until something reaps it, and its socket's lock
+        // file names it: a new postmaster on the port would take it as still running.
+        remove_socket_lock(&dir, port);
+        let archive = self.archive.as_ref().ok_or("no WAL archive")?;
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(&data, &old).map_err(|e| format!("moving the data aside: {e}"))?;
+        let setup = (|| -> Result<(), String> {
+            std::fs::rename(backup, &data).map_err(|e| format!("the base backup: {e}"))?;
+            let auto = data.join("postgresql.auto.conf");
+            let mut conf = std::fs::read_to_string(&auto).unwrap_or_default();
+            conf.push_str(&format!(
+                "restore_command = 'cp \"{}/%f\" \"%p\"'\nrecovery_target_name = '{name}'\nrecovery_target_action = 'promote'\nprimary_conninfo = ''\nsynchronous_standby_names = ''\n",
+                archive.display()
+            ));
+            std::fs::write(&auto, conf).map_err(|e| format!("{}: {e}", auto.display()))?;
+            chown_postgres(&auto)?;
+            let signal = data.join("recovery.signal");
+            std::fs::write(&signal, b"").map_err(|e| format!("{}: {e}", signal.display()))?;
+            chown_postgres(&signal)
+        })();
+        let replaced = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let started = match setup {
+            Ok(()) => match script(&self.scripts, "pg-cluster.sh", &["up", &d], &[]).await {
+                Ok(_) => wait_out_of_recovery(&self.primary_maint_url()).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            let log = tail_file(&dir.join("log"), 6);
+            let _ = script(&self.scripts, "pg-cluster.sh", &["down", &d], &[]).await;
+            let _ = wait_no_process_in(&data, Duration::from_secs(10)).await;
+            remove_socket_lock(&dir, port);
+            let _ = std::fs::remove_dir_all(&data);
+            let _ = std::fs::remove_file(old.join("postmaster.pid"));
+            let back = match std::fs::rename(&old, &data) {
+                Ok(()) => match script(&self.scripts, "pg-cluster.sh", &["up", &d], &[]).await {
+                    Ok(_) => "the old data put back and started".to_string(),
+                    Err(e2) => format!("the old data put back, not started: {e2}"),
+                },
+                Err(e2) => format!("the old data could not be put back: {e2}"),
+            };
+            return Err(format!("the restored primary: {e} (log: {log}); {back}"));
+        }
+        let recovered = t.elapsed().as_secs_f64();
+        let _ = std::fs::remove_dir_all(&old);
+        // What only the recovery needed goes; the rest of the configuration is the backup's.
+        let c = connect(&self.primary_maint_url()).await?;
+        for q in [
+            "ALTER SYSTEM RESET restore_command",
+            "ALTER SYSTEM RESET recovery_target_name",
+            "ALTER SYSTEM RESET recovery_target_action",
+            "ALTER SYSTEM RESET primary_conninfo",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(q).await.map_err(|e| format!("{q}: {e}"))?;
+        }
+        if !self.has_standby() {
+            *self.sync_names.lock().unwrap() = String::new();
+        }
+        let tli: String = c
+            .query_one("SELECT timeline_id::text FROM pg_control_checkpoint()", &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or_else(|_| "?".into());
+        Ok((
+            format!(
+                "killed and replaced in {replaced:.1} s{}; recovered to {name} and promoted (timeline {tli}) in {recovered:.1} s",
+                if orphans { "" } else { " (a process of the old one still ran 10 s after the kill)" }
+            ),
+            killed,
+        ))
+    }
+
+    /// history-rewind, an asynchronous standby, the end: the primary killed (and its
+    /// processes gone), the standby promoted (a new timeline, commits not waiting for a
+    /// standby). The standby slot is then empty: `rebuild_standby` fills it. Returns a note
+    /// and when the primary was killed.
+    pub async fn promote_standby(&self) -> Result<(String, std::time::Instant), String> {
+        let (old_slot, old_dir, new_dir) = {
+            let nodes = self.nodes.lock().unwrap();
+            if nodes.len() != 2 {
+                return Err("no standby".into());
+            }
+            let p = self.primary.load(Ordering::SeqCst);
+            (p, nodes[p].dir.clone(), nodes[1 - p].dir.clone())
+        };
+        let t = std::time::Instant::now();
+        script(
+            &self.scripts,
+            "pg-cluster.sh",
+            &["kill", &old_dir.display().to_string()],
+            &[],
+        )
+        .await?;
+        let killed = std::time::Instant::now();
+        let orphans = wait_no_process_in(&old_dir.join("data"), Duration::from_secs(10)).await;
+        let gone = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        script(
+            &self.scripts,
+            "pg-cluster.sh",
+            &["promote", &new_dir.display().to_string()],
+            &[],
+        )
+        .await?;
+        self.primary.store(1 - old_slot, Ordering::SeqCst);
+        Ok((
+            format!(
+                "primary in slot {old_slot} killed ({gone:.1} s until its processes were gone{}), slot {} promoted in {:.1} s",
+                if orphans { "" } else { "; one still ran after 10 s" },
+                1 - old_slot,
+                t.elapsed().as_secs_f64()
+            ),
+            killed,
+        ))
+    }
+
+    /// After a restore: the standby (of a history the primary no longer has) replaced by a
+    /// fresh one of the primary in its slot, streaming, and commits synchronous again. Nothing
+    /// without a standby. Returns how long it took.
+    pub async fn rebuild_standby(&self) -> Result<Option<f64>, String> {
+        let t = std::time::Instant::now();
+        let (slot, old_dir) = {
+            let nodes = self.nodes.lock().unwrap();
+            if nodes.len() != 2 {
+                return Ok(None);
+            }
+            let s = 1 - self.primary.load(Ordering::SeqCst);
+            (s, nodes[s].dir.clone())
+        };
+        let _ = script(
+            &self.scripts,
+            "pg-cluster.sh",
+            &["stop", &old_dir.display().to_string()],
+            &[],
+        )
+        .await;
+        let n = self.next_dir.fetch_add(1, Ordering::SeqCst);
+        let dir = self.work.join(format!("pg-{n}"));
+        register(Cleanup::Script(vec![
+            self.scripts.join("pg-cluster.sh").display().to_string(),
+            "stop".into(),
+            dir.display().to_string(),
+        ]));
+        let primary = self.primary_maint_url();
+        let url = script(
+            &self.scripts,
+            "pg-cluster.sh",
+            &["standby", &dir.display().to_string(), &primary],
+            &[],
+        )
+        .await?;
+        let port = port_of(&url).ok_or_else(|| format!("pg-cluster.sh printed {url}"))?;
+        self.nodes.lock().unwrap()[slot] = PgNode { dir, port };
+        self.proxies[slot].retarget(port);
+        wait_streaming(&primary).await?;
+        set_sync_names(&primary, "*").await?;
+        *self.sync_names.lock().unwrap() = "*".into();
+        Ok(Some(t.elapsed().as_secs_f64()))
     }
 
     /// A maintenance URL of the current primary, direct (not through a proxy).
@@ -342,6 +662,167 @@ pub async fn set_sync_names(maint: &str, names: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The lines for postgresql.conf that archive every WAL segment into `dir` (a segment archived
+/// twice must be the same bytes; a copy lands whole).
+pub fn archive_settings(dir: &Path) -> String {
+    let a = dir.display();
+    format!(
+        "archive_mode = on\narchive_command = 'if [ -f \"{a}/%f\" ]; then cmp -s \"%p\" \"{a}/%f\"; else cp \"%p\" \"{a}/%f.tmp\" && mv \"{a}/%f.tmp\" \"{a}/%f\"; fi'\n"
+    )
+}
+
+/// The archiver's last archived file is `seg` or a later segment of its timeline.
+pub fn archived_past(last: &str, seg: &str) -> bool {
+    last.len() >= 24
+        && seg.len() == 24
+        && last[..24].bytes().all(|b| b.is_ascii_hexdigit())
+        && last[..8] == seg[..8]
+        && last[..24] >= *seg
+}
+
+/// The PostgreSQL server programs pg-cluster.sh uses (the first version with initdb).
+fn server_bin_dir() -> Result<PathBuf, String> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| format!("/usr/lib/postgresql: {e}"))?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join("initdb").exists())
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .next()
+        .ok_or_else(|| "no PostgreSQL server programs under /usr/lib/postgresql".into())
+}
+
+/// The postgres user's uid and gid.
+fn postgres_ids() -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new("postgres").ok()?;
+    // SAFETY: getpwnam returns null or a pointer to static storage, read at once.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return None;
+    }
+    // SAFETY: checked non-null above.
+    unsafe { Some(((*pw).pw_uid, (*pw).pw_gid)) }
+}
+
+/// The server runs as postgres: what it must read or write is made its own.
+fn chown_postgres(path: &Path) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let (u, g) = postgres_ids().ok_or("no postgres user")?;
+    std::os::unix::fs::chown(path, Some(u), Some(g))
+        .map_err(|e| format!("chown {}: {e}", path.display()))
+}
+
+/// Runs a server program as the postgres user (as pg-cluster.sh does); its stderr's last
+/// lines on failure.
+async fn as_postgres(program: &Path, args: &[&str]) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = tokio::process::Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        tokio::process::Command::new(program)
+    };
+    cmd.args(args).stdin(std::process::Stdio::null());
+    let out = tokio::time::timeout(Duration::from_secs(180), cmd.output())
+        .await
+        .map_err(|_| format!("{}: no end within 180 s", program.display()))?
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(4).collect();
+        return Err(format!(
+            "{} exited {}: {}",
+            program.display(),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok(())
+}
+
+/// Waits (bounded) until no process works in `data` (the backends of a killed postmaster).
+/// False if one still does.
+async fn wait_no_process_in(data: &Path, max: Duration) -> bool {
+    let until = std::time::Instant::now() + max;
+    loop {
+        let busy = std::fs::read_dir("/proc")
+            .map(|rd| {
+                rd.flatten().any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                        && std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == data)
+                })
+            })
+            .unwrap_or(false);
+        if !busy {
+            return true;
+        }
+        if std::time::Instant::now() > until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (at most 90 s) until the server at `maint` accepts connections and is out of
+/// recovery.
+async fn wait_out_of_recovery(maint: &str) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..900 {
+        match connect(maint).await {
+            Ok(c) => match c.query_one("SELECT pg_is_in_recovery()", &[]).await {
+                Ok(r) if !r.get::<_, bool>(0) => return Ok(()),
+                Ok(_) => last = "still in recovery".into(),
+                Err(e) => last = e.to_string(),
+            },
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("not out of recovery within 90 s: {last}"))
+}
+
+/// Removes the socket and its lock file a killed postmaster left in `dir` (pg-cluster.sh's
+/// unix_socket_directories) for `port`.
+fn remove_socket_lock(dir: &Path, port: u16) {
+    let _ = std::fs::remove_file(dir.join(format!(".s.PGSQL.{port}.lock")));
+    let _ = std::fs::remove_file(dir.join(format!(".s.PGSQL.{port}")));
+}
+
+fn tail_file(path: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = s.lines().rev().take(n).collect();
+    v.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+/// Waits (at most 30 s) until the primary at `maint` has no standby streaming.
+async fn wait_not_streaming(maint: &str) -> Result<(), String> {
+    let c = connect(maint).await?;
+    for _ in 0..300 {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+                &[],
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .get(0);
+        if n == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the standby still streamed 30 s after its WAL receiver was cut".into())
+}
+
 async fn wait_streaming(maint: &str) -> Result<(), String> {
     let c = connect(maint).await?;
     for _ in 0..300 {
@@ -381,5 +862,23 @@ mod tests {
             "postgres://postgres@127.0.0.1:7/t1"
         );
         assert_eq!(port_of("postgres://postgres@127.0.0.1:5432/t1"), Some(5432));
+    }
+
+    #[test]
+    fn the_archiver_is_past_a_segment_of_its_timeline() {
+        let seg = "000000010000000000000005";
+        assert!(archived_past(seg, seg));
+        assert!(archived_past("000000010000000000000006", seg));
+        assert!(!archived_past("000000010000000000000004", seg));
+        assert!(!archived_past("", seg));
+        assert!(!archived_past("00000002.history", seg));
+        assert!(archived_past(
+            "000000010000000000000006.00000028.backup",
+            seg
+        ));
+        assert!(!archived_past("000000020000000000000006", seg));
+        let s = archive_settings(Path::new("/w/a"));
+        assert!(s.starts_with("archive_mode = on\n"));
+        assert!(s.contains("cp \"%p\" \"/w/a/%f.tmp\""));
     }
 }

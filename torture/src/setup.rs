@@ -223,7 +223,7 @@ pub async fn setup(ctx: &Arc<Ctx>) -> Result<(), String> {
             .as_str()
             .unwrap_or("")
             .to_string();
-        ctx.state.add_secret(idx, &secret, true);
+        ctx.state.add_secret(idx, &secret, Some((0, 0)));
         let n_keys = if *wholesale { clients } else { 1 };
         let mut keys = Vec::new();
         for _ in 0..n_keys {
@@ -270,6 +270,7 @@ pub async fn setup(ctx: &Arc<Ctx>) -> Result<(), String> {
                 *funds,
                 r.start_ms,
                 r.end_ms,
+                &crate::model::Rewinds::default(),
             );
             report(ctx, findings);
             if !r.ok() {

@@ -1,9 +1,10 @@
 //! The model's memory during a run: the accounts and keys made at setup, every idempotency
 //! key's record (model.rs judges them), the secrets each account has had, and the unkeyed
-//! writes (revocations, account creations, rotations, provider payments) with their answers.
+//! writes (revocations, account creations, rotations, provider payments) with their answers,
+//! and the rewinds of the database (each answer's span is judged against them: model.rs).
 
-use crate::model::{Keys, Unkeyed};
-use std::collections::{HashMap, HashSet};
+use crate::model::{Keys, Rewinds, Span, Unkeyed};
+use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
 #[derive(Clone, Debug)]
@@ -22,6 +23,8 @@ pub struct Account {
 pub struct Revocable {
     pub key_id: String,
     pub plaintext: String,
+    /// The creation's 200.
+    pub created: Span,
     pub revokes: Unkeyed,
 }
 
@@ -30,16 +33,20 @@ pub struct Provider {
     pub account: usize,
     pub amount: i64,
     pub body: Vec<u8>,
-    pub acked: bool,
+    /// Every answer (its 200s with their spans).
     pub answers: Unkeyed,
 }
 
 /// The secrets an account has had, as far as the model knows: `current` is None after a
-/// rotation whose answer was lost, until a read tells.
+/// rotation whose answer was lost, until a read tells; `current_at` the span of the answer
+/// that told it (a rewind may undo it: `State::current_secret`).
 #[derive(Clone, Debug, Default)]
 pub struct Secrets {
     pub all: Vec<String>,
     pub current: Option<String>,
+    pub current_at: Option<Span>,
+    /// The rotations answered 200: the secret and the answer's span.
+    pub rotations: Vec<(String, Span)>,
 }
 
 /// What a client's poller of `/b2b/events?after=` has seen, in order.
@@ -47,6 +54,23 @@ pub struct Secrets {
 pub struct Poller {
     pub account: usize,
     pub seen: Vec<String>,
+    /// The span of the answer that listed each of `seen`.
+    pub seen_at: Vec<Span>,
+    /// The span of the answer that moved its cursor last (a rewind may have lost the event
+    /// it points at).
+    pub cursor_at: Option<Span>,
+    /// Times it started over from the beginning after a rewind.
+    pub restarts: u32,
+}
+
+/// What the server answered to `after=` of an event a rewind may have lost (a poller's cursor,
+/// sent once before the poller starts over).
+#[derive(Clone, Debug)]
+pub struct CursorProbe {
+    pub account: usize,
+    pub cursor: String,
+    pub at_ms: u64,
+    pub answer: String,
 }
 
 #[derive(Default)]
@@ -58,11 +82,17 @@ pub struct State {
     pub created: Mutex<HashMap<String, Unkeyed>>,
     pub secrets: Mutex<HashMap<usize, Secrets>>,
     pub providers: Mutex<HashMap<String, Provider>>,
-    /// Orders cancelled by a 200 without a key (keyed cancels are in `keys`).
-    pub cancelled: Mutex<HashSet<String>>,
+    /// Orders cancelled by a 200 without a key (keyed cancels are in `keys`), with the span of
+    /// the first such 200.
+    pub cancelled: Mutex<HashMap<String, Span>>,
     pub pollers: Mutex<Vec<Poller>>,
-    /// Events with a callback, by account, for redeliveries.
-    pub callback_events: Mutex<HashMap<usize, Vec<String>>>,
+    /// Events with a callback, by account, for redeliveries: the id and the span of the
+    /// listing that showed it.
+    pub callback_events: Mutex<HashMap<usize, Vec<(String, Span)>>>,
+    /// The database's rewinds (history-rewind faults).
+    pub rewinds: RwLock<Rewinds>,
+    /// Answers to `after=` of a cursor a rewind may have lost.
+    pub cursor_probes: Mutex<Vec<CursorProbe>>,
     /// The prefill's orders (acknowledged keys kept compactly).
     pub prefill_keys: Mutex<Vec<PrefillKey>>,
 }
@@ -87,15 +117,35 @@ impl State {
         self.accounts.read().unwrap().len()
     }
 
-    pub fn add_secret(&self, account: usize, secret: &str, current: bool) {
+    /// A secret the account has (had); `current`: the span of the answer that says it is the
+    /// current one (None: not known to be current; `Some((0, 0))`: at setup).
+    pub fn add_secret(&self, account: usize, secret: &str, current: Option<Span>) {
         let mut s = self.secrets.lock().unwrap();
         let e = s.entry(account).or_default();
         if !e.all.iter().any(|x| x == secret) {
             e.all.push(secret.to_string());
         }
-        if current {
+        if let Some(at) = current {
             e.current = Some(secret.to_string());
+            e.current_at = Some(at);
         }
+    }
+
+    /// The account's current secret as far as the model knows, unless a rewind may have undone
+    /// what told it.
+    pub fn current_secret(&self, account: usize) -> Option<String> {
+        let rw = self.rewinds();
+        let s = self.secrets.lock().unwrap();
+        let e = s.get(&account)?;
+        if e.current_at.is_some_and(|at| rw.at_risk(at)) {
+            return None;
+        }
+        e.current.clone()
+    }
+
+    /// The rewinds so far (a copy: every rule takes them as they are at its answer).
+    pub fn rewinds(&self) -> Rewinds {
+        self.rewinds.read().unwrap().clone()
     }
 
     pub fn secrets_of(&self, account: usize) -> Vec<String> {

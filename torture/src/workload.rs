@@ -5,7 +5,7 @@
 
 use crate::ctx::Ctx;
 use crate::http::{self, Auth, Req, Resp};
-use crate::model::{KeyRecord, Outcome, Unkeyed};
+use crate::model::{KeyRecord, Outcome, Span, Unkeyed};
 use crate::rng::Rng;
 use crate::setup::{
     home_of, now_rfc3339, product_body, report, run_tag, sign_provider, Mix, HOT, OPS, PRODUCTS,
@@ -30,6 +30,8 @@ struct MyOrder {
     account: usize,
     total: i64,
     placed: Instant,
+    /// The span of the answer that showed it (a rewind may have undone it).
+    seen: Span,
 }
 
 pub struct Client {
@@ -48,6 +50,9 @@ pub struct Client {
     poll_after: Option<String>,
     /// After a rotation whose outcome is unknown, no exact check until then.
     rotation_unknown_until: Option<Instant>,
+    /// Keys made, used on every instance (so each keeps a copy) and kept for a later revocation:
+    /// (id, plaintext, when made).
+    parked: VecDeque<(String, String, Instant)>,
 }
 
 const KEEP: usize = 256;
@@ -72,6 +77,7 @@ impl Client {
             providers: VecDeque::new(),
             poll_after: None,
             rotation_unknown_until: None,
+            parked: VecDeque::new(),
         }
     }
 
@@ -151,6 +157,7 @@ impl Client {
             (String::new(), 0)
         };
         self.ctx.check();
+        let rw = self.ctx.state.rewinds();
         let f = self.ctx.state.keys.lock().unwrap().on_answer(
             key,
             &r.outcome(),
@@ -158,6 +165,7 @@ impl Client {
             amount,
             r.start_ms,
             r.end_ms,
+            &rw,
         );
         report(&self.ctx, f);
         self.quiet_500(r);
@@ -305,6 +313,7 @@ impl Client {
                 account,
                 total: o["total"].as_i64().unwrap_or(0),
                 placed: Instant::now(),
+                seen: (r.start_ms, r.end_ms),
             });
             if self.orders.len() > KEEP {
                 self.orders.pop_front();
@@ -387,7 +396,9 @@ impl Client {
     }
 
     async fn other_body(&mut self) {
-        // An acknowledged order key of this client, with one more of its first line.
+        // An acknowledged order key of this client, with one more of its first line (not one a
+        // rewind may have undone: another body may then be its first use).
+        let rw = self.ctx.state.rewinds();
         let acked: Vec<String> = {
             let keys = self.ctx.state.keys.lock().unwrap();
             self.my_keys
@@ -395,7 +406,7 @@ impl Client {
                 .filter(|k| {
                     keys.map
                         .get(*k)
-                        .is_some_and(|r| r.op == "order" && r.acked.is_some())
+                        .is_some_and(|r| r.op == "order" && r.safe_ack(&rw).is_some())
                 })
                 .cloned()
                 .collect()
@@ -430,13 +441,12 @@ impl Client {
         .json(&body);
         let r = self.send(&req).await;
         self.ctx.check();
-        let f = self
-            .ctx
-            .state
-            .keys
-            .lock()
-            .unwrap()
-            .on_other_body_answer(&key, &r.outcome());
+        let f = self.ctx.state.keys.lock().unwrap().on_other_body_answer(
+            &key,
+            &r.outcome(),
+            (r.start_ms, r.end_ms),
+            &self.ctx.state.rewinds(),
+        );
         report(&self.ctx, f);
         self.quiet_500(&r);
     }
@@ -490,7 +500,10 @@ impl Client {
             self.note_order(r, account, &key);
         }
         self.ctx.check();
-        if ids.len() > 1 {
+        // Answers that straddle a rewind may come from two histories, each with its order.
+        let rw = self.ctx.state.rewinds();
+        let straddled = answers.iter().any(|r| rw.at_risk((r.start_ms, r.end_ms)));
+        if ids.len() > 1 && !straddled {
             self.ctx.violation(
                 "burst-two-orders",
                 &format!(
@@ -601,7 +614,8 @@ impl Client {
                     .cancelled
                     .lock()
                     .unwrap()
-                    .insert(o.id.clone());
+                    .entry(o.id.clone())
+                    .or_insert((r.start_ms, r.end_ms));
             }
             self.quiet_500(&r);
             r
@@ -700,7 +714,6 @@ impl Client {
                         account,
                         amount,
                         body: body.clone(),
-                        acked: false,
                         answers: Unkeyed::default(),
                     },
                 );
@@ -730,6 +743,8 @@ impl Client {
         let r = self.send(&req).await;
         self.quiet_500(&r);
         let dup = r.json().and_then(|v| v["duplicate"].as_bool());
+        let span = (r.start_ms, r.end_ms);
+        let rw = self.ctx.state.rewinds();
         let mut providers = self.ctx.state.providers.lock().unwrap();
         let Some(p) = providers.get_mut(&id) else {
             return;
@@ -737,7 +752,9 @@ impl Client {
         self.ctx.check();
         if r.ok() {
             match dup {
-                Some(false) if p.acked => {
+                // A payment acknowledged in a rewind's window may be gone after it: then it
+                // is new again there.
+                Some(false) if p.answers.ok_in_history_of(span, &rw) => {
                     self.ctx.violation(
                         "provider-credited-twice",
                         &format!("provider payment {id}: a second duplicate:false"),
@@ -754,13 +771,30 @@ impl Client {
                 }
                 _ => {}
             }
-            p.acked = true;
         }
-        p.answers.record(&r.outcome());
+        p.answers.record(&r.outcome(), span);
     }
 
-    /// Make a key, use it, revoke it twice in a row (a retrying client), then it must be 401.
+    /// Make a key, use it on every instance, revoke it twice in a row (a retrying client), then
+    /// it must be 401 on every instance. A third of the keys are kept a while instead, then used
+    /// on every instance again (each keeps a copy) and revoked by a later cycle, at least 4 s
+    /// after they were made: a revocation of a key older than the changes around it (a
+    /// rewind's, a restart's).
     async fn key_cycle(&mut self) {
+        if self
+            .parked
+            .front()
+            .is_some_and(|k| k.2.elapsed() >= Duration::from_secs(4))
+        {
+            // Used until the day it is revoked (every instance keeps a copy), then revoked.
+            let (key_id, plaintext, _) = self.parked.pop_front().expect("checked");
+            let created = self.ctx.state.revocables.lock().unwrap()[&key_id].created;
+            crate::checks::created_key_works(
+                &self.ctx, &self.http, self.idx, &key_id, &plaintext, created,
+            )
+            .await;
+            return self.revoke_key(&key_id, &plaintext).await;
+        }
         let account = self.home;
         let acc = self.ctx.state.account(account);
         let inst = self.instance();
@@ -786,21 +820,33 @@ impl Client {
             );
             return;
         }
+        let created = (r.start_ms, r.end_ms);
         self.ctx.state.revocables.lock().unwrap().insert(
             key_id.clone(),
             Revocable {
                 key_id: key_id.clone(),
                 plaintext: plaintext.clone(),
+                created,
                 revokes: Unkeyed::default(),
             },
         );
-        if self.rng.chance(0.5) {
-            let inst = self.instance();
-            let req = Req::new("key.use", Method::GET, "/b2b/balance", inst, self.idx)
-                .auth(Auth::Key(plaintext.clone()));
-            let r = self.send(&req).await;
-            self.expect_not_auth_failure(&r, "a key just created (200)");
+        // docs/contract.md "A revoked key is refused by every instance" and "When the database goes
+        // back in time": a key whose creation was answered works on every instance at once.
+        crate::checks::created_key_works(
+            &self.ctx, &self.http, self.idx, &key_id, &plaintext, created,
+        )
+        .await;
+        if self.rng.chance(0.33) && self.parked.len() < 8 {
+            self.parked.push_back((key_id, plaintext, Instant::now()));
+            return;
         }
+        self.revoke_key(&key_id, &plaintext).await;
+    }
+
+    /// Revokes a key of `key_cycle` once or twice in a row (a retrying client); a revocation
+    /// answered 200 must leave it refused on every instance.
+    async fn revoke_key(&mut self, key_id: &str, plaintext: &str) {
+        let created = self.ctx.state.revocables.lock().unwrap()[key_id].created;
         let twice = self.rng.chance(0.8);
         for n in 0..(if twice { 2 } else { 1 }) {
             let inst = self.instance();
@@ -821,14 +867,15 @@ impl Client {
             let o = r.outcome();
             let tally = {
                 let mut rv = self.ctx.state.revocables.lock().unwrap();
-                let e = rv.get_mut(&key_id).expect("inserted above");
-                e.revokes.record(&o);
-                e.revokes
+                let e = rv.get_mut(key_id).expect("made by key_cycle");
+                e.revokes.record(&o, (r.start_ms, r.end_ms));
+                e.revokes.clone()
             };
             if matches!(o, Outcome::NothingWritten) && tally.must_not_show() {
                 // The revocation says nothing was changed: the key must still work, first of
                 // all on the instance that said so (the others may not have caught up with a
-                // revocation that did commit; that one knows its own writes).
+                // revocation that did commit; that one knows its own writes). Unless a rewind
+                // may have undone the key's creation.
                 let req = Req::new(
                     "key.check",
                     Method::GET,
@@ -836,10 +883,10 @@ impl Client {
                     r.instance,
                     self.idx,
                 )
-                .auth(Auth::Key(plaintext.clone()));
+                .auth(Auth::Key(plaintext.to_string()));
                 let c = self.send(&req).await;
                 self.ctx.check();
-                if c.status == Some(401) {
+                if c.status == Some(401) && !self.ctx.state.rewinds().at_risk(created) {
                     self.ctx.violation(
                         "nothing-changed-visible",
                         &format!("revocation of {key_id} answered 503 ({}), yet the key is refused (401) on instance {}", excerpt_err(&r), c.instance),
@@ -847,22 +894,19 @@ impl Client {
                 }
             }
         }
-        let tally = self.ctx.state.revocables.lock().unwrap()[&key_id].revokes;
-        if tally.must_show() {
-            let inst = self.instance();
-            let req = Req::new("key.check", Method::GET, "/b2b/balance", inst, self.idx)
-                .auth(Auth::Key(plaintext));
-            let c = self.send(&req).await;
-            self.ctx.check();
-            if c.ok() {
-                self.ctx.violation(
-                    "revoked-key-accepted",
-                    &format!(
-                        "key {key_id} revoked (200), then answered 200 on instance {}",
-                        c.instance
-                    ),
-                );
-            }
+        let first_safe = {
+            let rw = self.ctx.state.rewinds();
+            self.ctx.state.revocables.lock().unwrap()[key_id]
+                .revokes
+                .safe_oks(&rw)
+                .first()
+                .copied()
+        };
+        if let Some(revoked) = first_safe {
+            crate::checks::revoked_key_refused(
+                &self.ctx, &self.http, self.idx, key_id, plaintext, revoked,
+            )
+            .await;
         }
     }
 
@@ -929,17 +973,21 @@ impl Client {
                     .json()
                     .and_then(|v| v["webhookSecret"].as_str().map(str::to_string))
                     .unwrap_or_default();
-                self.ctx.state.add_secret(acc.idx, &s, true);
-            }
-            Outcome::NothingWritten => {
-                let known = self
-                    .ctx
+                let span = (r.start_ms, r.end_ms);
+                self.ctx.state.add_secret(acc.idx, &s, Some(span));
+                self.ctx
                     .state
                     .secrets
                     .lock()
                     .unwrap()
-                    .get(&acc.idx)
-                    .and_then(|s| s.current.clone());
+                    .entry(acc.idx)
+                    .or_default()
+                    .rotations
+                    .push((s, span));
+            }
+            Outcome::NothingWritten => {
+                // What the model knows, unless a rewind may have undone what told it.
+                let known = self.ctx.state.current_secret(acc.idx);
                 let inst = self.instance();
                 let g = self.admin_req(
                     inst,
@@ -955,7 +1003,9 @@ impl Client {
                 ) {
                     self.ctx.check();
                     if c.ok() && now != known {
-                        self.ctx.state.add_secret(acc.idx, &now, true);
+                        self.ctx
+                            .state
+                            .add_secret(acc.idx, &now, Some((c.start_ms, c.end_ms)));
                         self.ctx.violation(
                             "nothing-changed-visible",
                             &format!("rotation of {}'s webhook secret answered 503 ({}), yet the secret changed", acc.id, excerpt_err(&r)),
@@ -964,14 +1014,11 @@ impl Client {
                 }
             }
             Outcome::Unknown => {
-                self.ctx
-                    .state
-                    .secrets
-                    .lock()
-                    .unwrap()
-                    .entry(acc.idx)
-                    .or_default()
-                    .current = None;
+                let mut secrets = self.ctx.state.secrets.lock().unwrap();
+                let e = secrets.entry(acc.idx).or_default();
+                e.current = None;
+                e.current_at = None;
+                drop(secrets);
                 self.rotation_unknown_until = Some(Instant::now() + Duration::from_secs(65));
             }
             _ => {}
@@ -993,7 +1040,9 @@ impl Client {
             .and_then(|v| v["account"]["webhookSecret"].as_str().map(str::to_string))
         {
             Some(s) if c.ok() => {
-                self.ctx.state.add_secret(acc.idx, &s, true);
+                self.ctx
+                    .state
+                    .add_secret(acc.idx, &s, Some((c.start_ms, c.end_ms)));
                 true
             }
             _ => false,
@@ -1013,7 +1062,7 @@ impl Client {
         if events.is_empty() {
             return self.poll_events().await;
         }
-        let id = self.rng.pick(&events).clone();
+        let (id, seen) = self.rng.pick(&events).clone();
         let inst = self.instance();
         let req = if self.rng.chance(0.5) {
             self.admin_req(
@@ -1046,7 +1095,9 @@ impl Client {
                 &format!("redeliver of {id}: {}", r.describe()),
             );
         }
-        if r.status == Some(404) || r.status == Some(409) {
+        // An event listed in a rewind's window may be gone after it.
+        let lost = self.ctx.state.rewinds().at_risk(seen);
+        if (r.status == Some(404) || r.status == Some(409)) && !lost {
             self.ctx.violation(
                 "redeliver-refused",
                 &format!(
@@ -1101,7 +1152,7 @@ impl Client {
                 .unwrap()
                 .entry(name.clone())
                 .or_default()
-                .record(&o);
+                .record(&o, (r.start_ms, r.end_ms));
             // A client retries what said "nothing was changed" (and what it never heard).
             if !matches!(
                 o,
@@ -1127,7 +1178,9 @@ impl Client {
         .auth(Auth::Key(self.api_key(o.account)));
         let r = self.send(&req).await;
         self.ctx.check();
-        if r.status == Some(404) {
+        // An order acknowledged in a rewind's window may be gone after it.
+        let lost = self.ctx.state.rewinds().at_risk(o.seen);
+        if r.status == Some(404) && !lost {
             self.ctx.violation(
                 "acked-order-missing",
                 &format!(
@@ -1178,7 +1231,7 @@ impl Client {
                     .as_array()
                     .map(|a| a.iter().filter_map(|o| o["id"].as_str()).collect())
                     .unwrap_or_default();
-                if ids != [o.id.as_str()] {
+                if ids != [o.id.as_str()] && !self.ctx.state.rewinds().at_risk(o.seen) {
                     self.ctx.violation(
                         "external-id-lookup",
                         &format!(
@@ -1234,6 +1287,7 @@ impl Client {
 
     /// One step of a poller of /b2b/events?after= (a partner catching up on callbacks).
     async fn poll_events(&mut self) {
+        self.restart_poller_after_rewind().await;
         let key = self.api_key(self.home);
         let mut path = "/b2b/events?limit=100".to_string();
         if let Some(a) = &self.poll_after {
@@ -1246,6 +1300,7 @@ impl Client {
         let Some(v) = r.json().filter(|_| r.ok()) else {
             return;
         };
+        let span = (r.start_ms, r.end_ms);
         let events = v["events"].as_array().cloned().unwrap_or_default();
         let mut pollers = self.ctx.state.pollers.lock().unwrap();
         let p = &mut pollers[self.idx];
@@ -1264,10 +1319,12 @@ impl Client {
                 );
             }
             p.seen.push(id.to_string());
+            p.seen_at.push(span);
+            p.cursor_at = Some(span);
             if !e["data"]["order"]["callbackUrl"].is_null() {
                 let mut cb = self.ctx.state.callback_events.lock().unwrap();
                 let list = cb.entry(self.home).or_default();
-                list.push(id.to_string());
+                list.push((id.to_string(), span));
                 if list.len() > 500 {
                     list.remove(0);
                 }
@@ -1276,6 +1333,60 @@ impl Client {
         if let Some(last) = p.seen.last() {
             self.poll_after = Some(last.clone());
         }
+    }
+
+    /// A cursor listed in a rewind's window may point at an event the rewind lost: it cannot
+    /// be continued. The poller sends it once (what the server answers is written down, judged
+    /// at the end), then starts over from the beginning; the events it saw are forgotten, so
+    /// that the lost ones are not counted as gaps.
+    async fn restart_poller_after_rewind(&mut self) {
+        let rw = self.ctx.state.rewinds();
+        let cursor_at = self.ctx.state.pollers.lock().unwrap()[self.idx].cursor_at;
+        if !cursor_at.is_some_and(|at| rw.at_risk_ended(at)) {
+            return;
+        }
+        if let Some(cursor) = self.poll_after.clone() {
+            let inst = self.instance();
+            let req = Req::new(
+                "read.events-lost-cursor",
+                Method::GET,
+                format!("/b2b/events?limit=100&after={cursor}"),
+                inst,
+                self.idx,
+            )
+            .auth(Auth::Key(self.api_key(self.home)));
+            let r = self.send(&req).await;
+            let answer = match r.json().filter(|_| r.ok()) {
+                Some(v) => {
+                    let evs = v["events"].as_array().cloned().unwrap_or_default();
+                    format!(
+                        "{} with {} events (first {:?})",
+                        r.status.unwrap_or(0),
+                        evs.len(),
+                        evs.first().and_then(|e| e["id"].as_str()).unwrap_or("-")
+                    )
+                }
+                None => r.describe(),
+            };
+            self.ctx
+                .state
+                .cursor_probes
+                .lock()
+                .unwrap()
+                .push(crate::state::CursorProbe {
+                    account: self.home,
+                    cursor,
+                    at_ms: r.end_ms,
+                    answer,
+                });
+        }
+        let mut pollers = self.ctx.state.pollers.lock().unwrap();
+        let p = &mut pollers[self.idx];
+        p.seen.clear();
+        p.seen_at.clear();
+        p.cursor_at = None;
+        p.restarts += 1;
+        self.poll_after = None;
     }
 
     async fn read_admin(&mut self) {
