@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Stdlib-only HTTP client used by bench.sh, crash-trials.sh and soak.sh (not meant to be run by hand).
 
-  setup         PUT product prd_bench (price 1); create N wholesale accounts, each with an API key
-                and a credit; write "account_id<TAB>api_key" lines
+  setup         PUT products prd_bench, prd_large, prd_a, prd_b and prd_c (price 1); create N
+                wholesale accounts, each with an API key and a credit; write "account_id<TAB>api_key" lines
   precreate     place one order per idempotency key, to build a replay pool for wrk
   verify        for every account: the ledger (all pages) sums to the balance
   crash-load    mixed new/replay order load until the server dies (or the limits hit); writes the
@@ -161,6 +161,10 @@ def cmd_setup(a):
     large = {**product, "name": "large", "deliveryFields": ["username"]}
     s, _, d = client(a.base).call("PUT", "/admin/products/prd_large", large, admin)
     expect(s, d, "PUT /admin/products/prd_large")
+    # The products of the orders partners send (scripts/orders.lua's default bodies).
+    for pid in ("prd_a", "prd_b", "prd_c"):
+        s, _, d = client(a.base).call("PUT", f"/admin/products/{pid}", large, admin)
+        expect(s, d, f"PUT /admin/products/{pid}")
 
     def one(i):
         c = client(a.base)

@@ -13,7 +13,38 @@
 --   RESULT requests=.. rps=.. p50_ms=.. p99_ms=.. non200=.. sock_errors=.. replayed=.. stale=..
 -- (stale: soak replays of a key younger than the TTL that answered a fresh 200, i.e. a new order).
 
-local body = '{"items":[{"productId":"prd_bench","quantity":1}]}'
+-- Bodies: ORDER_BODY=partner (the default) sends the orders partners send, as the perf harness
+-- does (perf/wrk/common.lua): 12 baskets of 1 to 3 lines over prd_a, prd_b and prd_c (distinct
+-- products, quantity 1 to 3, deliveryData with a username), each with an externalOrderId that
+-- pads the body to about 300 bytes. ORDER_BODY=one-line sends the light body older figures were
+-- taken with ({"items":[{"productId":"prd_bench","quantity":1}]}): comparisons with them only.
+-- The products come from `orderly_client.py setup`.
+local shape = os.getenv("ORDER_BODY") or "partner"
+assert(shape == "partner" or shape == "one-line", "ORDER_BODY must be partner or one-line")
+local light = '{"items":[{"productId":"prd_bench","quantity":1}]}'
+local products = { "prd_a", "prd_b", "prd_c" }
+local BASKETS = 12
+local heads, ext_len = {}, {}
+local filler = string.rep("0123456789abcdef", 9)
+for n = 0, BASKETS - 1 do
+  local items = {}
+  for j = 0, n % 3 do
+    items[#items + 1] = string.format(
+      '{"productId":"%s","quantity":%d,"deliveryData":{"username":"player%d"}}',
+      products[(n + j) % #products + 1], (n + j) % 3 + 1, n * 3 + j)
+  end
+  heads[n] = '{"items":[' .. table.concat(items, ",") .. '],"externalOrderId":"'
+  ext_len[n] = math.max(24, math.min(128, 300 - #heads[n] - 2))
+end
+-- The body of a new order under idempotency key `key` (a replay of one of this script's own
+-- orders sends the body its key was first sent with: the same key, the same basket).
+local function body_for(key)
+  if shape == "one-line" then return light end
+  local n = 0
+  for i = 1, #key do n = (n * 31 + key:byte(i)) % 1000003 end
+  local b = n % BASKETS
+  return heads[b] .. string.sub(key .. "-" .. filler, 1, ext_len[b]) .. '"}'
+end
 local threads, nthreads = {}, 0
 local RING = 200
 
@@ -48,7 +79,7 @@ function init(args)
   end
 end
 
-local function post(apikey, key, kind)
+local function post(apikey, key, kind, body)
   last = { apikey, key, kind }
   return wrk.format("POST", nil, {
     ["Content-Type"] = "application/json",
@@ -59,7 +90,8 @@ end
 
 local function new_order(apikey)
   fresh = fresh + 1
-  return post(apikey, prefix .. "-" .. tid .. "-" .. fresh, "new")
+  local key = prefix .. "-" .. tid .. "-" .. fresh
+  return post(apikey, key, "new", body_for(key))
 end
 
 function request()
@@ -67,11 +99,12 @@ function request()
   if mode == "hot" then return new_order(apikeys[1]) end
   if mode == "replay" or (mode == "mix" and sent % 10 ~= 0) then
     pos = pos % #pool + 1
-    return post(pool[pos][1], pool[pos][2], "replay")
+    -- The pool's orders were placed by orderly_client.py, with the one-line body.
+    return post(pool[pos][1], pool[pos][2], "replay", light)
   end
   if mode == "soak" and sent % 10 ~= 0 and #recent > 0 then
     local r = recent[math.random(#recent)]
-    return post(r[1], r[2], "replay")
+    return post(r[1], r[2], "replay", body_for(r[2]))
   end
   return new_order(apikeys[(tid * 31 + fresh) % #apikeys + 1])
 end

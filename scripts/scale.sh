@@ -2,10 +2,14 @@
 # Does orderly keep its speed, size, memory and restart time as its store grows to about a
 # million orders? Prints a Markdown table for docs/benchmarks.md.
 #
-#   ORDERLY_BIN=path/to/orderly scripts/scale.sh [--database-url URL]
+#   ORDERLY_BIN=path/to/orderly scripts/scale.sh [--database-url URL] [--one-line]
+#
+# The orders are those partners send (scripts/orders.lua's default: 1 to 3 lines with
+# deliveryData and an externalOrderId, about 300 bytes, as perf/wrk sends); --one-line places
+# the light body older figures were taken with, for comparisons with them only.
 #
 # On a fresh store (a sled data dir, or with --database-url a fresh database of that PostgreSQL
-# server, dropped afterwards): 100 accounts with a balance of 10^12 and one product priced 1, then
+# server, dropped afterwards): 100 accounts with a balance of 10^12 and products priced 1, then
 #   1. new orders over the 100 accounts, MEASURE_SECONDS (10) at CONNS (64): the empty figure;
 #   2. FILL_SECONDS (150) more of the same: the fill;
 #   3. step 1 again: the full figure;
@@ -30,7 +34,8 @@ DATABASE_URL=
 while [ $# -gt 0 ]; do
   case $1 in
     --database-url) DATABASE_URL=${2:?--database-url needs a URL}; shift 2 ;;
-    *) echo "usage: scale.sh [--database-url URL]" >&2; exit 2 ;;
+    --one-line) export ORDER_BODY=one-line; shift ;;
+    *) echo "usage: scale.sh [--database-url URL] [--one-line]" >&2; exit 2 ;;
   esac
 done
 FILL_SECONDS=${FILL_SECONDS:-150}
@@ -164,6 +169,7 @@ fi
 fig() { result_field "$1" "$WORK/wrk-$2.txt"; }
 echo
 echo "orderly at scale, $(date -u +%Y-%m-%d), $(basename "$ORDERLY") on" \
+  "${ORDER_BODY:-partner} orders," \
   "$([ -n "$DATABASE_URL" ] && echo PostgreSQL || echo sled), $(nproc) CPUs, wrk -c$CONNS on the same host," \
   "fill ${FILL_SECONDS}s, measures ${MEASURE_SECONDS}s"
 echo
