@@ -377,6 +377,7 @@ async fn serve(ctx: &Ctx, storage: &[String], idx: usize) -> Result<Arc<Instance
     args.extend(storage.iter().cloned());
     let sp = Spawner {
         bin: cfg.bin.clone(),
+        old_bin: None,
         args,
         log_dir: cfg.work.clone(),
         faketime_lib: cfg.faketime_lib.clone(),

@@ -1,10 +1,11 @@
 //! The processes of a run: orderly instances (start, kill -9, pause, restart, under libfaketime
-//! or a file-size limit), the cluster of them with its storage (pg.rs, lazyfs.rs), and the
+//! or a file-size limit, on either build of a rolling upgrade), the cluster of them with its storage (pg.rs, lazyfs.rs), and the
 //! cleanup that removes everything on any exit (normal, Ctrl-C, SIGTERM, a panic).
 
 use crate::lazyfs::LazyFs;
 use crate::model::{Ending, SenderEnd};
 use crate::pg::Pg;
+use crate::upgrade::{is_refusal, refusal_line, short, Build, Roll};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -195,6 +196,8 @@ pub struct LaunchMods {
 
 pub struct Spawner {
     pub bin: PathBuf,
+    /// rolling-upgrade's earlier build (`--old-bin`): instances on `Build::Old` run it.
+    pub old_bin: Option<PathBuf>,
     /// Every `serve` flag but `--listen`.
     pub args: Vec<String>,
     pub log_dir: PathBuf,
@@ -219,6 +222,9 @@ struct InstState {
     /// Closed intervals when it was not running (killed, exited, restarting).
     downs: Vec<(u64, u64)>,
     expect_exit: bool,
+    /// Started, not yet answering /healthz: an exit now is the start's to judge (a refusal
+    /// of a newer store or schema is no death), not the monitor's until the start says so.
+    starting: bool,
     unreported: Vec<Exit>,
     last_exit: Option<Exit>,
     mods: LaunchMods,
@@ -249,6 +255,13 @@ pub struct Instance {
     pub last_write_sent_ms: AtomicU64,
     /// Armed by the full-disk fault: (armed at, the first write that failed after it).
     failure_watch: Mutex<Option<(u64, Option<u64>)>>,
+    /// The build it runs (rolling-upgrade; always `New` without `--old-bin`).
+    build: Mutex<Build>,
+    /// Starts refused by a store or schema newer than the build knew, each followed by the
+    /// other build's start: not yet said by a fault's note.
+    refusals: Mutex<Vec<String>>,
+    /// How many starts were refused so (the summary's count).
+    pub refused: AtomicU64,
 }
 
 impl Instance {
@@ -271,7 +284,62 @@ impl Instance {
             starts: AtomicU64::new(0),
             last_write_sent_ms: AtomicU64::new(0),
             failure_watch: Mutex::new(None),
+            build: Mutex::new(Build::New),
+            refusals: Mutex::new(Vec::new()),
+            refused: AtomicU64::new(0),
         })
+    }
+
+    /// The build its next start runs.
+    pub fn build(&self) -> Build {
+        *self.build.lock().unwrap()
+    }
+
+    pub fn set_build(&self, b: Build) {
+        *self.build.lock().unwrap() = b;
+    }
+
+    /// The refusals since the last call (see `refusals`).
+    pub fn take_refusals(&self) -> Vec<String> {
+        std::mem::take(&mut self.refusals.lock().unwrap())
+    }
+
+    /// The process of a start exited before it answered. The documented refusal of a newer
+    /// store or schema (exit 2, docs/operations.md "Upgrades"), with the other build there to
+    /// start instead, is the binary's answer, not a death: true, and the instance moves to the
+    /// other build. Anything else is handed to the monitor as any exit of its own is: false.
+    fn exit_at_start(&self, sp: &Spawner, tail: &str) -> bool {
+        let mut s = self.state.lock().unwrap();
+        s.starting = false;
+        let Some(e) = s.last_exit.clone() else {
+            return false;
+        };
+        let refused = sp.old_bin.is_some() && is_refusal(e.code, tail);
+        if !refused {
+            if !e.expected {
+                s.unreported.push(e);
+            }
+            return false;
+        }
+        drop(s);
+        let Some(old) = &sp.old_bin else {
+            return false;
+        };
+        let from = self.build();
+        let bin = match from {
+            Build::Old => old,
+            Build::New => &sp.bin,
+        };
+        self.refusals.lock().unwrap().push(format!(
+            "the {} build {} refused to start (exit 2: {}), so the {} build started instead",
+            from.name(),
+            short(bin),
+            refusal_line(tail),
+            from.other().name()
+        ));
+        self.set_build(from.other());
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     fn now_ms(&self) -> u64 {
@@ -430,7 +498,8 @@ impl Instance {
         (w, a)
     }
 
-    /// Starts the process and waits for /healthz (a bind failure retries on a fresh port).
+    /// Starts the process and waits for /healthz (a bind failure retries on a fresh port; a
+    /// build refused by a newer store or schema is followed by the other build).
     pub async fn start(self: &Arc<Self>, sp: &Spawner) -> Result<(), String> {
         if self.is_running() {
             return Ok(());
@@ -447,7 +516,11 @@ impl Instance {
                 .map_err(|e| format!("{}: {e}", log_path.display()))?;
             let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
             let log2 = log.try_clone().map_err(|e| e.to_string())?;
-            let mut cmd = tokio::process::Command::new(&sp.bin);
+            let bin = match (self.build(), &sp.old_bin) {
+                (Build::Old, Some(old)) => old,
+                _ => &sp.bin,
+            };
+            let mut cmd = tokio::process::Command::new(bin);
             cmd.arg("serve")
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
@@ -488,9 +561,7 @@ impl Instance {
                     Ok(())
                 });
             }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("{}: {e}", sp.bin.display()))?;
+            let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
             let pid = child.id().unwrap_or(0) as i32;
             live_add(pid);
             let gen = {
@@ -503,6 +574,7 @@ impl Instance {
                 // Under a file-size limit the process is meant to stop by itself (a full
                 // disk): its fault judges the exit.
                 s.expect_exit = mods.fsize_limit.is_some();
+                s.starting = true;
                 gen
             };
             let me = self.clone();
@@ -549,7 +621,7 @@ impl Instance {
                     s.pid = 0;
                 }
                 s.expect_exit = false;
-                if !e.expected {
+                if !e.expected && !s.starting {
                     s.unreported.push(e.clone());
                 }
                 s.last_exit = Some(e);
@@ -565,6 +637,10 @@ impl Instance {
             loop {
                 if !self.is_running() {
                     let tail = log_tail(&log_path, log_start, 8);
+                    if self.exit_at_start(sp, &tail) {
+                        last_err = format!("instance {} refused to start: {tail}", self.idx);
+                        break;
+                    }
                     if tail.contains("Address already in use") || tail.contains("address in use") {
                         self.port.store(free_port(), Ordering::SeqCst);
                         last_err = format!("port {port} in use");
@@ -580,6 +656,7 @@ impl Instance {
                     if r.status().is_success() {
                         let now = self.now_ms();
                         let mut s = self.state.lock().unwrap();
+                        s.starting = false;
                         if let Some(d) = s.down_since.take() {
                             s.downs.push((d, now));
                         }
@@ -709,6 +786,8 @@ pub struct Cluster {
     pub data_dir: Option<PathBuf>,
     pub admin_token: String,
     pub provider_secret: String,
+    /// rolling-upgrade's roll (which instance is swapped next, and to which build).
+    pub roll: Mutex<Roll>,
 }
 
 impl Cluster {
@@ -725,6 +804,11 @@ impl Cluster {
         } else {
             v
         }
+    }
+
+    /// What each instance runs, by index.
+    pub fn builds(&self) -> Vec<Build> {
+        self.instances.iter().map(|i| i.build()).collect()
     }
 
     /// Starts every instance that is not running.

@@ -11,6 +11,7 @@ use crate::ctx::{Ctx, Engine, Holder};
 use crate::model::stale_ready;
 use crate::receiver::{Mode, Receiver};
 use crate::rng::Rng;
+use crate::upgrade::Build;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,9 +32,10 @@ pub enum FaultKind {
     GracefulRestart,
     RestoreSwap,
     HistoryRewind,
+    RollingUpgrade,
 }
 
-pub const ALL: [FaultKind; 14] = [
+pub const ALL: [FaultKind; 15] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::ReceiverStall,
@@ -48,6 +50,7 @@ pub const ALL: [FaultKind; 14] = [
     FaultKind::GracefulRestart,
     FaultKind::RestoreSwap,
     FaultKind::HistoryRewind,
+    FaultKind::RollingUpgrade,
 ];
 
 impl FaultKind {
@@ -67,6 +70,7 @@ impl FaultKind {
             FaultKind::GracefulRestart => "graceful-restart",
             FaultKind::RestoreSwap => "restore-swap",
             FaultKind::HistoryRewind => "history-rewind",
+            FaultKind::RollingUpgrade => "rolling-upgrade",
         }
     }
 
@@ -98,6 +102,7 @@ impl FaultKind {
                 | FaultKind::PowerLoss
                 | FaultKind::DiskFull
                 | FaultKind::GracefulRestart
+                | FaultKind::RollingUpgrade
         )
     }
 
@@ -122,6 +127,7 @@ impl FaultKind {
             FaultKind::Failover => 1,
             FaultKind::HistoryRewind => 1,
             FaultKind::GracefulRestart => 2,
+            FaultKind::RollingUpgrade => 2,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
     }
@@ -157,7 +163,7 @@ impl FaultKind {
             // How long the workload runs between the rewind point and the primary's end.
             FaultKind::HistoryRewind => (2_000, 8_000),
             // How long the receiver takes to answer while the instance stops.
-            FaultKind::GracefulRestart => (3_000, 9_000),
+            FaultKind::GracefulRestart | FaultKind::RollingUpgrade => (3_000, 9_000),
             FaultKind::ReceiverStall => (5_000, 30_000),
             _ => (0, 0),
         }
@@ -182,6 +188,9 @@ impl FaultKind {
             // the keys revoked before it tried on every instance.
             FaultKind::HistoryRewind => 35_000,
             FaultKind::GracefulRestart => 15_000,
+            // A graceful restart's, and a start refused by a newer store or schema before the
+            // newer build's (a migration on the first start of the new build).
+            FaultKind::RollingUpgrade => 20_000,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
     }
@@ -332,6 +341,7 @@ async fn nap(ctx: &Ctx, ms: u64) -> bool {
 /// Runs one planned fault of the main sequence: history line, printed line, then every
 /// instance back and ready.
 async fn inject(ctx: &Arc<Ctx>, p: &Planned) {
+    let p = &aimed(ctx, p);
     // A process fault waits while a backup streams from its instance (the backup's window).
     let held = p.kind.on_process().then(|| {
         let n = ctx.cluster.instances.len() as u64;
@@ -373,6 +383,19 @@ async fn inject(ctx: &Arc<Ctx>, p: &Planned) {
     if held.is_some() {
         ctx.release_window(Holder::Fault);
     }
+}
+
+/// The planned fault with its instance: rolling-upgrade swaps the one the roll names next (from
+/// what each instance runs now), the other kinds take the draw's.
+fn aimed(ctx: &Ctx, p: &Planned) -> Planned {
+    let mut p = p.clone();
+    if p.kind == FaultKind::RollingUpgrade {
+        let builds = ctx.cluster.builds();
+        if let Some((idx, _)) = ctx.cluster.roll.lock().unwrap().next(&builds) {
+            p.target = idx as u64;
+        }
+    }
+    p
 }
 
 /// The longest a process fault waits for a backup streaming from its instance (a backup is
@@ -451,6 +474,9 @@ pub async fn recover(ctx: &Arc<Ctx>) -> Vec<usize> {
         if !i.is_running() {
             if let Err(e) = i.start(&ctx.cluster.spawner).await {
                 ctx.violation("restart-failed", &format!("instance {}: {e}", i.idx));
+            }
+            for r in i.take_refusals() {
+                ctx.note(&format!("instance {}: {r}", i.idx));
             }
         }
     }
@@ -655,6 +681,7 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
             }
         }
         FaultKind::GracefulRestart => graceful_restart(ctx, &inst, p).await,
+        FaultKind::RollingUpgrade => rolling_upgrade(ctx, &inst, p).await,
         FaultKind::HistoryRewind => history_rewind(ctx, p).await,
         FaultKind::ReceiverStall => ("receiver".into(), "on its own track".into()),
         FaultKind::RestoreSwap => ("backups".into(), "among the end's restores".into()),
@@ -880,6 +907,56 @@ async fn graceful_restart(
     inst: &Arc<crate::cluster::Instance>,
     p: &Planned,
 ) -> (String, String) {
+    let mut note = graceful_stop(ctx, inst, p).await;
+    let t = Instant::now();
+    let r = inst.start(&ctx.cluster.spawner).await;
+    note = format!("{note}; {}", restart_note(ctx, inst.idx, r, t));
+    ctx.receiver.set_override(None);
+    (format!("instance {}", inst.idx), note)
+}
+
+/// rolling-upgrade (docs/operations.md "Rolling restarts" and "Upgrades"): the instance the roll
+/// names is stopped as graceful-restart stops one (its POSTs on the wire, SIGTERM within 30 s),
+/// then started on the other build, on the same store or database. A start refused by a store
+/// or schema newer than that build knows (exit 2, documented) is followed by the newer build's
+/// start (cluster.rs) and said in the note; any other failure to start is `restart-failed`.
+async fn rolling_upgrade(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    p: &Planned,
+) -> (String, String) {
+    let from = inst.build();
+    let to = from.other();
+    let mut note = graceful_stop(ctx, inst, p).await;
+    inst.set_build(to);
+    let t = Instant::now();
+    let r = inst.start(&ctx.cluster.spawner).await;
+    let sp = &ctx.cluster.spawner;
+    let file = |b: Build| match (b, &sp.old_bin) {
+        (Build::Old, Some(old)) => crate::upgrade::short(old),
+        _ => crate::upgrade::short(&sp.bin),
+    };
+    note = format!(
+        "{} build ({}) -> {} build ({}): {note}; {}",
+        from.name(),
+        file(from),
+        to.name(),
+        file(to),
+        restart_note(ctx, inst.idx, r, t)
+    );
+    ctx.receiver.set_override(None);
+    (format!("instance {}", inst.idx), note)
+}
+
+/// The stop of graceful-restart and rolling-upgrade: the receiver made slow (an override the
+/// stall track cannot cancel; the caller lifts it once the instance is back), the process's
+/// first POST awaited (orders with a callback placed through it if none comes), SIGTERM (it
+/// must end within 30 s), and half the time 2 s down. Returns the note so far.
+async fn graceful_stop(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    p: &Planned,
+) -> String {
     let slow = Duration::from_millis(p.dur_ms.max(1_000));
     ctx.receiver.set_override(Some(Mode::Slow(slow)));
     let gen = inst.gen();
@@ -936,11 +1013,7 @@ async fn graceful_restart(
         tokio::time::sleep(Duration::from_secs(2)).await;
         note.push_str("; 2 s down");
     }
-    let t = Instant::now();
-    let r = inst.start(&ctx.cluster.spawner).await;
-    note = format!("{note}; {}", restart_note(ctx, inst.idx, r, t));
-    ctx.receiver.set_override(None);
-    (format!("instance {}", inst.idx), note)
+    note
 }
 
 /// One order with a callback, through instance `idx`, under a key made for the fault and held
@@ -992,11 +1065,17 @@ async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize
 }
 
 fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> String {
+    // A refusal of a newer store or schema came before the start that answered.
+    let refused: String = ctx.cluster.instances[idx]
+        .take_refusals()
+        .into_iter()
+        .map(|r| format!("{r}; "))
+        .collect();
     match r {
-        Ok(()) => format!("restarted in {:.1} s", t.elapsed().as_secs_f64()),
+        Ok(()) => format!("{refused}restarted in {:.1} s", t.elapsed().as_secs_f64()),
         Err(e) => {
             ctx.violation("restart-failed", &format!("instance {idx}: {e}"));
-            format!("restart failed: {e}")
+            format!("{refused}restart failed: {e}")
         }
     }
 }
@@ -1219,7 +1298,7 @@ impl ReadyWatch {
 mod tests {
     use super::*;
 
-    const PG: [FaultKind; 10] = [
+    const PG: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::ReceiverStall,
@@ -1230,6 +1309,7 @@ mod tests {
         FaultKind::GracefulRestart,
         FaultKind::RestoreSwap,
         FaultKind::HistoryRewind,
+        FaultKind::RollingUpgrade,
     ];
 
     #[test]
@@ -1269,7 +1349,7 @@ mod tests {
     fn the_round_is_fitted_to_the_duration() {
         let need = minimum_duration_ms(&PG);
         assert_eq!(need % 10_000, 0);
-        for d in [need, need + 30_000, 180_000, 600_000] {
+        for d in [need, need + 30_000, 300_000, 600_000] {
             let mut s = schedule(3, &PG);
             fit(&mut s, &PG, d).unwrap();
             let planned: u64 = s

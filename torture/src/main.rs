@@ -18,6 +18,7 @@ mod receiver;
 mod rng;
 mod setup;
 mod state;
+mod upgrade;
 mod workload;
 
 use clap::Parser;
@@ -46,6 +47,10 @@ struct Args {
         default_value = "target/release/orderly"
     )]
     bin: PathBuf,
+    /// An earlier orderly build for rolling-upgrade: the instances start on it, and the fault
+    /// swaps them one by one to --bin and back (without it rolling-upgrade is SKIPPED).
+    #[arg(long, env = "ORDERLY_TORTURE_OLD_BIN")]
+    old_bin: Option<PathBuf>,
     /// sled (one instance) or postgres (one to three instances on one database).
     #[arg(long, env = "ORDERLY_TORTURE_ENGINE", default_value = "sled")]
     engine: String,
@@ -61,8 +66,8 @@ struct Args {
     seed: Option<u64>,
     /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
     /// lost-standby, rows-held, conn-cut, clock-step, failover, graceful-restart,
-    /// restore-swap, history-rewind), `all`, or `none`. Default: every fault the engine and
-    /// the machine support.
+    /// restore-swap, history-rewind, rolling-upgrade), `all`, or `none`. Default: every fault
+    /// the engine and the machine support.
     #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
     faults: Option<String>,
     /// Concurrent clients.
@@ -240,6 +245,9 @@ async fn main() {
                 args.bin = PathBuf::from(b);
             }
         }
+        if args.old_bin.is_none() {
+            args.old_bin = first["old_bin"].as_str().map(PathBuf::from);
+        }
         replay_faults = first["faults"].as_array().map(|a| {
             a.iter()
                 .filter_map(|f| f.as_str().map(str::to_string))
@@ -276,6 +284,12 @@ async fn main() {
         ));
     }
     let bin = args.bin.canonicalize().unwrap_or(args.bin.clone());
+    let old_bin = args.old_bin.as_ref().map(|o| {
+        if !o.exists() {
+            usage(&format!("--old-bin {}: no such file", o.display()));
+        }
+        o.canonicalize().unwrap_or(o.clone())
+    });
     let seed = args.seed.unwrap_or_else(random_seed);
     let scripts = find_scripts(args.scripts.clone(), &bin)
         .unwrap_or_else(|| usage("no scripts/ directory found: give --scripts DIR"));
@@ -319,6 +333,15 @@ async fn main() {
             format!("no libfaketime at {}", args.faketime_lib.display()),
         ));
     }
+    if faults.contains(&FaultKind::RollingUpgrade) && old_bin.is_none() {
+        faults.retain(|k| *k != FaultKind::RollingUpgrade);
+        skipped.push((
+            "rolling-upgrade".into(),
+            "no --old-bin (an earlier build to start the instances on and swap with --bin)".into(),
+        ));
+    }
+    // The earlier build serves only when its fault runs.
+    let old_bin = old_bin.filter(|_| faults.contains(&FaultKind::RollingUpgrade));
     if engine == Engine::Sled && args.lazyfs.is_none() {
         for k in [FaultKind::PowerLoss, FaultKind::DiskStall] {
             if let Some(p) = faults.iter().position(|x| *x == k) {
@@ -363,6 +386,16 @@ async fn main() {
             "torture: the least --duration for one round of these faults: {}",
             humantime::format_duration(Duration::from_millis(minimum))
         );
+        for (k, why) in &skipped {
+            println!("torture: SKIPPED {k}: {why}");
+        }
+        if let Some(old) = &old_bin {
+            println!(
+                "torture: rolling-upgrade: the instances start on {}, the roll swaps them with {}",
+                old.display(),
+                bin.display()
+            );
+        }
         let mut sched = faults::schedule(seed, &faults);
         if let Err(need) = faults::fit(&mut sched, &faults, duration_ms) {
             println!(
@@ -374,14 +407,27 @@ async fn main() {
         }
         let mut t = faults::warmup_ms(duration_ms);
         // What a rewind's draw asks for (the run may have to take the other: no standby
-        // through PgBouncer, no archive on a server not the harness's own).
-        let rewind = |p: &faults::Planned| {
-            if p.kind == FaultKind::HistoryRewind {
+        // through PgBouncer, no archive on a server not the harness's own), and the roll's
+        // swaps as planned (a start refused by a newer store or schema changes the rest).
+        let mut roll = upgrade::Roll::default();
+        let mut builds = vec![upgrade::Build::Old; instances];
+        let mut detail = |p: &faults::Planned| match p.kind {
+            FaultKind::HistoryRewind => {
                 let v = faults::RewindVariant::pick(p.variant, true, true).expect("both");
                 format!(" [{}]", v.name())
-            } else {
-                String::new()
             }
+            FaultKind::RollingUpgrade => match roll.next(&builds) {
+                Some((i, to)) => {
+                    builds[i] = to;
+                    format!(
+                        " [instance {i}: {} -> {} build]",
+                        to.other().name(),
+                        to.name()
+                    )
+                }
+                None => String::new(),
+            },
+            _ => String::new(),
         };
         for p in &sched.round {
             t += p.gap_ms;
@@ -392,7 +438,7 @@ async fn main() {
                 p.gap_ms,
                 p.target % 3,
                 p.variant % 3,
-                rewind(p),
+                detail(p),
                 t + p.dur_ms + p.kind.overhead_ms()
             );
             t += p.dur_ms + p.kind.overhead_ms();
@@ -410,7 +456,7 @@ async fn main() {
                 p.gap_ms,
                 p.target % 3,
                 p.variant % 3,
-                rewind(p)
+                detail(p)
             );
         }
         if let Some(r) = sched.recv.first() {
@@ -580,6 +626,7 @@ async fn main() {
         "faults": faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "duration_ms": duration.as_millis() as u64, "deadline_ms": deadline.as_millis() as u64,
         "clients": args.clients, "bin": bin.display().to_string(), "pooler": args.pooler,
+        "old_bin": old_bin.as_ref().map(|o| o.display().to_string()),
         "pool_size": drawn.pool_size, "prefill": drawn.prefill, "backups": drawn.backups, "profile": drawn.profile,
         "skipped": skipped.iter().map(|(k, w)| json!({"fault": k, "why": w})).collect::<Vec<_>>(),
     });
@@ -596,6 +643,13 @@ async fn main() {
         drawn.prefill,
         drawn.backups,
     );
+    if let Some(old) = &old_bin {
+        println!(
+            "torture: rolling-upgrade: the instances start on {}, the roll swaps them with {}",
+            old.display(),
+            bin.display()
+        );
+    }
     println!(
         "torture: history {} ; work dir {}{}",
         history_path.display(),
@@ -621,6 +675,7 @@ async fn main() {
     spawn_args.extend(storage_args);
     let spawner = Spawner {
         bin: bin.clone(),
+        old_bin: old_bin.clone(),
         args: spawn_args,
         log_dir: work.clone(),
         faketime_lib: args.faketime_lib.clone(),
@@ -631,6 +686,12 @@ async fn main() {
     let instances_v: Vec<Arc<Instance>> = (0..instances)
         .map(|i| Instance::new(i, hist.start()))
         .collect();
+    // rolling-upgrade: the run starts on the earlier build.
+    if old_bin.is_some() {
+        for i in &instances_v {
+            i.set_build(upgrade::Build::Old);
+        }
+    }
     let cluster = Cluster {
         instances: instances_v,
         spawner,
@@ -639,6 +700,7 @@ async fn main() {
         data_dir,
         admin_token,
         provider_secret,
+        roll: std::sync::Mutex::new(upgrade::Roll::default()),
     };
     let ctx = Arc::new(Ctx {
         cfg,
@@ -811,6 +873,21 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     }
     ctx.receiver.recording.store(false, Ordering::SeqCst);
     backup::verify_all(ctx, &backups).await;
+    if let Some(old) = &ctx.cluster.spawner.old_bin {
+        let refused = ctx
+            .cluster
+            .instances
+            .iter()
+            .map(|i| i.refused.load(Ordering::Relaxed))
+            .sum();
+        let line = ctx
+            .cluster
+            .roll
+            .lock()
+            .unwrap()
+            .summary(old, &ctx.cluster.spawner.bin, refused);
+        ctx.summary_line(&line);
+    }
     // Every kind the run enabled was injected at least once.
     ctx.check();
     let enabled: Vec<&str> = ctx.cfg.faults.iter().map(|k| k.name()).collect();
