@@ -86,7 +86,7 @@ fn region_ok(region: &str) -> bool {
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NewAccountBody {
+pub(crate) struct NewAccountBody {
     name: String,
     #[serde(default)]
     wholesale: bool,
@@ -96,7 +96,7 @@ pub struct NewAccountBody {
 }
 
 #[utoipa::path(post, path = "/admin/accounts", tag = "admin", summary = "Create an account", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
-pub async fn create_account(
+pub(crate) async fn create_account(
     _admin: Admin,
     req: HttpRequest,
     payload: web::Payload,
@@ -145,7 +145,7 @@ pub async fn create_account(
 }
 
 #[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", summary = "Read an account", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
-pub async fn get_account(
+pub(crate) async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
@@ -156,13 +156,13 @@ pub async fn get_account(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct NewApiKeyBody {
+pub(crate) struct NewApiKeyBody {
     /// Default: all four scopes.
     scopes: Option<Vec<String>>,
 }
 
 #[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", summary = "Create an API key", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
-pub async fn create_api_key(
+pub(crate) async fn create_api_key(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -218,7 +218,7 @@ pub async fn create_api_key(
 }
 
 #[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", summary = "Revoke an API key", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
-pub async fn revoke_api_key(
+pub(crate) async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
@@ -235,7 +235,7 @@ pub async fn revoke_api_key(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct CreditBody {
+pub(crate) struct CreditBody {
     #[schema(minimum = 1, maximum = 1000000000000i64)]
     amount: i64,
     reason: Option<String>,
@@ -252,7 +252,7 @@ pub struct CreditBody {
     ),
     security(("admin_token" = []))
 )]
-pub async fn credit_account(
+pub(crate) async fn credit_account(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -313,7 +313,7 @@ async fn credit_first_use(
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ProductBody {
+pub(crate) struct ProductBody {
     name: String,
     #[schema(minimum = 0, maximum = 1000000000000i64)]
     price: i64,
@@ -330,7 +330,7 @@ fn default_active() -> bool {
 }
 
 #[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", summary = "Create or replace a product", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
-pub async fn put_product(
+pub(crate) async fn put_product(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,

@@ -31,7 +31,7 @@ use crate::views::{
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CreateOrderBody {
+pub(crate) struct CreateOrderBody {
     /// 1 or more lines (more than 200 is the business refusal `too_many_items`).
     #[schema(min_items = 1)]
     items: Vec<ItemBody>,
@@ -119,7 +119,7 @@ impl CreateOrderBody {
 )]
 // The checks run in the order the contract fixes: key (auth), body (422), idempotency key
 // (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
-pub async fn create_order(
+pub(crate) async fn create_order(
     partner: Partner<OrdersWrite>,
     deadline: Deadline,
     req: HttpRequest,
@@ -201,7 +201,7 @@ pub(super) fn order_not_found(id: &str) -> ApiError {
     responses((status = 200, description = "The order now", body = OrderOne), (status = 404, description = "order_not_found", body = ErrorEnvelope)),
     security(("api_key" = []))
 )]
-pub async fn get_order(
+pub(crate) async fn get_order(
     partner: Partner<OrdersRead>,
     deadline: Deadline,
     path: web::Path<String>,
@@ -231,7 +231,7 @@ pub(super) async fn own_order(
     responses((status = 200, description = "The account's orders, newest first", body = OrderList)),
     security(("api_key" = []))
 )]
-pub async fn list_orders(
+pub(crate) async fn list_orders(
     partner: Partner<OrdersRead>,
     deadline: Deadline,
     req: HttpRequest,

@@ -25,7 +25,7 @@ use crate::views::{order_only, refund_made, OrderOne, RefundMade};
 
 /// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct CancelBody {}
+pub(crate) struct CancelBody {}
 
 #[utoipa::path(
     post, path = "/b2b/orders/{id}/cancel", tag = "orders", summary = "Cancel a processing order",
@@ -39,7 +39,7 @@ pub struct CancelBody {}
     ),
     security(("api_key" = []))
 )]
-pub async fn cancel_order(
+pub(crate) async fn cancel_order(
     partner: Partner<OrdersWrite>,
     path: web::Path<String>,
     req: HttpRequest,
@@ -96,7 +96,7 @@ async fn cancel_first_use(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct RefundBody {
+pub(crate) struct RefundBody {
     /// At least 1; absent: the whole unrefunded remainder.
     #[schema(minimum = 1)]
     amount: Option<i64>,
@@ -116,7 +116,7 @@ pub struct RefundBody {
     ),
     security(("api_key" = []))
 )]
-pub async fn refund_order(
+pub(crate) async fn refund_order(
     partner: Partner<OrdersWrite>,
     path: web::Path<String>,
     req: HttpRequest,

@@ -20,32 +20,32 @@ use crate::views::to_json;
 
 /// These routes take no fields: an empty body or `{}` (unknown fields are ignored).
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct NoFields {}
+pub(crate) struct NoFields {}
 
 /// `POST /admin/accounts/{id}/webhook-secret`: the new secret, shown here once.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SecretRotated {
-    pub success: bool,
+pub(crate) struct SecretRotated {
+    pub(crate) success: bool,
     /// `whsec_<base64>`: signs every delivery from now on.
-    pub webhook_secret: String,
+    pub(crate) webhook_secret: String,
     /// Until then the replaced secret signs beside it (`v1,<new> v1,<old>`).
-    pub previous_secret_valid_until: String,
+    pub(crate) previous_secret_valid_until: String,
 }
 
 /// A redelivery was queued.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct RedeliveryQueued {
-    pub success: bool,
+pub(crate) struct RedeliveryQueued {
+    pub(crate) success: bool,
     /// Always `pending`: one attempt is queued now.
-    pub delivery: &'static str,
+    pub(crate) delivery: &'static str,
 }
 
 /// How many given-up deliveries were queued again.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Recovered {
-    pub success: bool,
-    pub requeued: u64,
+pub(crate) struct Recovered {
+    pub(crate) success: bool,
+    pub(crate) requeued: u64,
 }
 
 #[utoipa::path(
@@ -59,7 +59,7 @@ pub struct Recovered {
     ),
     security(("admin_token" = []))
 )]
-pub async fn rotate_webhook_secret(
+pub(crate) async fn rotate_webhook_secret(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -122,7 +122,7 @@ async fn redeliver(
     ),
     security(("admin_token" = []))
 )]
-pub async fn admin_redeliver(
+pub(crate) async fn admin_redeliver(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -146,7 +146,7 @@ pub async fn admin_redeliver(
     ),
     security(("api_key" = []))
 )]
-pub async fn partner_redeliver(
+pub(crate) async fn partner_redeliver(
     partner: Partner<OrdersWrite>,
     path: web::Path<String>,
     req: HttpRequest,
@@ -159,7 +159,7 @@ pub async fn partner_redeliver(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct RecoverBody {
+pub(crate) struct RecoverBody {
     /// RFC 3339: deliveries given up at or after this time are queued again.
     since: String,
 }
@@ -174,7 +174,7 @@ pub struct RecoverBody {
     ),
     security(("admin_token" = []))
 )]
-pub async fn recover_deliveries(
+pub(crate) async fn recover_deliveries(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
