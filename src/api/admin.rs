@@ -1,16 +1,14 @@
 //! The operator's API (`Authorization: Bearer <admin token>`): accounts, API keys, credits
 //! and the catalog. Without `--admin-token` every route here answers 404.
 
-use super::extract::deadline_of;
 use crate::bounds::Deadline;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::extract::required_idempotency_key;
-use super::extract::{json_body, Admin, Violations};
+use super::extract::{Admin, AdminWrite, JsonBody, Violations};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
 use super::respond::{json_response, StoreData};
-use crate::config::Settings;
 use crate::domain::account::{
     hash_api_key, new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope,
 };
@@ -26,7 +24,6 @@ use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
-use crate::metrics::Metrics;
 use crate::store::{CreditRefusal, NewCredit, Prefetched, Store};
 use crate::views::{
     balance_only, to_json, AccountJson, AccountOne, ApiKeyCreated, ApiKeyJson, BalanceOne,
@@ -95,15 +92,13 @@ pub(crate) struct NewAccountBody {
     region: Option<String>,
 }
 
+impl JsonBody for NewAccountBody {}
+
 #[utoipa::path(post, path = "/admin/accounts", tag = "admin", summary = "Create an account", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
 pub(crate) async fn create_account(
-    _admin: Admin,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
+    call: AdminWrite<NewAccountBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: NewAccountBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let mut v = Violations::default();
     v.check(
         name_ok(&body.name),
@@ -161,16 +156,14 @@ pub(crate) struct NewApiKeyBody {
     scopes: Option<Vec<String>>,
 }
 
+impl JsonBody for NewApiKeyBody {}
+
 #[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", summary = "Create an API key", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
 pub(crate) async fn create_api_key(
-    _admin: Admin,
+    call: AdminWrite<NewApiKeyBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: NewApiKeyBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let requested = body
         .scopes
         .unwrap_or_else(|| Scope::ALL.iter().map(|s| s.as_str().to_string()).collect());
@@ -241,6 +234,8 @@ pub(crate) struct CreditBody {
     reason: Option<String>,
 }
 
+impl JsonBody for CreditBody {}
+
 #[utoipa::path(
     post, path = "/admin/accounts/{id}/credits", tag = "admin", summary = "Credit an account (idempotent)",
     params(("id" = String, Path, description = "acc_…"), super::key_headers::RequiredKey),
@@ -253,17 +248,11 @@ pub(crate) struct CreditBody {
     security(("admin_token" = []))
 )]
 pub(crate) async fn credit_account(
-    _admin: Admin,
+    call: AdminWrite<CreditBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    // Eight extractors are too many for one signature: the request carries its deadline.
-    let deadline = deadline_of(&req);
-    let body: CreditBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     let mut v = Violations::default();
     v.whole_number_in(body.amount, 1..=MAX_AMOUNT, || loc!("amount"), "amount");
     v.at_most_chars(
@@ -325,20 +314,18 @@ pub(crate) struct ProductBody {
     active: bool,
 }
 
+impl JsonBody for ProductBody {}
+
 fn default_active() -> bool {
     true
 }
 
 #[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", summary = "Create or replace a product", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
 pub(crate) async fn put_product(
-    _admin: Admin,
+    call: AdminWrite<ProductBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: ProductBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let id = path.into_inner();
     let mut v = Violations::default();
     if id.trim() != id || id.is_empty() || id.chars().count() > MAX_PRODUCT_ID_LEN {

@@ -1,9 +1,9 @@
 //! Extractors that decide who is calling (401/403 before anything else), and the JSON body
 //! reader that turns every schema violation into the 422 validation envelope.
 //!
-//! Bodies are read inside handlers, after these extractors, so a body's 422 never overtakes
-//! the 401. The partner extractor awaits the port, whose reads answer at once unless a write
-//! of that very account is being flushed.
+//! A write's body is read by `WriteCall` once its caller is decided, so a body's 422 never
+//! overtakes the 401. The partner extractor awaits the port, whose reads answer at once unless
+//! a write of that very account is being flushed.
 
 use std::future::{ready, Future, Ready};
 use std::marker::PhantomData;
@@ -16,10 +16,12 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::bounds::{Deadline, REQUEST_DEADLINE};
+use crate::config::Settings;
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
 use crate::header_names as names;
+use crate::metrics::Metrics;
 use crate::store::{Authenticated, Prefetched, Store};
 
 use crate::domain::limits::MAX_BODY_BYTES;
@@ -194,7 +196,7 @@ impl FromRequest for Admin {
 
 /// Reads and parses a JSON body after the caller is known. Wrong content type, malformed
 /// JSON, wrong types and a body over 1 MiB are all 422 with the path of the fault in `loc`.
-pub(crate) async fn json_body<T: DeserializeOwned>(
+async fn json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
@@ -206,7 +208,7 @@ pub(crate) async fn json_body<T: DeserializeOwned>(
 /// For routes whose body may be left out (cancel, a refund of the whole remainder): an empty
 /// body without a Content-Type reads as `{}`; a body that is there is JSON as on every other
 /// write, refused (422) unless its Content-Type says so.
-pub(crate) async fn optional_json_body<T: DeserializeOwned>(
+async fn optional_json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
@@ -217,6 +219,74 @@ pub(crate) async fn optional_json_body<T: DeserializeOwned>(
     }
     require_json_content_type(req)?;
     parse_json(if empty { b"{}" } else { &bytes })
+}
+
+/// A route's JSON body, as `WriteCall` reads it.
+pub(crate) trait JsonBody: DeserializeOwned + 'static {
+    /// Whether the body may be left out (`optional_json_body`); otherwise `json_body`.
+    const OPTIONAL: bool = false;
+}
+
+/// What every write handler starts from, decided in the contract's order: the caller (`A`:
+/// `Admin`, or a `Partner`, its 401 and 403 first), then the body (`B`, its 422); with the
+/// request (its idempotency key is read by each handler where the contract puts it), the
+/// store, the settings, the metrics and the request's deadline. One extractor, because actix
+/// polls a handler's extractors together: a body read beside a `Partner` still reading its
+/// key could answer its 422 before the 401.
+pub(crate) struct WriteCall<A, B> {
+    pub(crate) caller: A,
+    pub(crate) body: B,
+    pub(crate) req: HttpRequest,
+    pub(crate) store: web::Data<dyn Store>,
+    pub(crate) settings: web::Data<Settings>,
+    pub(crate) metrics: web::Data<Metrics>,
+    pub(crate) deadline: Deadline,
+}
+
+/// An operator's write.
+pub(crate) type AdminWrite<B> = WriteCall<Admin, B>;
+
+impl<A, B> FromRequest for WriteCall<A, B>
+where
+    A: FromRequest<Error = ApiError> + 'static,
+    B: JsonBody,
+{
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = A::from_request(req, &mut Payload::None);
+        let payload = web::Payload::from_request(req, payload);
+        let req = req.clone();
+        Box::pin(async move {
+            let caller = caller.await?;
+            // Taking the payload cannot fail.
+            let payload = payload
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            let body = if B::OPTIONAL {
+                optional_json_body(&req, payload).await?
+            } else {
+                json_body(&req, payload).await?
+            };
+            Ok(WriteCall {
+                caller,
+                body,
+                store: app_data(&req, "the store")?,
+                settings: app_data(&req, "the settings")?,
+                metrics: app_data(&req, "the metrics")?,
+                deadline: deadline_of(&req),
+                req,
+            })
+        })
+    }
+}
+
+/// One of the server's shared values, as `web::Data` would extract it.
+fn app_data<T: ?Sized + 'static>(req: &HttpRequest, what: &str) -> Result<web::Data<T>, ApiError> {
+    req.app_data::<web::Data<T>>()
+        .cloned()
+        .ok_or_else(|| ApiError::Internal(format!("{what} is not configured")))
 }
 
 fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {

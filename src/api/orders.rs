@@ -7,11 +7,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use super::extract::required_idempotency_key;
-use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
+use super::extract::{JsonBody, OrdersRead, OrdersWrite, Partner, Violations, WriteCall};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
 use super::lists::{query_error, ListQuery};
 use super::respond::{callback_policy, json_response, StoreData};
-use crate::config::Settings;
 use crate::domain::account::Shortfall;
 use crate::domain::basket::RequestedLine;
 use crate::domain::callback_url::CallbackUrl;
@@ -41,6 +40,8 @@ pub(crate) struct CreateOrderBody {
     #[schema(max_length = 128)]
     external_order_id: Option<String>,
 }
+
+impl JsonBody for CreateOrderBody {}
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -120,15 +121,10 @@ impl CreateOrderBody {
 // The checks run in the order the contract fixes: key (auth), body (422), idempotency key
 // (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
 pub(crate) async fn create_order(
-    partner: Partner<OrdersWrite>,
-    deadline: Deadline,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
+    call: WriteCall<Partner<OrdersWrite>, CreateOrderBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: CreateOrderBody = json_body(&req, payload).await?;
+    let (partner, body, store, deadline) = (call.caller, call.body, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     body.check_schema()?;
     let key = required_idempotency_key(&req)?;
     let callback_url = body

@@ -3,13 +3,12 @@
 //! an account given up since a time.
 
 use crate::bounds::Deadline;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 
 use super::admin::account_id;
-use super::extract::{json_body, optional_json_body, Admin, OrdersWrite, Partner, Violations};
-use super::respond::{json_response, StoreData};
-use crate::config::Settings;
+use super::extract::{AdminWrite, JsonBody, OrdersWrite, Partner, Violations, WriteCall};
+use super::respond::json_response;
 use crate::domain::account::new_webhook_secret;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::time::{now_millis, parse_rfc3339, rfc3339};
@@ -21,6 +20,10 @@ use crate::views::to_json;
 /// These routes take no fields: an empty body or `{}` (unknown fields are ignored).
 #[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct NoFields {}
+
+impl JsonBody for NoFields {
+    const OPTIONAL: bool = true;
+}
 
 /// `POST /admin/accounts/{id}/webhook-secret`: the new secret, shown here once.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -60,15 +63,11 @@ pub(crate) struct Recovered {
     security(("admin_token" = []))
 )]
 pub(crate) async fn rotate_webhook_secret(
-    _admin: Admin,
+    call: AdminWrite<NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
-    settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
+    let (store, deadline) = (call.store, call.deadline);
+    let settings = call.settings;
     let account = account_id(&**store, deadline, &path).await?;
     let secret = new_webhook_secret();
     let overlap = settings.webhook_secret_overlap;
@@ -123,15 +122,10 @@ async fn redeliver(
     security(("admin_token" = []))
 )]
 pub(crate) async fn admin_redeliver(
-    _admin: Admin,
+    call: AdminWrite<NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, deadline, &path, None).await
+    redeliver(&**call.store, call.deadline, &path, None).await
 }
 
 #[utoipa::path(
@@ -147,15 +141,11 @@ pub(crate) async fn admin_redeliver(
     security(("api_key" = []))
 )]
 pub(crate) async fn partner_redeliver(
-    partner: Partner<OrdersWrite>,
+    call: WriteCall<Partner<OrdersWrite>, NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, deadline, &path, Some(partner.account.id)).await
+    let owner = Some(call.caller.account.id);
+    redeliver(&**call.store, call.deadline, &path, owner).await
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -163,6 +153,8 @@ pub(crate) struct RecoverBody {
     /// RFC 3339: deliveries given up at or after this time are queued again.
     since: String,
 }
+
+impl JsonBody for RecoverBody {}
 
 #[utoipa::path(
     post, path = "/admin/accounts/{id}/deliveries/recover", tag = "admin", summary = "Redeliver every callback given up since a time",
@@ -175,14 +167,10 @@ pub(crate) struct RecoverBody {
     security(("admin_token" = []))
 )]
 pub(crate) async fn recover_deliveries(
-    _admin: Admin,
+    call: AdminWrite<RecoverBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: RecoverBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let since = parse_rfc3339(&body.since);
     let mut v = Violations::default();
     v.check(
