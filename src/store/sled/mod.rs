@@ -1,7 +1,13 @@
 //! The embedded engine: sled, one tree per keyspace, every write on one writer thread and
 //! made durable by a group commit, every read held back until what it saw is on disk.
 //!
-//! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
+//! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port. The
+//! flush hook's types also leave the crate, for the tests that stall or fail the flush.
+//!
+//! Two files here are test-only (`#[cfg(test)]`), and stay here rather than under tests/:
+//! `leaf_splits` tests the patched sled itself, through sled's own API, and only this folder
+//! may name sled (CI's port check); `reopen` serves it and the unit tests of `upgrade`, which
+//! need this module's private items.
 
 mod accounts;
 mod backup;
