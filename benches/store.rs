@@ -8,26 +8,26 @@
 //! transaction on the writer thread and answered after its group commit, as in the server.
 
 /// The deadline of each call: far enough that only a stuck store would meet it.
-fn soon() -> orderly::bounds::Deadline {
-    orderly::bounds::Deadline::after(std::time::Duration::from_secs(60))
+fn soon() -> orderly::Deadline {
+    orderly::Deadline::after(std::time::Duration::from_secs(60))
 }
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orderly::domain::account::Account;
-use orderly::domain::basket::RequestedLine;
-use orderly::domain::fingerprint::{Fingerprint, LineRef, Operation};
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::AccountId;
-use orderly::domain::ledger::LedgerReason;
-use orderly::domain::money::Cents;
-use orderly::domain::product::Product;
-use orderly::domain::time::now_millis;
-use orderly::metrics::Metrics;
-use orderly::store::{Engine, KeyClaim, NewCredit, NewOrder, Store};
-use orderly::views::order_placed;
+use orderly::now_millis;
+use orderly::order_placed;
+use orderly::Account;
+use orderly::AccountId;
+use orderly::Cents;
+use orderly::IdempotencyKey;
+use orderly::LedgerReason;
+use orderly::Metrics;
+use orderly::Product;
+use orderly::RequestedLine;
+use orderly::{Engine, KeyClaim, NewCredit, NewOrder, Store};
+use orderly::{Fingerprint, LineRef, Operation};
 
 const ACCOUNTS: usize = 100;
 
@@ -44,7 +44,7 @@ async fn setup(dir: &std::path::Path) -> Bench {
         flush_hook: None,
         before_walk: None,
     };
-    let store = orderly::store::open(engine, Arc::new(Metrics::default()), 4096)
+    let store = orderly::open_store(engine, Arc::new(Metrics::default()), 4096)
         .await
         .expect("open");
     store

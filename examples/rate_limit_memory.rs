@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use clap::Parser;
-use orderly::config::{Cli, Command};
-use orderly::edge::rate_limit::RateLimits;
+use orderly::RateLimits;
+use orderly::{Cli, Command};
 
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")

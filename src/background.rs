@@ -12,7 +12,7 @@ const NICENESS: libc::c_int = 19;
 /// niceness, so the rest of the process is untouched, and the thread ends with its work (a
 /// pooled thread could not be given its priority back without privilege). Where the priority
 /// cannot be lowered the work runs at normal priority.
-pub fn spawn_idle<F>(name: &str, work: F) -> JoinHandle<()>
+pub(crate) fn spawn_idle<F>(name: &str, work: F) -> JoinHandle<()>
 where
     F: FnOnce() + Send + 'static,
 {
@@ -42,20 +42,20 @@ fn lower_priority() {
 
 /// Keeps a background loop to a share of one core: called between pieces of its work, it
 /// sleeps as long as the work since the last call took, times `(1 - share) / share`.
-pub struct Pace {
+pub(crate) struct Pace {
     rest_per_busy: f64,
     since: std::time::Instant,
 }
 
 impl Pace {
-    pub fn at(share: f64) -> Self {
+    pub(crate) fn at(share: f64) -> Self {
         Pace {
             rest_per_busy: (1.0 - share) / share,
             since: std::time::Instant::now(),
         }
     }
 
-    pub fn rest(&mut self) {
+    pub(crate) fn rest(&mut self) {
         let busy = self.since.elapsed();
         std::thread::sleep(busy.mul_f64(self.rest_per_busy));
         self.since = std::time::Instant::now();

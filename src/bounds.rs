@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// waited out a key still has time to look it up and answer; well under the 15 to 30 s after
 /// which partners' HTTP clients and load balancers commonly give up, so the answer arrives
 /// while someone still listens.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// `--max-pending-writes`'s default: writes admitted at once per instance (queued for the
 /// storage or being committed). At full load a commit takes a few milliseconds and a batch
@@ -24,14 +24,14 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// waiting writes of about 2 KiB each is under 10 MiB held while the storage stalls, and past
 /// it a write is refused at once (503) instead of queueing behind writes that cannot finish
 /// within their deadlines anyway.
-pub const MAX_PENDING_WRITES: u32 = 4096;
+pub(crate) const MAX_PENDING_WRITES: u32 = 4096;
 
 /// Reads of the embedded engine in flight at once: running on one of its `READ_THREADS` or
 /// waiting for one. A read of a disk that stopped answering keeps its thread until the disk
 /// answers, so a stall fills this; 256 waiting reads are a few KiB each, and one more read is
 /// refused at once (503) rather than queued behind reads that cannot finish within their
 /// deadlines.
-pub const MAX_READS_IN_FLIGHT: usize = 256;
+pub(crate) const MAX_READS_IN_FLIGHT: usize = 256;
 
 /// Threads the embedded engine's reads run on, shared by the whole process. A read is
 /// microseconds from sled's cache, so a few threads answer what 64 connections ask; every
@@ -41,29 +41,29 @@ pub const MAX_READS_IN_FLIGHT: usize = 256;
 /// its deadline; the cost is fewer cold reads of a slow disk at once, and that once this many
 /// reads wait on a disk that stopped answering, every read waits behind them (its 503 at the
 /// deadline, `/readyz`'s probe at `PROBE_TIMEOUT`).
-pub const READ_THREADS: usize = 8;
+pub(crate) const READ_THREADS: usize = 8;
 
 /// How long a request waits for a key (or a row) that another request holds before it is the
 /// in-progress 409 (docs/api.md "POST /b2b/orders" and docs/contract.md "6. Many instances": "about 5 s"): long enough for a commit at the p99.99 of a
 /// loaded database, short enough that a partner's retry loop sees the answer well within its
 /// own timeout. Capped by the request's deadline.
-pub const KEY_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const KEY_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a write without a key waits for a row lock on PostgreSQL: a bound on how long it
 /// can queue behind another writer of the same row (a hot balance), shorter than a key's wait
 /// because nobody is waiting on a replay at the end of it. Capped by the request's deadline.
-pub const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long PostgreSQL keeps a transaction whose client has gone quiet. orderly never pauses
 /// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
 /// that died without closing its socket (a lost machine): ending it releases the rows it had
 /// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
 /// within the 30 s of docs/contract.md "6. Many instances". A kill -9 closes the socket and releases them at once.
-pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long opening one database connection may take: a server that accepts no connection in
 /// 5 s is down for the requests waiting on it, which get their answer from their deadline.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a commit may stay unconfirmed after the last of its requests' deadlines passed
 /// before the engine gives up its connection: a COMMIT waiting for a synchronous standby is
@@ -71,49 +71,49 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// keeps the backends orderly holds on the server at the pool's size (a connection given up
 /// would leave its backend waiting there). Past this the connection is dropped, the backend is
 /// the server's to end, and the pool opens a new one.
-pub const COMMIT_PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const COMMIT_PATIENCE: Duration = Duration::from_secs(60);
 
 /// `/readyz` turns 503 once a commit (or flush) has been in flight this long. docs/contract.md "When the storage is slow" calls
 /// writes stopped once a commit is 5 s old and wants the 503 within 5 s of that; at the p99 a
 /// commit takes milliseconds, so 4 s already means a storage that stopped completing writes,
 /// and the second left over absorbs a load balancer's polling interval. A balancer that probes
 /// every few seconds stops sending within about 10 s.
-pub const STALLED_AFTER: Duration = Duration::from_secs(4);
+pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(4);
 
 /// How long `/readyz`'s probe of the storage may take before it counts as failing: a read of
 /// one record takes microseconds on a storage that answers, and a balancer's probe gives up
 /// within a second (Kubernetes' default): half of that, so that a storage which stopped
 /// answering reads is a 503 the balancer receives, not a probe it gives up on. (On sled a
 /// probe that waits on a stalled disk, or behind `READ_THREADS` reads that do, fails so.)
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A stop (SIGTERM, SIGINT) ends the process within this, whatever the storage does (docs/contract.md "When the storage is slow"):
 /// the common default of orchestrators (Kubernetes' grace period, systemd's is 90 s) before
 /// they kill.
-pub const STOP_WITHIN: Duration = Duration::from_secs(30);
+pub(crate) const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// How far past its deadline the edge answers a request whose handler has not: a last resort
 /// (every wait below is bounded by the deadline itself), late enough that the handler's own
 /// answer at the deadline always wins the race.
-pub const EDGE_MARGIN: Duration = Duration::from_millis(500);
+pub(crate) const EDGE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The deadline of each storage call of a background pass (fulfillment, the sweeper, the
 /// webhook worker): as long as a request's, and shorter than any claim such a pass holds (an
 /// outbox claim's lease is 20 s), so that a pass on a stalled storage gives its work up
 /// before another instance may take it over.
-pub const WORKER_CALL: Duration = Duration::from_secs(10);
+pub(crate) const WORKER_CALL: Duration = Duration::from_secs(10);
 
 /// How long a backup's stream waits for its reader to take the next records before it gives
 /// the snapshot up (the stream then ends without its end record, which a restore refuses): a
 /// reader that stopped reading must not pin a PostgreSQL snapshot and connection, or a sled
 /// backup's spool files and threads, for as long as it likes. A reader writing to a disk
 /// that stalls for a minute is not taking a backup anyone can use either.
-pub const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
 
 /// How long an instance may take at start to read every API key that can authenticate
 /// (PostgreSQL: `known_keys.rs`): about a second per million keys on a loaded database, so a
 /// minute is a database that is not answering.
-pub const KEYS_LOAD_WITHIN: Duration = Duration::from_secs(60);
+pub(crate) const KEYS_LOAD_WITHIN: Duration = Duration::from_secs(60);
 
 /// How long sled's oldest commit (a batch applied, or its flush) may have been in flight for
 /// the writer to count as flowing: a first use is then left to decide its key without a
@@ -124,7 +124,7 @@ pub const WRITES_FLOWING_WITHIN: Duration = Duration::from_millis(100);
 
 /// The deadline of a command run from the shell (`restore`, `copy`, `stats`): the operator
 /// watches it and can stop it; nothing waits on it but them.
-pub const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const COMMAND_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
 /// When a request must have its answer: its arrival plus `--request-deadline`. Every wait on
 /// its behalf ends by then.
@@ -137,25 +137,25 @@ impl Deadline {
         Deadline(Instant::now() + within)
     }
 
-    pub fn at(instant: Instant) -> Self {
+    pub(crate) fn at(instant: Instant) -> Self {
         Deadline(instant)
     }
 
-    pub fn instant(self) -> Instant {
+    pub(crate) fn instant(self) -> Instant {
         self.0
     }
 
     /// What is left of it (zero once it passed).
-    pub fn left(self) -> Duration {
+    pub(crate) fn left(self) -> Duration {
         self.0.saturating_duration_since(Instant::now())
     }
 
-    pub fn passed(self) -> bool {
+    pub(crate) fn passed(self) -> bool {
         Instant::now() >= self.0
     }
 
     /// The earlier of this deadline and `bound` from now: a wait of its own, within it.
-    pub fn capped(self, bound: Duration) -> Instant {
+    pub(crate) fn capped(self, bound: Duration) -> Instant {
         self.0.min(Instant::now() + bound)
     }
 }

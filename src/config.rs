@@ -1,7 +1,6 @@
 //! Command-line flags, each with its `ORDERLY_*` environment twin. A bad value stops the
 //! start with clap's one-line error and exit status 2.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -16,11 +15,14 @@ use crate::domain::cidr::Cidr;
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("ORDERLY_COMMIT"), ")"),
     about = "A B2B order server where a retry is always safe"
 )]
+/// The command line: one command and its flags.
 pub struct Cli {
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// What the binary was asked to do, with that command's flags.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP server.
@@ -35,22 +37,24 @@ pub enum Command {
     Copy(CopyArgs),
 }
 
+/// The flags of `orderly copy`.
 #[derive(Clone, Debug, Args)]
 pub struct CopyArgs {
     /// The sled data directory of the deployment (no server may be running on it).
     #[arg(long)]
-    pub from_data_dir: PathBuf,
+    pub(crate) from_data_dir: PathBuf,
     /// postgres://user:password@host:port/dbname: migrated first; its orderly tables must
     /// hold no rows.
     #[arg(long, hide_env_values = true)]
-    pub to_database_url: String,
+    pub(crate) to_database_url: String,
 }
 
+/// The flags of `orderly restore`.
 #[derive(Clone, Debug, Args)]
 pub struct RestoreArgs {
     /// The backup file.
     #[arg(long)]
-    pub from: PathBuf,
+    pub(crate) from: PathBuf,
     /// The sled data directory to create; it must not exist or be empty.
     #[arg(
         long,
@@ -58,99 +62,102 @@ pub struct RestoreArgs {
         required_unless_present = "database_url",
         conflicts_with = "database_url"
     )]
-    pub data_dir: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
     /// Or a PostgreSQL database whose orderly tables hold no rows (migrated first).
     #[arg(long, hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub(crate) database_url: Option<String>,
 }
 
+/// The flags of `orderly migrate`.
 #[derive(Clone, Debug, Args)]
 pub struct MigrateArgs {
     /// postgres://user:password@host:port/dbname (sslmode=disable|prefer|require).
     #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    pub(crate) database_url: String,
 }
 
+/// The flags of `orderly stats`.
 #[derive(Clone, Debug, Args)]
 pub struct StatsArgs {
     /// The sled database directory (the server must not be running on it).
     #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Or a PostgreSQL database (instances may be running on it; migrated first, as by
     /// `serve`): postgres://user:password@host:port/dbname.
     #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub(crate) database_url: Option<String>,
 }
 
+/// The flags of `orderly serve`: everything a server is configured by.
 #[derive(Clone, Debug, Args)]
 pub struct Settings {
     /// Address to bind.
     #[arg(long, env = "ORDERLY_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: String,
+    pub(crate) listen: String,
 
     /// The sled database directory (unused with --database-url).
     #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
 
     /// PostgreSQL instead of sled: postgres://user:password@host:port/dbname, with
     /// sslmode=disable|prefer|require; the schema is migrated before listening.
     #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub(crate) database_url: Option<String>,
 
     /// Every request is answered within this of its arrival, whatever the storage does: a
     /// write not yet sent by then is dropped (503), one sent and not confirmed is the opaque
     /// 500 (its key decides the retry), a read is a 503.
     #[arg(long, env = "ORDERLY_REQUEST_DEADLINE", default_value = REQUEST_DEADLINE_FLAG_DEFAULT, value_parser = parse_positive_duration)]
-    pub request_deadline: Duration,
+    pub(crate) request_deadline: Duration,
 
     /// Writes waiting for the storage at once (queued or being committed); one more is
     /// answered 503 at once with nothing written.
     #[arg(long, env = "ORDERLY_MAX_PENDING_WRITES", default_value_t = crate::bounds::MAX_PENDING_WRITES, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_pending_writes: u32,
+    pub(crate) max_pending_writes: u32,
 
     /// Most connections held to PostgreSQL.
     #[arg(long, env = "ORDERLY_DATABASE_POOL_SIZE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
-    pub database_pool_size: u32,
+    pub(crate) database_pool_size: u32,
 
     /// Seed data/demo.json into an empty database and print the demo keys.
     #[arg(long, env = "ORDERLY_DEMO")]
-    pub demo: bool,
+    pub(crate) demo: bool,
 
     /// The one currency of this deployment (ISO 4217 code).
     #[arg(long, env = "ORDERLY_CURRENCY", default_value = "USD", value_parser = parse_currency)]
-    pub currency: String,
+    pub(crate) currency: String,
 
     /// Bearer token for /admin/*; unset: the admin API answers 404.
     #[arg(long, env = "ORDERLY_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    pub(crate) admin_token: Option<String>,
 
     /// Comma list of exact origins allowed to send writes with an Origin header.
     #[arg(long, env = "ORDERLY_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
-    pub allowed_origins: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
 
     /// Requests per minute per client IP.
     #[arg(long, env = "ORDERLY_RATE_LIMIT", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
-    pub rate_limit: u32,
+    pub(crate) rate_limit: u32,
 
     /// Repeated CIDR=N: another per-minute limit for clients in that network (most specific wins).
     #[arg(long, env = "ORDERLY_RATE_LIMIT_OVERRIDE", value_delimiter = ',')]
-    pub rate_limit_override: Vec<RateLimitOverride>,
+    pub(crate) rate_limit_override: Vec<RateLimitOverride>,
 
     /// Comma list of CIDRs whose X-Forwarded-For is believed.
     #[arg(long, env = "ORDERLY_TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Vec<Cidr>,
+    pub(crate) trusted_proxies: Vec<Cidr>,
 
     /// Lifetime of idempotency rows.
     #[arg(long, env = "ORDERLY_IDEMPOTENCY_TTL", default_value = "24h", value_parser = parse_duration)]
-    pub idempotency_ttl: Duration,
+    pub(crate) idempotency_ttl: Duration,
 
     /// How often expired idempotency rows are deleted.
     #[arg(long, env = "ORDERLY_SWEEP_INTERVAL", default_value = "1h", value_parser = parse_positive_duration)]
-    pub sweep_interval: Duration,
+    pub(crate) sweep_interval: Duration,
 
     /// Simulated delivery time of an order.
     #[arg(long, env = "ORDERLY_FULFILLMENT_DELAY", default_value = "2s", value_parser = parse_duration)]
-    pub fulfillment_delay: Duration,
+    pub(crate) fulfillment_delay: Duration,
 
     /// Delays between callback attempts.
     #[arg(
@@ -160,19 +167,19 @@ pub struct Settings {
         value_delimiter = ',',
         value_parser = parse_duration
     )]
-    pub webhook_retry_schedule: Vec<Duration>,
+    pub(crate) webhook_retry_schedule: Vec<Duration>,
 
     /// Most deliveries in flight at once to one origin (scheme, host, port).
     #[arg(long, env = "ORDERLY_WEBHOOK_ORIGIN_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    pub webhook_origin_concurrency: u32,
+    pub(crate) webhook_origin_concurrency: u32,
 
     /// After a webhook secret is rotated, how long the old one still signs beside the new.
     #[arg(long, env = "ORDERLY_WEBHOOK_SECRET_OVERLAP", default_value = "24h", value_parser = parse_duration)]
-    pub webhook_secret_overlap: Duration,
+    pub(crate) webhook_secret_overlap: Duration,
 
     /// Development only: accept loopback/private callback hosts.
     #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
-    pub allow_private_callbacks: bool,
+    pub(crate) allow_private_callbacks: bool,
 
     /// Repeated name=secret: inbound payment providers and their HMAC secrets.
     #[arg(
@@ -181,25 +188,25 @@ pub struct Settings {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub provider_secret: Vec<ProviderSecret>,
+    pub(crate) provider_secret: Vec<ProviderSecret>,
 
     /// sled page-cache size in MiB: bounds the resident memory of the database. 32 by default:
     /// at a million orders 128 placed orders no faster and held 144 MiB more (scripts/scale.sh);
     /// what it misses the kernel's page cache serves.
     #[arg(long, env = "ORDERLY_CACHE_MB", default_value_t = 32)]
-    pub cache_mb: u64,
+    pub(crate) cache_mb: u64,
 
     /// PEM certificate chain: serve HTTPS only (TLS 1.2 and 1.3); SIGHUP re-reads it.
     #[arg(long, env = "ORDERLY_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert.
     #[arg(long, env = "ORDERLY_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 /// `bounds::REQUEST_DEADLINE` as the flag spells it (a unit test keeps the two equal).
-pub const REQUEST_DEADLINE_FLAG_DEFAULT: &str = "10s";
+pub(crate) const REQUEST_DEADLINE_FLAG_DEFAULT: &str = "10s";
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (use e.g. 90s, 1h, 24h)"))
@@ -227,9 +234,9 @@ fn parse_currency(text: &str) -> Result<String, String> {
 
 /// `203.0.113.0/24=5000`.
 #[derive(Clone, Debug)]
-pub struct RateLimitOverride {
-    pub network: Cidr,
-    pub per_minute: u32,
+pub(crate) struct RateLimitOverride {
+    pub(crate) network: Cidr,
+    pub(crate) per_minute: u32,
 }
 
 impl FromStr for RateLimitOverride {
@@ -253,9 +260,9 @@ impl FromStr for RateLimitOverride {
 
 /// `name=secret`.
 #[derive(Clone)]
-pub struct ProviderSecret {
-    pub name: String,
-    pub secret: String,
+pub(crate) struct ProviderSecret {
+    pub(crate) name: String,
+    pub(crate) secret: String,
 }
 
 impl std::fmt::Debug for ProviderSecret {
@@ -276,13 +283,6 @@ impl FromStr for ProviderSecret {
             }
             _ => Err("expected name=secret".into()),
         }
-    }
-}
-
-impl Settings {
-    /// Whether `ip` is a proxy whose X-Forwarded-For is believed.
-    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
-        self.trusted_proxies.iter().any(|c| c.contains(ip))
     }
 }
 

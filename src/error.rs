@@ -17,19 +17,21 @@ use crate::store::StoreError;
 
 /// One entry of the 422 `detail` list: `loc` is the JSON path, starting with `"body"`.
 #[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// `"body"` (or `"query"`), then the JSON path: field names and list indexes.
     #[schema(value_type = Vec<LocPart>)]
-    pub loc: Vec<serde_json::Value>,
-    pub msg: String,
+    pub(crate) loc: Vec<serde_json::Value>,
+    pub(crate) msg: String,
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
 }
 
-/// One step of a `loc` path, as documented: a field name or a list index.
+/// One step of a `loc` path, as documented: a field name or a list index. It only describes
+/// `loc` in `/openapi.json` (`FieldError` writes the path as JSON values), hence never built.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum LocPart {
+#[allow(dead_code)]
+pub(crate) enum LocPart {
     Field(String),
     Index(u64),
 }
@@ -38,45 +40,45 @@ pub enum LocPart {
 /// machine code (`ApiError::code`), last so that the bytes partners match by prefix are as
 /// they always were; the opaque 500 has none.
 #[derive(Serialize, ToSchema)]
-pub struct ErrorEnvelope<'a> {
-    pub success: bool,
-    pub error: &'a str,
+pub(crate) struct ErrorEnvelope<'a> {
+    pub(crate) success: bool,
+    pub(crate) error: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<ErrorCode>)]
-    pub code: Option<&'a str>,
+    pub(crate) code: Option<&'a str>,
 }
 
 /// `{"error":"Unauthorized"|"Forbidden","message":"...","code":"<CODE>"}`: the auth envelope
 /// has no `success`.
 #[derive(Serialize, ToSchema)]
-pub struct AuthError<'a> {
-    pub error: &'a str,
-    pub message: &'a str,
+pub(crate) struct AuthError<'a> {
+    pub(crate) error: &'a str,
+    pub(crate) message: &'a str,
     #[schema(value_type = ErrorCode)]
-    pub code: &'a str,
+    pub(crate) code: &'a str,
 }
 
 /// The 422 validation envelope.
 #[derive(Serialize, ToSchema)]
-pub struct ValidationError<'a> {
-    pub detail: &'a [FieldError],
+pub(crate) struct ValidationError<'a> {
+    pub(crate) detail: &'a [FieldError],
 }
 
 /// The 429 body; `retryAfter` equals the `Retry-After` header.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RateLimited<'a> {
-    pub success: bool,
-    pub code: &'a str,
-    pub error: &'a str,
-    pub retry_after: u64,
+pub(crate) struct RateLimited<'a> {
+    pub(crate) success: bool,
+    pub(crate) code: &'a str,
+    pub(crate) error: &'a str,
+    pub(crate) retry_after: u64,
 }
 
 /// Every refusal of the HTTP surface, named for what happened. Each variant's status, token
 /// and sentence are decided below (`status_code`, `message`) and nowhere else; the wire
 /// format is docs/api.md "Errors"'s, byte for byte.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("invalid or missing API key")]
     Unauthorized,
     #[error("invalid or missing admin token")]
@@ -162,7 +164,7 @@ pub enum ApiError {
 
 /// Every machine code a refusal carries, one per distinct cause: what a program branches on
 /// instead of the sentence (docs/api.md lists each with its status and meaning).
-pub const ERROR_CODES: &[&str] = &[
+pub(crate) const ERROR_CODES: &[&str] = &[
     "INVALID_API_KEY",
     "INVALID_ADMIN_TOKEN",
     "INVALID_SIGNATURE",
@@ -203,7 +205,7 @@ pub const ERROR_CODES: &[&str] = &[
 ];
 
 /// A refusal's machine code, for the OpenAPI document: a string enum of `ERROR_CODES`.
-pub struct ErrorCode;
+pub(crate) struct ErrorCode;
 
 impl utoipa::PartialSchema for ErrorCode {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
@@ -221,13 +223,13 @@ impl ToSchema for ErrorCode {}
 
 /// Where money came in, for `BalanceTooLarge`.
 #[derive(Debug, Clone, Copy)]
-pub enum MoneyIn {
+pub(crate) enum MoneyIn {
     Credit,
     Payment,
 }
 
 impl ApiError {
-    pub fn validation(
+    pub(crate) fn validation(
         loc: Vec<serde_json::Value>,
         msg: impl Into<String>,
         kind: &'static str,
@@ -241,7 +243,7 @@ impl ApiError {
 
     /// The machine code of a refusal (one of `ERROR_CODES`): `None` for the answers whose
     /// bodies stay as the seeds fix them (the 422, the 429, the opaque 500).
-    pub fn code(&self) -> Option<&'static str> {
+    pub(crate) fn code(&self) -> Option<&'static str> {
         Some(match self {
             ApiError::Unauthorized => "INVALID_API_KEY",
             ApiError::AdminUnauthorized => "INVALID_ADMIN_TOKEN",

@@ -6,14 +6,15 @@
 
 use actix_web::http::header::HeaderName;
 
-pub use actix_web::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
+pub(crate) use actix_web::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
 
-pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-pub const X_IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("x-idempotency-key");
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-pub const IDEMPOTENCY_REPLAYED: HeaderName = HeaderName::from_static("idempotency-replayed");
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub const X_SIGNATURE: HeaderName = HeaderName::from_static("x-signature");
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(crate) const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+pub(crate) const X_IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("x-idempotency-key");
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const IDEMPOTENCY_REPLAYED: HeaderName = HeaderName::from_static("idempotency-replayed");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_SIGNATURE: HeaderName = HeaderName::from_static("x-signature");
+pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");

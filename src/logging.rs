@@ -209,7 +209,7 @@ pub fn flush() {
 }
 
 /// Lines dropped so far because stderr did not take them in time.
-pub fn dropped_lines() -> u64 {
+pub(crate) fn dropped_lines() -> u64 {
     STDERR
         .get()
         .map_or(0, |pipe| pipe.dropped.load(Ordering::Relaxed))

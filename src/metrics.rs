@@ -11,66 +11,67 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// The route pattern (`/b2b/orders/{id}`), or `unmatched`.
-    pub route: String,
+    pub(crate) route: String,
     /// A standard method, or `other`.
-    pub method: &'static str,
+    pub(crate) method: &'static str,
     /// `2xx`, `4xx`, ...: classes keep the series count small.
-    pub status: &'static str,
+    pub(crate) status: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkerLabels {
-    pub worker: &'static str,
+pub(crate) struct WorkerLabels {
+    pub(crate) worker: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: &'static str,
+pub(crate) struct ReasonLabels {
+    pub(crate) reason: &'static str,
 }
 
+/// The Prometheus counters, gauges and histograms `GET /metrics` renders.
 pub struct Metrics {
     registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    pub replays: Counter,
-    pub key_conflicts: Family<ReasonLabels, Counter>,
-    pub payment_required: Family<ReasonLabels, Counter>,
-    pub rate_limited: Counter,
-    pub commit_seconds: Histogram,
-    pub commit_batch_size: Histogram,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) replays: Counter,
+    pub(crate) key_conflicts: Family<ReasonLabels, Counter>,
+    pub(crate) payment_required: Family<ReasonLabels, Counter>,
+    pub(crate) rate_limited: Counter,
+    pub(crate) commit_seconds: Histogram,
+    pub(crate) commit_batch_size: Histogram,
     /// How long the oldest commit (or flush) in flight has waited, read from the storage at
     /// each scrape: what `/readyz` judges by.
-    pub oldest_commit_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub oldest_write_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub log_lines_dropped: Counter,
+    pub(crate) oldest_commit_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) oldest_write_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) log_lines_dropped: Counter,
     /// Writes waiting for the storage (queued or committing), against `--max-pending-writes`.
-    pub pending_writes: Gauge,
+    pub(crate) pending_writes: Gauge,
     /// Writes the sled writer has applied and handed to the commit thread; those not yet in
     /// `commit_batch_size` are waiting for their flush.
-    pub writes_applied: Counter,
+    pub(crate) writes_applied: Counter,
     /// Files of sled's `blobs/` directory fsynced by a group commit.
-    pub blob_files_synced: Counter,
-    pub webhook_attempts: Counter,
-    pub webhook_failures: Counter,
+    pub(crate) blob_files_synced: Counter,
+    pub(crate) webhook_attempts: Counter,
+    pub(crate) webhook_failures: Counter,
     /// Callbacks that will not be attempted again (410, the schedule spent, a URL refused).
-    pub webhook_given_up: Counter,
-    pub sweeper_deleted: Counter,
-    pub worker_panics: Family<WorkerLabels, Counter>,
+    pub(crate) webhook_given_up: Counter,
+    pub(crate) sweeper_deleted: Counter,
+    pub(crate) worker_panics: Family<WorkerLabels, Counter>,
     /// Statements the shared rate limit sent (PostgreSQL), and the client buckets they spent:
     /// the work the limiter costs the database, however many addresses are counting.
-    pub rate_limit_statements: Counter,
-    pub rate_limit_buckets_spent: Counter,
+    pub(crate) rate_limit_statements: Counter,
+    pub(crate) rate_limit_buckets_spent: Counter,
     /// Requests allowed from budget lent to this instance ahead of them (no statement), and
     /// lent budget that lapsed unused and was given back.
-    pub rate_limit_lent: Counter,
-    pub rate_limit_returned: Counter,
+    pub(crate) rate_limit_lent: Counter,
+    pub(crate) rate_limit_returned: Counter,
     /// API keys looked up in the database (PostgreSQL): a key this instance has no copy of
     /// and that it knows exists, or any key while it is not caught up. A key it knows does
     /// not exist costs none.
-    pub api_key_reads: Counter,
+    pub(crate) api_key_reads: Counter,
     /// API keys that can authenticate, as this instance knows them (PostgreSQL).
-    pub api_keys_known: Gauge,
+    pub(crate) api_keys_known: Gauge,
 }
 
 impl Default for Metrics {
@@ -257,20 +258,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
     }
 
-    pub fn key_conflict(&self, reason: &'static str) {
+    pub(crate) fn key_conflict(&self, reason: &'static str) {
         self.key_conflicts
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 
-    pub fn payment_refused(&self, reason: &'static str) {
+    pub(crate) fn payment_refused(&self, reason: &'static str) {
         self.payment_required
             .get_or_create(&ReasonLabels { reason })
             .inc();

@@ -13,21 +13,31 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
+/// Why the certificate and key of `--tls-cert` and `--tls-key` cannot serve HTTPS.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// The certificate chain cannot be read.
     #[error("cannot read the certificate chain {0}: {1}")]
     Chain(PathBuf, String),
+    /// The private key cannot be read.
     #[error("cannot read the private key {0}: {1}")]
     Key(PathBuf, String),
     #[error("the private key {key} does not match the certificate {cert}")]
-    Mismatch { cert: PathBuf, key: PathBuf },
+    /// The key is not the certificate's.
+    Mismatch {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The private key's file.
+        key: PathBuf,
+    },
+    /// rustls refused the configuration.
     #[error("TLS setup: {0}")]
     Setup(String),
 }
 
 /// The certificate and key files, and the pair loaded from them now.
 #[derive(Debug)]
-pub struct ReloadingCert {
+pub(crate) struct ReloadingCert {
     cert: PathBuf,
     key: PathBuf,
     current: RwLock<Arc<CertifiedKey>>,
@@ -57,7 +67,7 @@ fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
 }
 
 impl ReloadingCert {
-    pub fn open(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+    pub(crate) fn open(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let pair = load(cert, key)?;
         Ok(ReloadingCert {
             cert: cert.to_path_buf(),
@@ -67,14 +77,14 @@ impl ReloadingCert {
     }
 
     /// Loads the files again; on success new connections get the new pair.
-    pub fn reload(&self) -> Result<(), TlsError> {
+    pub(crate) fn reload(&self) -> Result<(), TlsError> {
         let pair = Arc::new(load(&self.cert, &self.key)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = pair;
         Ok(())
     }
 
     /// The server configuration: TLS 1.2 and 1.3, HTTP/1.1, this certificate.
-    pub fn server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
+    pub(crate) fn server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
         let mut config = ServerConfig::builder_with_provider(Arc::new(default_provider()))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .map_err(|e| TlsError::Setup(e.to_string()))?

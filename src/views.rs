@@ -15,7 +15,7 @@ use crate::domain::time::rfc3339;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct OrderItemJson<'a> {
+pub(crate) struct OrderItemJson<'a> {
     product_id: &'a str,
     quantity: u64,
     delivery_data: &'a BTreeMap<String, String>,
@@ -25,7 +25,7 @@ pub struct OrderItemJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct OrderJson<'a> {
+pub(crate) struct OrderJson<'a> {
     id: String,
     status: &'static str,
     items: Vec<OrderItemJson<'a>>,
@@ -67,7 +67,7 @@ impl<'a> From<&'a Order> for OrderJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct BalanceJson<'a> {
+pub(crate) struct BalanceJson<'a> {
     available: i64,
     credit_limit: i64,
     currency: &'a str,
@@ -85,7 +85,7 @@ impl<'a> From<&'a BalanceView> for BalanceJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct LedgerEntryJson<'a> {
+pub(crate) struct LedgerEntryJson<'a> {
     id: &'a str,
     amount: i64,
     reason: &'static str,
@@ -109,7 +109,7 @@ impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ProductJson<'a> {
+pub(crate) struct ProductJson<'a> {
     id: &'a str,
     name: &'a str,
     price: i64,
@@ -133,7 +133,7 @@ impl<'a> From<&'a Product> for ProductJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AccountJson<'a> {
+pub(crate) struct AccountJson<'a> {
     id: String,
     name: &'a str,
     wholesale: bool,
@@ -145,7 +145,7 @@ pub struct AccountJson<'a> {
 }
 
 impl<'a> AccountJson<'a> {
-    pub fn new(account: &'a Account, balance: Cents) -> Self {
+    pub(crate) fn new(account: &'a Account, balance: Cents) -> Self {
         AccountJson {
             id: account.id.to_string(),
             name: &account.name,
@@ -163,7 +163,7 @@ impl<'a> AccountJson<'a> {
 /// webhook secret.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AccountSummaryJson<'a> {
+pub(crate) struct AccountSummaryJson<'a> {
     id: String,
     name: &'a str,
     wholesale: bool,
@@ -174,7 +174,7 @@ pub struct AccountSummaryJson<'a> {
 }
 
 impl<'a> AccountSummaryJson<'a> {
-    pub fn new(account: &'a Account, balance: Cents) -> Self {
+    pub(crate) fn new(account: &'a Account, balance: Cents) -> Self {
         AccountSummaryJson {
             id: account.id.to_string(),
             name: &account.name,
@@ -189,7 +189,7 @@ impl<'a> AccountSummaryJson<'a> {
 
 /// One attempt of a callback, as the console shows it.
 #[derive(Serialize, ToSchema)]
-pub struct DeliveryAttemptJson<'a> {
+pub(crate) struct DeliveryAttemptJson<'a> {
     attempt: u32,
     at: String,
     /// The receiver's HTTP status, or null when it did not answer.
@@ -201,7 +201,7 @@ pub struct DeliveryAttemptJson<'a> {
 /// An event as the operator sees it: the partner's event and its callback's state.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AdminEventJson<'a> {
+pub(crate) struct AdminEventJson<'a> {
     #[serde(flatten)]
     event: EventJson<'a>,
     /// `none` (no callbackUrl), `pending`, `delivered`, `retrying` or `given_up`.
@@ -211,7 +211,7 @@ pub struct AdminEventJson<'a> {
 }
 
 impl<'a> AdminEventJson<'a> {
-    pub fn new(event: &'a Event, log: Option<&'a DeliveryLog>) -> Self {
+    pub(crate) fn new(event: &'a Event, log: Option<&'a DeliveryLog>) -> Self {
         let state = DeliveryState::of(event, log);
         let next = match state {
             // The first attempt is due when the event is made.
@@ -242,7 +242,7 @@ impl<'a> AdminEventJson<'a> {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RefundJson<'a> {
+pub(crate) struct RefundJson<'a> {
     id: &'a str,
     order_id: String,
     amount: i64,
@@ -263,7 +263,7 @@ impl<'a> From<&'a Refund> for RefundJson<'a> {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct EventDataJson<'a> {
+pub(crate) struct EventDataJson<'a> {
     order: OrderJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refund: Option<RefundJson<'a>>,
@@ -273,7 +273,7 @@ pub struct EventDataJson<'a> {
 /// `{"id","type","createdAt","data":{"order":{…}}}`.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct EventJson<'a> {
+pub(crate) struct EventJson<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -296,7 +296,7 @@ impl<'a> From<&'a Event> for EventJson<'a> {
 }
 
 /// The callback body of an event; the same bytes on every attempt.
-pub fn event_body(event: &Event) -> Vec<u8> {
+pub(crate) fn event_body(event: &Event) -> Vec<u8> {
     to_json(&EventJson::from(event))
 }
 
@@ -307,9 +307,9 @@ macro_rules! response {
         $(#[$doc])*
         #[derive(Serialize, ToSchema)]
         #[serde(rename_all = "camelCase")]
-        pub struct $name<$lt> {
-            pub success: bool,
-            $(pub $field: $ty),*
+        pub(crate) struct $name<$lt> {
+            pub(crate) success: bool,
+            $(pub(crate) $field: $ty),*
         }
     };
 }
@@ -373,30 +373,30 @@ response!(
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ApiKeyJson<'a> {
-    pub id: &'a str,
+pub(crate) struct ApiKeyJson<'a> {
+    pub(crate) id: &'a str,
     /// The plaintext key: shown only in this answer.
-    pub key: &'a str,
-    pub scopes: Vec<&'static str>,
-    pub account_id: String,
+    pub(crate) key: &'a str,
+    pub(crate) scopes: Vec<&'static str>,
+    pub(crate) account_id: String,
 }
 
 /// `{"success":true}`.
 #[derive(Serialize, ToSchema)]
-pub struct Success {
-    pub success: bool,
+pub(crate) struct Success {
+    pub(crate) success: bool,
 }
 
 /// The answer to a provider notification.
 #[derive(Serialize, ToSchema)]
-pub struct ProviderAck {
-    pub success: bool,
+pub(crate) struct ProviderAck {
+    pub(crate) success: bool,
     /// True when this notification was already credited (nothing moved this time).
-    pub duplicate: bool,
+    pub(crate) duplicate: bool,
     /// Present (true) for notification types that move no money.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub ignored: Option<bool>,
+    pub(crate) ignored: Option<bool>,
 }
 
 /// `{"success":true,"order":{…}}`: a single order, also the 200 of a cancel.
@@ -433,7 +433,7 @@ pub fn balance_only(balance: &BalanceView) -> Vec<u8> {
     })
 }
 
-pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing these plain structs into a Vec cannot fail.
     serde_json::to_vec(value).expect("views serialize")
 }

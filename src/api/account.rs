@@ -14,7 +14,7 @@ use crate::store::Store;
 use crate::views::{to_json, BalanceJson, BalanceOne, LedgerEntryJson, TransactionList};
 
 #[utoipa::path(get, path = "/b2b/balance", tag = "account", summary = "Read the balance", responses((status = 200, description = "The balance now", body = BalanceOne)), security(("api_key" = [])))]
-pub async fn balance(
+pub(crate) async fn balance(
     partner: Partner<BalanceRead>,
     store: StoreData,
     deadline: Deadline,
@@ -37,7 +37,7 @@ pub async fn balance(
     responses((status = 200, description = "The ledger, newest first; it sums to the balance", body = TransactionList)),
     security(("api_key" = []))
 )]
-pub async fn transactions(
+pub(crate) async fn transactions(
     partner: Partner<BalanceRead>,
     req: HttpRequest,
     store: StoreData,

@@ -1,16 +1,14 @@
 //! The operator's API (`Authorization: Bearer <admin token>`): accounts, API keys, credits
 //! and the catalog. Without `--admin-token` every route here answers 404.
 
-use super::extract::deadline_of;
 use crate::bounds::Deadline;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::extract::required_idempotency_key;
-use super::extract::{json_body, Admin, Violations};
+use super::extract::{Admin, AdminWrite, JsonBody, Violations};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
 use super::respond::{json_response, StoreData};
-use crate::config::Settings;
 use crate::domain::account::{
     hash_api_key, new_api_key, new_webhook_secret, Account, ApiKeyRecord, Scope,
 };
@@ -26,7 +24,6 @@ use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
-use crate::metrics::Metrics;
 use crate::store::{CreditRefusal, NewCredit, Prefetched, Store};
 use crate::views::{
     balance_only, to_json, AccountJson, AccountOne, ApiKeyCreated, ApiKeyJson, BalanceOne,
@@ -86,7 +83,7 @@ fn region_ok(region: &str) -> bool {
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NewAccountBody {
+pub(crate) struct NewAccountBody {
     name: String,
     #[serde(default)]
     wholesale: bool,
@@ -95,15 +92,13 @@ pub struct NewAccountBody {
     region: Option<String>,
 }
 
+impl JsonBody for NewAccountBody {}
+
 #[utoipa::path(post, path = "/admin/accounts", tag = "admin", summary = "Create an account", request_body = NewAccountBody, responses((status = 200, description = "The new account", body = AccountOne)), security(("admin_token" = [])))]
-pub async fn create_account(
-    _admin: Admin,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
+pub(crate) async fn create_account(
+    call: AdminWrite<NewAccountBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: NewAccountBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let mut v = Violations::default();
     v.check(
         name_ok(&body.name),
@@ -145,7 +140,7 @@ pub async fn create_account(
 }
 
 #[utoipa::path(get, path = "/admin/accounts/{id}", tag = "admin", summary = "Read an account", params(("id" = String, Path, description = "acc_…")), responses((status = 200, description = "The account now", body = AccountOne)), security(("admin_token" = [])))]
-pub async fn get_account(
+pub(crate) async fn get_account(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
@@ -156,21 +151,19 @@ pub async fn get_account(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct NewApiKeyBody {
+pub(crate) struct NewApiKeyBody {
     /// Default: all four scopes.
     scopes: Option<Vec<String>>,
 }
 
+impl JsonBody for NewApiKeyBody {}
+
 #[utoipa::path(post, path = "/admin/accounts/{id}/api-keys", tag = "admin", summary = "Create an API key", params(("id" = String, Path, description = "acc_…")), request_body = NewApiKeyBody, responses((status = 200, description = "The key; its plaintext is shown only here", body = ApiKeyCreated)), security(("admin_token" = [])))]
-pub async fn create_api_key(
-    _admin: Admin,
+pub(crate) async fn create_api_key(
+    call: AdminWrite<NewApiKeyBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: NewApiKeyBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let requested = body
         .scopes
         .unwrap_or_else(|| Scope::ALL.iter().map(|s| s.as_str().to_string()).collect());
@@ -218,7 +211,7 @@ pub async fn create_api_key(
 }
 
 #[utoipa::path(delete, path = "/admin/api-keys/{key_id}", tag = "admin", summary = "Revoke an API key", params(("key_id" = String, Path, description = "key_…")), responses((status = 200, description = "Revoked: the key answers 401 from now on", body = Success)), security(("admin_token" = [])))]
-pub async fn revoke_api_key(
+pub(crate) async fn revoke_api_key(
     _admin: Admin,
     path: web::Path<String>,
     store: StoreData,
@@ -235,11 +228,13 @@ pub async fn revoke_api_key(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct CreditBody {
+pub(crate) struct CreditBody {
     #[schema(minimum = 1, maximum = 1000000000000i64)]
     amount: i64,
     reason: Option<String>,
 }
+
+impl JsonBody for CreditBody {}
 
 #[utoipa::path(
     post, path = "/admin/accounts/{id}/credits", tag = "admin", summary = "Credit an account (idempotent)",
@@ -252,18 +247,12 @@ pub struct CreditBody {
     ),
     security(("admin_token" = []))
 )]
-pub async fn credit_account(
-    _admin: Admin,
+pub(crate) async fn credit_account(
+    call: AdminWrite<CreditBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    // Eight extractors are too many for one signature: the request carries its deadline.
-    let deadline = deadline_of(&req);
-    let body: CreditBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     let mut v = Violations::default();
     v.whole_number_in(body.amount, 1..=MAX_AMOUNT, || loc!("amount"), "amount");
     v.at_most_chars(
@@ -313,7 +302,7 @@ async fn credit_first_use(
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ProductBody {
+pub(crate) struct ProductBody {
     name: String,
     #[schema(minimum = 0, maximum = 1000000000000i64)]
     price: i64,
@@ -325,20 +314,18 @@ pub struct ProductBody {
     active: bool,
 }
 
+impl JsonBody for ProductBody {}
+
 fn default_active() -> bool {
     true
 }
 
 #[utoipa::path(put, path = "/admin/products/{product_id}", tag = "admin", summary = "Create or replace a product", params(("product_id" = String, Path, description = "1 to 64 characters")), request_body = ProductBody, responses((status = 200, description = "The product as stored", body = ProductOne)), security(("admin_token" = [])))]
-pub async fn put_product(
-    _admin: Admin,
+pub(crate) async fn put_product(
+    call: AdminWrite<ProductBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: ProductBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let id = path.into_inner();
     let mut v = Violations::default();
     if id.trim() != id || id.is_empty() || id.chars().count() > MAX_PRODUCT_ID_LEN {

@@ -28,7 +28,7 @@ use crate::views::{
     responses((status = 200, description = "Accounts with their balances", body = AccountList)),
     security(("admin_token" = []))
 )]
-pub async fn list_accounts(
+pub(crate) async fn list_accounts(
     _admin: Admin,
     req: HttpRequest,
     store: StoreData,
@@ -54,7 +54,7 @@ pub async fn list_accounts(
     responses((status = 200, description = "As GET /b2b/orders lists them", body = OrderList), (status = 404, description = "account_not_found", body = ErrorEnvelope)),
     security(("admin_token" = []))
 )]
-pub async fn account_orders(
+pub(crate) async fn account_orders(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -71,7 +71,7 @@ pub async fn account_orders(
     responses((status = 200, description = "As GET /b2b/transactions lists them", body = TransactionList), (status = 404, description = "account_not_found", body = ErrorEnvelope)),
     security(("admin_token" = []))
 )]
-pub async fn account_transactions(
+pub(crate) async fn account_transactions(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,
@@ -88,7 +88,7 @@ pub async fn account_transactions(
     responses((status = 200, description = "As GET /b2b/events lists them, each with its callback's state and attempts", body = AdminEventList), (status = 404, description = "account_not_found", body = ErrorEnvelope), (status = 422, description = "A bad limit, after or delivery", body = ValidationError)),
     security(("admin_token" = []))
 )]
-pub async fn account_events(
+pub(crate) async fn account_events(
     _admin: Admin,
     path: web::Path<String>,
     req: HttpRequest,

@@ -25,7 +25,7 @@ const BACKUP_SHARE: f64 = 0.5;
     responses((status = 200, description = "The backup: JSON lines, a header first and an end record with counts and SHA-256 last", content_type = "application/octet-stream", body = String)),
     security(("admin_token" = []))
 )]
-pub async fn backup(
+pub(crate) async fn backup(
     _admin: Admin,
     store: StoreData,
     deadline: Deadline,

@@ -16,7 +16,7 @@ use crate::views::{to_json, ProductJson, ProductList};
     responses((status = 200, description = "Active products in id order", body = ProductList)),
     security(("api_key" = []))
 )]
-pub async fn products(
+pub(crate) async fn products(
     _partner: Partner<CatalogRead>,
     req: HttpRequest,
     store: StoreData,

@@ -28,7 +28,7 @@ fn asset(admin: &AdminAuth, content_type: &str, body: String) -> Result<HttpResp
         .body(body))
 }
 
-pub async fn page(
+pub(crate) async fn page(
     admin: web::Data<AdminAuth>,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
@@ -37,14 +37,14 @@ pub async fn page(
     asset(&admin, "text/html; charset=utf-8", html)
 }
 
-pub async fn script(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn script(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "text/javascript; charset=utf-8", SCRIPT.into())
 }
 
-pub async fn style(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn style(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "text/css; charset=utf-8", STYLE.into())
 }
 
-pub async fn icon(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn icon(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "image/svg+xml", ICON.into())
 }

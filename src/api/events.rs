@@ -19,7 +19,7 @@ use crate::views::{to_json, EventJson, EventList};
     responses((status = 200, description = "Every event of the account, oldest first", body = EventList)),
     security(("api_key" = []))
 )]
-pub async fn list_events(
+pub(crate) async fn list_events(
     partner: Partner<OrdersRead>,
     req: HttpRequest,
     store: StoreData,

@@ -1,9 +1,9 @@
 //! Extractors that decide who is calling (401/403 before anything else), and the JSON body
 //! reader that turns every schema violation into the 422 validation envelope.
 //!
-//! Bodies are read inside handlers, after these extractors, so a body's 422 never overtakes
-//! the 401. The partner extractor awaits the port, whose reads answer at once unless a write
-//! of that very account is being flushed.
+//! A write's body is read by `WriteCall` once its caller is decided, so a body's 422 never
+//! overtakes the 401. The partner extractor awaits the port, whose reads answer at once unless
+//! a write of that very account is being flushed.
 
 use std::future::{ready, Future, Ready};
 use std::marker::PhantomData;
@@ -16,22 +16,24 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::bounds::{Deadline, REQUEST_DEADLINE};
+use crate::config::Settings;
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
 use crate::header_names as names;
+use crate::metrics::Metrics;
 use crate::store::{Authenticated, Prefetched, Store};
 
 use crate::domain::limits::MAX_BODY_BYTES;
 
 /// A scope a route requires, as a type so it is part of the handler's signature.
-pub trait RequiredScope {
+pub(crate) trait RequiredScope {
     const SCOPE: Scope;
 }
 
 macro_rules! scope_marker {
     ($name:ident, $scope:expr) => {
-        pub struct $name;
+        pub(crate) struct $name;
         impl RequiredScope for $name {
             const SCOPE: Scope = $scope;
         }
@@ -45,9 +47,9 @@ scope_marker!(CatalogRead, Scope::CatalogRead);
 
 /// A wholesale partner whose key carries scope `S`, and what the port read of the request's
 /// idempotency key beside the API key (a replay's row, on PostgreSQL: one round trip).
-pub struct Partner<S> {
-    pub account: Account,
-    pub prefetched: Prefetched,
+pub(crate) struct Partner<S> {
+    pub(crate) account: Account,
+    pub(crate) prefetched: Prefetched,
     _scope: PhantomData<S>,
 }
 
@@ -63,8 +65,10 @@ fn well_formed_api_key(key: &str) -> bool {
 
 /// The request's deadline, as the edge stamped it (`edge::deadline`).
 impl FromRequest for Deadline {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
+    // Never refused; actix's own error type keeps the HTTP surface's `ApiError` out of the
+    // library's public interface (`Deadline` is public).
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Self, actix_web::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(Ok(deadline_of(req)))
@@ -73,7 +77,7 @@ impl FromRequest for Deadline {
 
 /// The deadline the edge stamped on `req`; a request that did not pass the edge (none in
 /// the server) gets the default one from now.
-pub fn deadline_of(req: &HttpRequest) -> Deadline {
+pub(crate) fn deadline_of(req: &HttpRequest) -> Deadline {
     req.extensions()
         .get::<Deadline>()
         .copied()
@@ -132,28 +136,28 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
 }
 
 /// The admin token in force, as its SHA-256; `None` disables the admin API.
-pub struct AdminAuth {
+pub(crate) struct AdminAuth {
     token_hash: Option<[u8; 32]>,
 }
 
 impl AdminAuth {
-    pub fn new(token: Option<&str>) -> Self {
+    pub(crate) fn new(token: Option<&str>) -> Self {
         AdminAuth {
             token_hash: token.map(|t| Sha256::digest(t.as_bytes()).into()),
         }
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.token_hash.is_some()
     }
 }
 
 /// The operator, proven by `Authorization: Bearer <admin token>`.
-pub struct Admin;
+pub(crate) struct Admin;
 
 /// Compares SHA-256 digests in constant time, so the time taken says nothing about how much
 /// of the token was right (hashing first also hides the token's length).
-pub fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+pub(crate) fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -192,7 +196,7 @@ impl FromRequest for Admin {
 
 /// Reads and parses a JSON body after the caller is known. Wrong content type, malformed
 /// JSON, wrong types and a body over 1 MiB are all 422 with the path of the fault in `loc`.
-pub async fn json_body<T: DeserializeOwned>(
+async fn json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
@@ -204,7 +208,7 @@ pub async fn json_body<T: DeserializeOwned>(
 /// For routes whose body may be left out (cancel, a refund of the whole remainder): an empty
 /// body without a Content-Type reads as `{}`; a body that is there is JSON as on every other
 /// write, refused (422) unless its Content-Type says so.
-pub async fn optional_json_body<T: DeserializeOwned>(
+async fn optional_json_body<T: DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
@@ -215,6 +219,74 @@ pub async fn optional_json_body<T: DeserializeOwned>(
     }
     require_json_content_type(req)?;
     parse_json(if empty { b"{}" } else { &bytes })
+}
+
+/// A route's JSON body, as `WriteCall` reads it.
+pub(crate) trait JsonBody: DeserializeOwned + 'static {
+    /// Whether the body may be left out (`optional_json_body`); otherwise `json_body`.
+    const OPTIONAL: bool = false;
+}
+
+/// What every write handler starts from, decided in the contract's order: the caller (`A`:
+/// `Admin`, or a `Partner`, its 401 and 403 first), then the body (`B`, its 422); with the
+/// request (its idempotency key is read by each handler where the contract puts it), the
+/// store, the settings, the metrics and the request's deadline. One extractor, because actix
+/// polls a handler's extractors together: a body read beside a `Partner` still reading its
+/// key could answer its 422 before the 401.
+pub(crate) struct WriteCall<A, B> {
+    pub(crate) caller: A,
+    pub(crate) body: B,
+    pub(crate) req: HttpRequest,
+    pub(crate) store: web::Data<dyn Store>,
+    pub(crate) settings: web::Data<Settings>,
+    pub(crate) metrics: web::Data<Metrics>,
+    pub(crate) deadline: Deadline,
+}
+
+/// An operator's write.
+pub(crate) type AdminWrite<B> = WriteCall<Admin, B>;
+
+impl<A, B> FromRequest for WriteCall<A, B>
+where
+    A: FromRequest<Error = ApiError> + 'static,
+    B: JsonBody,
+{
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = A::from_request(req, &mut Payload::None);
+        let payload = web::Payload::from_request(req, payload);
+        let req = req.clone();
+        Box::pin(async move {
+            let caller = caller.await?;
+            // Taking the payload cannot fail.
+            let payload = payload
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            let body = if B::OPTIONAL {
+                optional_json_body(&req, payload).await?
+            } else {
+                json_body(&req, payload).await?
+            };
+            Ok(WriteCall {
+                caller,
+                body,
+                store: app_data(&req, "the store")?,
+                settings: app_data(&req, "the settings")?,
+                metrics: app_data(&req, "the metrics")?,
+                deadline: deadline_of(&req),
+                req,
+            })
+        })
+    }
+}
+
+/// One of the server's shared values, as `web::Data` would extract it.
+fn app_data<T: ?Sized + 'static>(req: &HttpRequest, what: &str) -> Result<web::Data<T>, ApiError> {
+    req.app_data::<web::Data<T>>()
+        .cloned()
+        .ok_or_else(|| ApiError::Internal(format!("{what} is not configured")))
 }
 
 fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
@@ -237,7 +309,10 @@ fn require_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
 
 /// The whole body, read by the request's deadline: a client that has not sent it by then is
 /// answered that nothing was done (503), like a request the storage did not serve in time.
-pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+pub(crate) async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<web::Bytes, ApiError> {
     let deadline = deadline_of(req).instant().into();
     let read = tokio::time::timeout_at(deadline, payload.to_bytes_limited(MAX_BODY_BYTES));
     let Ok(read) = read.await else {
@@ -261,7 +336,7 @@ pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::
     }
 }
 
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // The plain parse first: tracking the path costs a third of the parse on every request,
     // and only a rejected body needs it, so only then is the body parsed again to say where.
     if let Ok(value) = serde_json::from_slice(bytes) {
@@ -367,10 +442,15 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> FieldError 
 
 /// Collects schema rules checked after parsing (lengths, ranges), each with its path.
 #[derive(Default)]
-pub struct Violations(Vec<FieldError>);
+pub(crate) struct Violations(Vec<FieldError>);
 
 impl Violations {
-    pub fn add(&mut self, loc: Vec<serde_json::Value>, msg: impl Into<String>, kind: &'static str) {
+    pub(crate) fn add(
+        &mut self,
+        loc: Vec<serde_json::Value>,
+        msg: impl Into<String>,
+        kind: &'static str,
+    ) {
         self.0.push(FieldError {
             loc,
             msg: msg.into(),
@@ -380,7 +460,7 @@ impl Violations {
 
     /// Adds `msg` at `loc` when `ok` is false. Both are made only then: a rule's message
     /// may name its bound (`format_args!`), and every order checks several rules per line.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         ok: bool,
         loc: impl FnOnce() -> Vec<serde_json::Value>,
@@ -393,7 +473,7 @@ impl Violations {
     }
 
     /// `{field} must be a whole number from {low} to {high}` when `value` is outside.
-    pub fn whole_number_in(
+    pub(crate) fn whole_number_in(
         &mut self,
         value: i64,
         range: std::ops::RangeInclusive<i64>,
@@ -411,7 +491,7 @@ impl Violations {
     }
 
     /// `{field} must be at most {max} characters` when an optional text is longer.
-    pub fn at_most_chars(
+    pub(crate) fn at_most_chars(
         &mut self,
         value: Option<&str>,
         max: usize,
@@ -427,7 +507,7 @@ impl Violations {
         }
     }
 
-    pub fn into_result(self) -> Result<(), ApiError> {
+    pub(crate) fn into_result(self) -> Result<(), ApiError> {
         if self.0.is_empty() {
             Ok(())
         } else {
@@ -456,7 +536,7 @@ fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, KeyError> {
 }
 
 /// The idempotency key of a write that requires one (handler step 1).
-pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
+pub(crate) fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
     idempotency_key(req).map_err(|e| match e {
         KeyError::Missing => ApiError::KeyRequired,
         KeyError::Invalid(reason) => ApiError::InvalidKey { reason },
@@ -465,12 +545,14 @@ pub fn required_idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, Api
 
 /// The request's idempotency key when it names a well-formed one (read ahead with the API
 /// key; the handler's own parse decides what a missing or malformed one is answered).
-pub fn named_idempotency_key(req: &HttpRequest) -> Option<IdempotencyKey> {
+pub(crate) fn named_idempotency_key(req: &HttpRequest) -> Option<IdempotencyKey> {
     idempotency_key(req).ok()
 }
 
 /// The idempotency key of a write where it is optional: absent is `None`, malformed is 400.
-pub fn optional_idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+pub(crate) fn optional_idempotency_key(
+    req: &HttpRequest,
+) -> Result<Option<IdempotencyKey>, ApiError> {
     match idempotency_key(req) {
         Ok(key) => Ok(Some(key)),
         Err(KeyError::Missing) => Ok(None),

@@ -26,7 +26,7 @@ use crate::store::{KeyClaim, KeyRecord, Prefetched, Store, StoreError};
 const FIRST_USE_TRIES: usize = 3;
 
 /// What a first use did.
-pub enum FirstUse {
+pub(crate) enum FirstUse {
     /// Committed and on disk; the body is the 200 to send.
     Durable(Vec<u8>),
     /// A concurrent first use committed the key first: its row decides (looked up again
@@ -37,17 +37,17 @@ pub enum FirstUse {
 /// One idempotent write: who is asking, under which key, for what, until when it waits for
 /// the key (`KEY_WAIT` from now, in all: lookups, first uses and their locks) and by when it
 /// is answered whatever happens (the request's deadline).
-pub struct KeyedWrite {
-    pub account: AccountId,
-    pub key: IdempotencyKey,
-    pub operation: Operation,
-    pub fingerprint: Fingerprint,
-    pub until: Instant,
-    pub deadline: Deadline,
+pub(crate) struct KeyedWrite {
+    pub(crate) account: AccountId,
+    pub(crate) key: IdempotencyKey,
+    pub(crate) operation: Operation,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) until: Instant,
+    pub(crate) deadline: Deadline,
 }
 
 impl KeyedWrite {
-    pub fn new(
+    pub(crate) fn new(
         deadline: Deadline,
         account: AccountId,
         key: IdempotencyKey,
@@ -65,7 +65,7 @@ impl KeyedWrite {
     }
 
     /// The claim its first use records, bounded by the same wait.
-    pub fn claim(&self, ttl: Duration) -> KeyClaim {
+    pub(crate) fn claim(&self, ttl: Duration) -> KeyClaim {
         KeyClaim {
             key: self.key.clone(),
             operation: self.operation,
@@ -101,7 +101,7 @@ async fn lookup(
 /// `first_use` and returns its answer once durable. `prefetched` is what the port read of the
 /// key with the API key: when it is this key's row (or its absence), or the port left the key
 /// to its first use, the first lookup is decided on it, not read again.
-pub async fn run_once<F, Fut>(
+pub(crate) async fn run_once<F, Fut>(
     store: &dyn Store,
     metrics: &Metrics,
     write: &KeyedWrite,
@@ -165,7 +165,7 @@ where
 
 /// A write without an idempotency key (allowed where the key is optional): run it, and
 /// answer once it is durable.
-pub async fn run_unkeyed<Fut>(first_use: Fut) -> Result<HttpResponse, ApiError>
+pub(crate) async fn run_unkeyed<Fut>(first_use: Fut) -> Result<HttpResponse, ApiError>
 where
     Fut: Future<Output = Result<FirstUse, ApiError>>,
 {

@@ -6,7 +6,7 @@
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)]
-pub struct RequiredKey {
+pub(super) struct RequiredKey {
     /// 1 to 255 visible ASCII characters; one key per business intent
     #[param(rename = "X-Idempotency-Key")]
     x_idempotency_key: String,
@@ -19,7 +19,7 @@ pub struct RequiredKey {
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)]
-pub struct OptionalKey {
+pub(super) struct OptionalKey {
     /// Optional: with a key, a repeat replays the first answer
     #[param(rename = "X-Idempotency-Key")]
     x_idempotency_key: Option<String>,

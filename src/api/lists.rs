@@ -7,14 +7,14 @@ use actix_web::HttpRequest;
 
 use crate::domain::limits::{DEFAULT_PAGE, MAX_PAGE};
 
-pub struct ListQuery {
-    pub limit: usize,
-    pub cursor: Option<String>,
-    pub params: Vec<(String, String)>,
+pub(crate) struct ListQuery {
+    pub(crate) limit: usize,
+    pub(crate) cursor: Option<String>,
+    pub(crate) params: Vec<(String, String)>,
 }
 
 impl ListQuery {
-    pub fn parse(req: &HttpRequest) -> Result<Self, ApiError> {
+    pub(crate) fn parse(req: &HttpRequest) -> Result<Self, ApiError> {
         let params: Vec<(String, String)> =
             url::form_urlencoded::parse(req.query_string().as_bytes())
                 .into_owned()
@@ -46,7 +46,7 @@ impl ListQuery {
         })
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k == name)
@@ -54,12 +54,12 @@ impl ListQuery {
     }
 
     /// The cursor as an id of `kind`; anything else is a 422.
-    pub fn id_cursor(&self, kind: IdKind) -> Result<Option<Id>, ApiError> {
+    pub(crate) fn id_cursor(&self, kind: IdKind) -> Result<Option<Id>, ApiError> {
         self.typed_cursor(|c| Id::parse(kind, c))
     }
 
     /// The cursor parsed by `parse`; a cursor it refuses is a 422.
-    pub fn typed_cursor<T>(
+    pub(crate) fn typed_cursor<T>(
         &self,
         parse: impl Fn(&str) -> Option<T>,
     ) -> Result<Option<T>, ApiError> {
@@ -73,6 +73,6 @@ impl ListQuery {
     }
 }
 
-pub fn query_error(name: &str, msg: &str) -> ApiError {
+pub(crate) fn query_error(name: &str, msg: &str) -> ApiError {
     ApiError::validation(vec!["query".into(), name.into()], msg, "value_error")
 }

@@ -2,24 +2,24 @@
 //! in modules of their own (`extract`: who calls and what they sent; `respond`: the port as
 //! handlers hold it and the 200 they answer), so no handler imports from here.
 
-pub mod account;
-pub mod admin;
-pub mod admin_reads;
-pub mod backup;
-pub mod catalog;
-pub mod console;
-pub mod events;
-pub mod extract;
-pub mod idempotent;
+pub(crate) mod account;
+pub(crate) mod admin;
+pub(crate) mod admin_reads;
+pub(crate) mod backup;
+pub(crate) mod catalog;
+pub(crate) mod console;
+pub(crate) mod events;
+pub(crate) mod extract;
+pub(crate) mod idempotent;
 mod key_headers;
-pub mod lists;
-pub mod openapi;
-pub mod ops;
-pub mod orders;
-pub mod providers;
-pub mod refunds;
-pub mod respond;
-pub mod webhook_ops;
+pub(crate) mod lists;
+pub(crate) mod openapi;
+pub(crate) mod ops;
+pub(crate) mod orders;
+pub(crate) mod providers;
+pub(crate) mod refunds;
+pub(crate) mod respond;
+pub(crate) mod webhook_ops;
 mod webhooks_doc;
 
 use actix_web::{web, HttpRequest};
@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use extract::AdminAuth;
 
 /// Every route, each resource listing its methods so a wrong method is a 405, not a 404.
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     let not_allowed = || web::to(method_not_allowed);
     cfg.service(
         web::resource("/b2b/orders")
@@ -194,7 +194,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 /// A path segment that cannot be decoded names nothing: 404 in the JSON envelope, not
 /// actix's plain-text error.
-pub fn path_config() -> web::PathConfig {
+pub(crate) fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|_, _| ApiError::ResourceNotFound.into())
 }
 

@@ -64,7 +64,7 @@ use crate::views::{EventDataJson, EventJson, OrderItemJson};
         (name = "ops", description = "Health, readiness, metrics and this document")
     )
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// Adds the security schemes and the responses many routes share.
 struct SharedResponses;
@@ -258,7 +258,7 @@ fn operations(item: &mut PathItem) -> Vec<(bool, &mut Operation)> {
 
 /// The document: the routes from their annotations, and the webhooks orderly sends
 /// (`webhooks_doc.rs`).
-pub fn document() -> String {
+pub(crate) fn document() -> String {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
     doc["webhooks"] = super::webhooks_doc::webhooks();
     if let Some(tags) = doc["tags"].as_array_mut() {
@@ -269,7 +269,7 @@ pub fn document() -> String {
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "ops", summary = "This OpenAPI document", responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json")))]
-pub async fn openapi_json() -> HttpResponse {
+pub(crate) async fn openapi_json() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(document())

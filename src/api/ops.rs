@@ -17,12 +17,12 @@ fn health(status: &str) -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", summary = "Whether the process is up", responses((status = 200, description = "The process is up", body = Health)))]
-pub async fn healthz() -> HttpResponse {
+pub(crate) async fn healthz() -> HttpResponse {
     health("ok")
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "ops", summary = "Prometheus metrics", responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
-pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpResponse {
+pub(crate) async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpResponse {
     let progress = store.progress();
     let oldest = progress.oldest_commit.unwrap_or_default();
     metrics.oldest_commit_seconds.set(oldest.as_secs_f64());
@@ -41,7 +41,7 @@ pub async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpRespo
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "ops", summary = "Whether the storage completes writes and answers", responses((status = 200, description = "Storage completes writes and answers", body = Health), (status = 503, description = "A commit or a write has waited 4 s or more, the storage does not answer, or it has failed and the process is stopping", body = ErrorEnvelope)))]
-pub async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
     // Progress, not only an answer: a storage whose commits hang still answers a read. A
     // write counts whatever it waits on: writes queued on a row that another instance's
     // stalled commit holds have no commit of their own in flight.

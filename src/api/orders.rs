@@ -7,11 +7,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use super::extract::required_idempotency_key;
-use super::extract::{json_body, OrdersRead, OrdersWrite, Partner, Violations};
+use super::extract::{JsonBody, OrdersRead, OrdersWrite, Partner, Violations, WriteCall};
 use super::idempotent::{run_once, FirstUse, KeyedWrite};
 use super::lists::{query_error, ListQuery};
 use super::respond::{callback_policy, json_response, StoreData};
-use crate::config::Settings;
 use crate::domain::account::Shortfall;
 use crate::domain::basket::RequestedLine;
 use crate::domain::callback_url::CallbackUrl;
@@ -31,7 +30,7 @@ use crate::views::{
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CreateOrderBody {
+pub(crate) struct CreateOrderBody {
     /// 1 or more lines (more than 200 is the business refusal `too_many_items`).
     #[schema(min_items = 1)]
     items: Vec<ItemBody>,
@@ -41,6 +40,8 @@ pub struct CreateOrderBody {
     #[schema(max_length = 128)]
     external_order_id: Option<String>,
 }
+
+impl JsonBody for CreateOrderBody {}
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -119,16 +120,11 @@ impl CreateOrderBody {
 )]
 // The checks run in the order the contract fixes: key (auth), body (422), idempotency key
 // (400), callbackUrl (400), key lookup (replay / 409), business rules (400), payment (402).
-pub async fn create_order(
-    partner: Partner<OrdersWrite>,
-    deadline: Deadline,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
+pub(crate) async fn create_order(
+    call: WriteCall<Partner<OrdersWrite>, CreateOrderBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let body: CreateOrderBody = json_body(&req, payload).await?;
+    let (partner, body, store, deadline) = (call.caller, call.body, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     body.check_schema()?;
     let key = required_idempotency_key(&req)?;
     let callback_url = body
@@ -201,7 +197,7 @@ pub(super) fn order_not_found(id: &str) -> ApiError {
     responses((status = 200, description = "The order now", body = OrderOne), (status = 404, description = "order_not_found", body = ErrorEnvelope)),
     security(("api_key" = []))
 )]
-pub async fn get_order(
+pub(crate) async fn get_order(
     partner: Partner<OrdersRead>,
     deadline: Deadline,
     path: web::Path<String>,
@@ -231,7 +227,7 @@ pub(super) async fn own_order(
     responses((status = 200, description = "The account's orders, newest first", body = OrderList)),
     security(("api_key" = []))
 )]
-pub async fn list_orders(
+pub(crate) async fn list_orders(
     partner: Partner<OrdersRead>,
     deadline: Deadline,
     req: HttpRequest,

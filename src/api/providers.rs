@@ -20,11 +20,11 @@ use crate::store::{ProviderCredit, ProviderRefusal, Recorded};
 use crate::views::{to_json, ProviderAck};
 
 /// The one notification type that moves money.
-pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
+pub(crate) const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Notification {
+pub(crate) struct Notification {
     id: String,
     #[serde(rename = "type")]
     kind: String,
@@ -45,7 +45,7 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// `X-Signature: sha256=<hex HMAC-SHA256(secret, body)>`, compared in constant time.
-pub fn signature_valid(secret: &[u8], body: &[u8], header: Option<&str>) -> bool {
+pub(crate) fn signature_valid(secret: &[u8], body: &[u8], header: Option<&str>) -> bool {
     let Some(signature) = header
         .and_then(|h| h.trim().strip_prefix("sha256="))
         .and_then(decode_hex)
@@ -71,7 +71,7 @@ pub fn signature_valid(secret: &[u8], body: &[u8], header: Option<&str>) -> bool
         (status = 422, description = "The body does not match the schema", body = ValidationError),
     )
 )]
-pub async fn provider_notification(
+pub(crate) async fn provider_notification(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,

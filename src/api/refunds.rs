@@ -2,30 +2,30 @@
 //! Both are state changes whose conflicts (already cancelled, not completed, more than the
 //! remainder) are 409s of the order's state, distinct from the idempotency-key 409.
 
-use super::extract::deadline_of;
 use crate::bounds::Deadline;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::extract::{optional_idempotency_key, required_idempotency_key};
-use super::extract::{optional_json_body, OrdersWrite, Partner, Violations};
+use super::extract::{JsonBody, OrdersWrite, Partner, Violations, WriteCall};
 use super::idempotent::{run_once, run_unkeyed, FirstUse, KeyedWrite};
 use super::orders::{order_not_found, own_order};
-use super::respond::StoreData;
-use crate::config::Settings;
 use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::limits::MAX_REASON_LEN;
 use crate::domain::money::Cents;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::loc;
-use crate::metrics::Metrics;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, Store};
 use crate::views::{order_only, refund_made, OrderOne, RefundMade};
 
 /// A cancel takes no fields; an empty body or `{}` is fine, unknown fields are ignored.
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct CancelBody {}
+pub(crate) struct CancelBody {}
+
+impl JsonBody for CancelBody {
+    const OPTIONAL: bool = true;
+}
 
 #[utoipa::path(
     post, path = "/b2b/orders/{id}/cancel", tag = "orders", summary = "Cancel a processing order",
@@ -39,18 +39,12 @@ pub struct CancelBody {}
     ),
     security(("api_key" = []))
 )]
-pub async fn cancel_order(
-    partner: Partner<OrdersWrite>,
+pub(crate) async fn cancel_order(
+    call: WriteCall<Partner<OrdersWrite>, CancelBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    // Eight extractors are too many for one signature: the request carries its deadline.
-    let deadline = deadline_of(&req);
-    let _: CancelBody = optional_json_body(&req, payload).await?;
+    let (partner, store, deadline) = (call.caller, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     // The key's 400 before the order's 404 (docs/contract.md "5. Failures"), as on every keyed route.
     let key = optional_idempotency_key(&req)?;
     let order = own_order(&**store, deadline, partner.account.id, &path)
@@ -96,12 +90,16 @@ async fn cancel_first_use(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct RefundBody {
+pub(crate) struct RefundBody {
     /// At least 1; absent: the whole unrefunded remainder.
     #[schema(minimum = 1)]
     amount: Option<i64>,
     #[schema(max_length = 256)]
     reason: Option<String>,
+}
+
+impl JsonBody for RefundBody {
+    const OPTIONAL: bool = true;
 }
 
 #[utoipa::path(
@@ -116,18 +114,12 @@ pub struct RefundBody {
     ),
     security(("api_key" = []))
 )]
-pub async fn refund_order(
-    partner: Partner<OrdersWrite>,
+pub(crate) async fn refund_order(
+    call: WriteCall<Partner<OrdersWrite>, RefundBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    settings: web::Data<Settings>,
-    metrics: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
-    // Eight extractors are too many for one signature: the request carries its deadline.
-    let deadline = deadline_of(&req);
-    let body: RefundBody = optional_json_body(&req, payload).await?;
+    let (partner, body, store, deadline) = (call.caller, call.body, call.store, call.deadline);
+    let (req, settings, metrics) = (call.req, call.settings, call.metrics);
     let mut v = Violations::default();
     v.check(
         body.amount.is_none_or(|a| a >= 1),

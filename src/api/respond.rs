@@ -7,10 +7,10 @@ use crate::config::Settings;
 use crate::domain::callback_url::AddressPolicy;
 
 /// The storage port, as handlers receive it.
-pub type StoreData = web::Data<dyn crate::store::Store>;
+pub(crate) type StoreData = web::Data<dyn crate::store::Store>;
 
 /// Whether callbackUrls may name private hosts (`--allow-private-callbacks`).
-pub fn callback_policy(settings: &Settings) -> AddressPolicy {
+pub(crate) fn callback_policy(settings: &Settings) -> AddressPolicy {
     if settings.allow_private_callbacks {
         AddressPolicy::AllowPrivate
     } else {
@@ -19,7 +19,7 @@ pub fn callback_policy(settings: &Settings) -> AddressPolicy {
 }
 
 /// A 200 whose body is JSON bytes already rendered.
-pub fn json_response(body: Vec<u8>) -> HttpResponse {
+pub(crate) fn json_response(body: Vec<u8>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(body)

@@ -3,13 +3,12 @@
 //! an account given up since a time.
 
 use crate::bounds::Deadline;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 
 use super::admin::account_id;
-use super::extract::{json_body, optional_json_body, Admin, OrdersWrite, Partner, Violations};
-use super::respond::{json_response, StoreData};
-use crate::config::Settings;
+use super::extract::{AdminWrite, JsonBody, OrdersWrite, Partner, Violations, WriteCall};
+use super::respond::json_response;
 use crate::domain::account::new_webhook_secret;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::time::{now_millis, parse_rfc3339, rfc3339};
@@ -20,32 +19,36 @@ use crate::views::to_json;
 
 /// These routes take no fields: an empty body or `{}` (unknown fields are ignored).
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct NoFields {}
+pub(crate) struct NoFields {}
+
+impl JsonBody for NoFields {
+    const OPTIONAL: bool = true;
+}
 
 /// `POST /admin/accounts/{id}/webhook-secret`: the new secret, shown here once.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SecretRotated {
-    pub success: bool,
+pub(crate) struct SecretRotated {
+    pub(crate) success: bool,
     /// `whsec_<base64>`: signs every delivery from now on.
-    pub webhook_secret: String,
+    pub(crate) webhook_secret: String,
     /// Until then the replaced secret signs beside it (`v1,<new> v1,<old>`).
-    pub previous_secret_valid_until: String,
+    pub(crate) previous_secret_valid_until: String,
 }
 
 /// A redelivery was queued.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct RedeliveryQueued {
-    pub success: bool,
+pub(crate) struct RedeliveryQueued {
+    pub(crate) success: bool,
     /// Always `pending`: one attempt is queued now.
-    pub delivery: &'static str,
+    pub(crate) delivery: &'static str,
 }
 
 /// How many given-up deliveries were queued again.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Recovered {
-    pub success: bool,
-    pub requeued: u64,
+pub(crate) struct Recovered {
+    pub(crate) success: bool,
+    pub(crate) requeued: u64,
 }
 
 #[utoipa::path(
@@ -59,16 +62,12 @@ pub struct Recovered {
     ),
     security(("admin_token" = []))
 )]
-pub async fn rotate_webhook_secret(
-    _admin: Admin,
+pub(crate) async fn rotate_webhook_secret(
+    call: AdminWrite<NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
-    settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
+    let (store, deadline) = (call.store, call.deadline);
+    let settings = call.settings;
     let account = account_id(&**store, deadline, &path).await?;
     let secret = new_webhook_secret();
     let overlap = settings.webhook_secret_overlap;
@@ -122,16 +121,11 @@ async fn redeliver(
     ),
     security(("admin_token" = []))
 )]
-pub async fn admin_redeliver(
-    _admin: Admin,
+pub(crate) async fn admin_redeliver(
+    call: AdminWrite<NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, deadline, &path, None).await
+    redeliver(&**call.store, call.deadline, &path, None).await
 }
 
 #[utoipa::path(
@@ -146,23 +140,21 @@ pub async fn admin_redeliver(
     ),
     security(("api_key" = []))
 )]
-pub async fn partner_redeliver(
-    partner: Partner<OrdersWrite>,
+pub(crate) async fn partner_redeliver(
+    call: WriteCall<Partner<OrdersWrite>, NoFields>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let _: NoFields = optional_json_body(&req, payload).await?;
-    redeliver(&**store, deadline, &path, Some(partner.account.id)).await
+    let owner = Some(call.caller.account.id);
+    redeliver(&**call.store, call.deadline, &path, owner).await
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
-pub struct RecoverBody {
+pub(crate) struct RecoverBody {
     /// RFC 3339: deliveries given up at or after this time are queued again.
     since: String,
 }
+
+impl JsonBody for RecoverBody {}
 
 #[utoipa::path(
     post, path = "/admin/accounts/{id}/deliveries/recover", tag = "admin", summary = "Redeliver every callback given up since a time",
@@ -174,15 +166,11 @@ pub struct RecoverBody {
     ),
     security(("admin_token" = []))
 )]
-pub async fn recover_deliveries(
-    _admin: Admin,
+pub(crate) async fn recover_deliveries(
+    call: AdminWrite<RecoverBody>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-    store: StoreData,
-    deadline: Deadline,
 ) -> Result<HttpResponse, ApiError> {
-    let body: RecoverBody = json_body(&req, payload).await?;
+    let (body, store, deadline) = (call.body, call.store, call.deadline);
     let since = parse_rfc3339(&body.since);
     let mut v = Violations::default();
     v.check(

@@ -96,7 +96,7 @@ fn entry(kind: EventKind) -> Value {
 }
 
 /// The event types, as the document's `webhooks` object.
-pub fn webhooks() -> Value {
+pub(super) fn webhooks() -> Value {
     let kinds = [
         EventKind::OrderCompleted,
         EventKind::OrderCancelled,
@@ -111,7 +111,7 @@ pub fn webhooks() -> Value {
 }
 
 /// The tag the webhooks are listed under.
-pub fn tag() -> Value {
+pub(super) fn tag() -> Value {
     json!({
         "name": "webhooks",
         "description": "What orderly POSTs to an order's callbackUrl"

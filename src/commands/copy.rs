@@ -15,7 +15,7 @@ use crate::store::{self, open_embedded, Engine, OpenError, RestoreCounts, Store,
 
 /// Why nothing was copied; the target is as it was.
 #[derive(Debug, thiserror::Error)]
-pub enum CopyError {
+pub(crate) enum CopyError {
     /// The source cannot be read: missing, not an orderly directory, or in use by a server
     /// (sled holds a lock on its files while it runs).
     #[error("cannot open {0}: {1}")]
@@ -31,19 +31,19 @@ pub enum CopyError {
 /// A copy that did not happen, as the command says it (exit 1).
 #[derive(Debug, thiserror::Error)]
 #[error("copy refused: {0}")]
-pub struct CopyFailure(#[from] CopyError);
+pub(crate) struct CopyFailure(#[from] CopyError);
 
 impl Failure for CopyFailure {}
 
 /// `orderly copy`: one JSON object of counts per kind on stdout; or one line on stderr, the
 /// target untouched.
-pub fn command(args: &CopyArgs) -> Result<(), CopyFailure> {
+pub(crate) fn command(args: &CopyArgs) -> Result<(), CopyFailure> {
     let counts = block_on(run(&args.from_data_dir, &args.to_database_url))?;
     print_counts(&counts);
     Ok(())
 }
 
-pub async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> {
+pub(crate) async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, CopyError> {
     let deadline = Deadline::after(COMMAND_DEADLINE);
     let source = from.display().to_string();
     // An empty path would make sled create a fresh deployment and copy nothing.

@@ -6,7 +6,7 @@ use crate::store::postgres::{self as shared, OpenError};
 
 /// Why the schema was not brought up to date.
 #[derive(Debug, thiserror::Error)]
-pub enum MigrateFailure {
+pub(crate) enum MigrateFailure {
     #[error("{0}")]
     TooNew(OpenError),
     #[error("migrate failed: {0}")]
@@ -22,7 +22,7 @@ impl Failure for MigrateFailure {
     }
 }
 
-pub fn run(url: &str) -> Result<(), MigrateFailure> {
+pub(crate) fn run(url: &str) -> Result<(), MigrateFailure> {
     match block_on(shared::migrate(url)) {
         Ok(applied) => {
             println!("orderly: schema up to date (applied now: {applied:?})");

@@ -2,12 +2,12 @@
 //! what to say on stderr and the process's exit status (`Failure`); `run` turns that into
 //! the status, so the exit-code policy is read next to each command, not in `main`.
 
-pub mod copy;
-pub mod migrate;
+pub(crate) mod copy;
+pub(crate) mod migrate;
 mod progress;
-pub mod restore;
-pub mod serve;
-pub mod stats;
+pub(crate) mod restore;
+pub(crate) mod serve;
+pub(crate) mod stats;
 
 use std::process::ExitCode;
 
@@ -15,7 +15,7 @@ use crate::config::Command;
 
 /// A command that did not succeed. Its `Display` is the one line said on stderr after
 /// `orderly: `.
-pub trait Failure: std::fmt::Display {
+pub(crate) trait Failure: std::fmt::Display {
     /// 2 for a usage error (the flags, or a configuration or schema this binary cannot use,
     /// like a bad flag), 1 for anything else.
     fn exit_code(&self) -> u8 {

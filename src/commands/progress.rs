@@ -10,7 +10,7 @@ use crate::store::Snapshot;
 const ON_A_TERMINAL: Duration = Duration::from_millis(200);
 const IN_A_LOG: Duration = Duration::from_secs(5);
 
-pub struct Progress {
+pub(super) struct Progress {
     what: &'static str,
     total: Option<u64>,
     done: u64,
@@ -22,7 +22,7 @@ pub struct Progress {
 
 impl Progress {
     /// `what` is the verb ("restoring"); `total` the records expected, when known.
-    pub fn new(what: &'static str, total: Option<u64>) -> Self {
+    pub(super) fn new(what: &'static str, total: Option<u64>) -> Self {
         let now = Instant::now();
         Progress {
             what,
@@ -35,7 +35,7 @@ impl Progress {
         }
     }
 
-    pub fn add(&mut self, records: u64) {
+    pub(super) fn add(&mut self, records: u64) {
         self.done += records;
         let every = if self.terminal {
             ON_A_TERMINAL
@@ -50,7 +50,7 @@ impl Progress {
 
     /// The last state, and the end of the bar's line: only where something was shown, so a
     /// short run says nothing.
-    pub fn finish(mut self) {
+    pub(super) fn finish(mut self) {
         if self.terminal && self.drawn {
             self.show();
             eprintln!();
@@ -95,7 +95,7 @@ fn describe(what: &str, done: u64, total: Option<u64>, elapsed: Duration) -> Str
 
 /// `source`, counted as its reader takes each record: the count is what has been written,
 /// give or take the few records a snapshot reads ahead.
-pub fn counted(mut source: Snapshot, mut progress: Progress) -> Snapshot {
+pub(super) fn counted(mut source: Snapshot, mut progress: Progress) -> Snapshot {
     let (producer, snapshot) = Snapshot::channel();
     tokio::spawn(async move {
         loop {

@@ -25,7 +25,7 @@ use crate::store::{
 
 /// Why a restore did not happen; nothing was left behind.
 #[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
+pub(crate) enum RestoreError {
     #[error("cannot read {0}: {1}")]
     Read(String, std::io::Error),
     #[error("{0}")]
@@ -43,13 +43,13 @@ pub enum RestoreError {
 /// A restore that did not happen, as the command says it (exit 1).
 #[derive(Debug, thiserror::Error)]
 #[error("restore refused: {0}")]
-pub struct RestoreFailure(#[from] RestoreError);
+pub(crate) struct RestoreFailure(#[from] RestoreError);
 
 impl Failure for RestoreFailure {}
 
 /// `orderly restore`: one JSON object of counts per kind on stdout; or one line on stderr,
 /// with nothing written.
-pub fn command(args: &RestoreArgs) -> Result<(), RestoreFailure> {
+pub(crate) fn command(args: &RestoreArgs) -> Result<(), RestoreFailure> {
     let counts = block_on(run(args))?;
     print_counts(&counts);
     Ok(())
@@ -62,7 +62,7 @@ fn is_empty_dir(dir: &Path) -> bool {
     }
 }
 
-pub async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
+pub(crate) async fn run(args: &RestoreArgs) -> Result<RestoreCounts, RestoreError> {
     match (&args.database_url, &args.data_dir) {
         (Some(url), _) => into_database(url, &args.from).await,
         (None, Some(dir)) => into_data_dir(dir, &args.from).await,

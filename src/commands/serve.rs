@@ -11,7 +11,7 @@ use crate::store::{postgres as shared, OpenError};
 
 /// How the server ended, when it did not end well.
 #[derive(Debug, thiserror::Error)]
-pub enum ServeFailure {
+pub(crate) enum ServeFailure {
     #[error(transparent)]
     Startup(#[from] StartupError),
     #[error(transparent)]
@@ -44,7 +44,7 @@ impl ServeFailure {
     }
 }
 
-pub fn run(settings: Settings) -> ExitCode {
+pub(crate) fn run(settings: Settings) -> ExitCode {
     let outcome = super::block_on(async move {
         let app = Application::build(settings).await?;
         // Tests and scripts read the bound address (port 0 picks a free one) from here.

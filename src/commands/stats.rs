@@ -8,11 +8,11 @@ use crate::store::{self, Engine};
 /// Why the rows were not counted.
 #[derive(Debug, thiserror::Error)]
 #[error("stats: {0}")]
-pub struct StatsFailure(String);
+pub(crate) struct StatsFailure(String);
 
 impl Failure for StatsFailure {}
 
-pub fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
+pub(crate) fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
     let engine = match &args.database_url {
         Some(url) => Engine::Shared {
             url: url.clone(),

@@ -6,36 +6,47 @@ use super::ids::AccountId;
 use super::money::Cents;
 use super::time::Millis;
 
+/// A partner's account: who may order, in which region, and how far its balance may fall.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
+    /// The account's id (`acc_…`).
     pub id: AccountId,
+    /// The partner's name, as the operator entered it.
     pub name: String,
+    /// Whether the account may place orders at all.
     pub wholesale: bool,
     /// How far below zero the balance may go; 0 means prepaid only.
     pub credit_limit: Cents,
+    /// The region whose products it may order; `None`: any region.
     pub region: Option<String>,
     /// `whsec_<base64>`: the key that signs this account's callbacks.
     pub webhook_secret: String,
+    /// When the account was created.
     pub created_at: Millis,
 }
 
+/// What an API key may do, one route group each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scope {
+    /// Place, cancel and refund orders.
     OrdersWrite,
+    /// Read orders and events.
     OrdersRead,
+    /// Read the balance and the ledger.
     BalanceRead,
+    /// Read the catalog.
     CatalogRead,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [
+    pub(crate) const ALL: [Scope; 4] = [
         Scope::OrdersWrite,
         Scope::OrdersRead,
         Scope::BalanceRead,
         Scope::CatalogRead,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scope::OrdersWrite => "orders:write",
             Scope::OrdersRead => "orders:read",
@@ -44,7 +55,7 @@ impl Scope {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Scope::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
@@ -52,22 +63,29 @@ impl Scope {
 /// What is stored for an API key: never the key itself, only its SHA-256 (the tree key).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ApiKeyRecord {
+    /// The key's public id (`key_…`), by which it is listed and revoked.
     pub id: String,
+    /// The account the key acts for.
     pub account_id: AccountId,
+    /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// Whether the key was revoked: it authenticates nothing any more.
     pub revoked: bool,
+    /// When the key was created.
     pub created_at: Millis,
 }
 
 /// Why a debit cannot be made; each maps to its own 402.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shortfall {
+    /// A prepaid account (no credit limit) whose balance does not cover the debit.
     InsufficientBalance,
+    /// An account on credit that the debit would take past its limit.
     ExceedsCreditLimit,
 }
 
 /// The balance after taking `total`, if the account may go that low.
-pub fn debit(balance: Cents, credit_limit: Cents, total: Cents) -> Result<Cents, Shortfall> {
+pub(crate) fn debit(balance: Cents, credit_limit: Cents, total: Cents) -> Result<Cents, Shortfall> {
     let refuse = if credit_limit.is_positive() {
         Shortfall::ExceedsCreditLimit
     } else {
@@ -80,7 +98,7 @@ pub fn debit(balance: Cents, credit_limit: Cents, total: Cents) -> Result<Cents,
 }
 
 /// A fresh Standard Webhooks secret: `whsec_` and the base64 of 32 random bytes.
-pub fn new_webhook_secret() -> String {
+pub(crate) fn new_webhook_secret() -> String {
     use base64::Engine;
     let bytes = super::ids::random_bytes(32);
     format!(
@@ -103,7 +121,7 @@ pub fn new_api_key() -> String {
 #[cfg(test)]
 impl Account {
     /// A wholesale account with no credit line, for unit tests.
-    pub fn for_tests(credit_limit: i64) -> Account {
+    pub(crate) fn for_tests(credit_limit: i64) -> Account {
         Account {
             id: super::ids::AccountId::new(),
             name: "a".into(),

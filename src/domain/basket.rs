@@ -11,25 +11,39 @@ use super::limits::MAX_LINES;
 /// One requested line, after the schema has been checked.
 #[derive(Clone, Debug)]
 pub struct RequestedLine {
+    /// The catalog product ordered.
     pub product_id: String,
+    /// How many of it.
     pub quantity: u64,
+    /// The delivery fields the product asks for, by name.
     pub delivery_data: BTreeMap<String, String>,
 }
 
 /// A 400 from the business rules; `message` is the partner-facing `token: sentence`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BasketRejection {
+    /// More lines than an order may have.
     TooManyItems,
+    /// No active product with this id.
     UnknownProduct(String),
+    /// This product is not sold in the account's region.
     RegionNotAllowed(String),
+    /// This product costs nothing, which an order may not contain.
     ZeroPriceItem(String),
-    InvalidDeliveryData { product_id: String, field: String },
+    /// A delivery field the product asks for is missing or blank.
+    InvalidDeliveryData {
+        /// The product of the line.
+        product_id: String,
+        /// The field missing.
+        field: String,
+    },
+    /// The order's total would not fit.
     TotalTooLarge,
 }
 
 /// Prices every line from the catalog as `lookup` sees it, applying the rules in the
 /// documented order. `lookup` is fallible so it can read inside a storage transaction.
-pub fn price_basket<E>(
+pub(crate) fn price_basket<E>(
     lines: &[RequestedLine],
     region: Option<&str>,
     mut lookup: impl FnMut(&str) -> Result<Option<Product>, E>,

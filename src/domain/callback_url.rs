@@ -16,7 +16,9 @@ pub struct CallbackUrl {
 /// Whether loopback, private and internal names are acceptable (`--allow-private-callbacks`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddressPolicy {
+    /// Only globally routable addresses and public names (the default).
     PublicOnly,
+    /// Any host, for a deployment whose partners sit on its own network.
     AllowPrivate,
 }
 
@@ -24,13 +26,30 @@ pub enum AddressPolicy {
 /// and `callbackUrl no longer acceptable: ` in a delivery given up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallbackRefusal {
+    /// Not an absolute URL.
     NotAbsolute(url::ParseError),
+    /// A scheme other than http or https.
     Scheme(String),
+    /// A user name or password in the URL.
     Credentials,
+    /// No host.
     NoHost,
+    /// An IPv6 address as the host.
     Ipv6Literal,
-    NotGlobal { ip: Ipv4Addr, range: &'static str },
-    InternalName { name: String, rule: &'static str },
+    /// An address that is not globally routable (under `PublicOnly`).
+    NotGlobal {
+        /// The address.
+        ip: Ipv4Addr,
+        /// The special-purpose range it falls in.
+        range: &'static str,
+    },
+    /// A name that only resolves inside a network (under `PublicOnly`).
+    InternalName {
+        /// The host name.
+        name: String,
+        /// The rule that found it internal.
+        rule: &'static str,
+    },
 }
 
 impl std::fmt::Display for CallbackRefusal {
@@ -56,6 +75,7 @@ impl std::fmt::Display for CallbackRefusal {
 }
 
 impl CallbackUrl {
+    /// Judges a callbackUrl as the partner sent it, under the deployment's address policy.
     pub fn parse(raw: &str, policy: AddressPolicy) -> Result<Self, CallbackRefusal> {
         let url = Url::parse(raw).map_err(CallbackRefusal::NotAbsolute)?;
         if url.scheme() != "http" && url.scheme() != "https" {
@@ -78,11 +98,13 @@ impl CallbackUrl {
     }
 
     /// The text as the partner sent it.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.raw
     }
 
-    pub fn url(&self) -> &Url {
+    /// The parsed URL, for the tests of what parsing kept.
+    #[cfg(test)]
+    pub(crate) fn url(&self) -> &Url {
         &self.url
     }
 }
@@ -126,7 +148,7 @@ const NON_GLOBAL_V4: &[([u8; 4], u8, &str)] = &[
 
 /// The name of the special range `ip` falls in, or `None` for a globally routable address.
 /// (`Ipv4Addr::is_global` is unstable, so the table is spelled out.)
-pub fn non_global_range(ip: Ipv4Addr) -> Option<&'static str> {
+pub(crate) fn non_global_range(ip: Ipv4Addr) -> Option<&'static str> {
     let addr = u32::from(ip);
     NON_GLOBAL_V4.iter().find_map(|(net, prefix, name)| {
         let mask = if *prefix == 0 {
@@ -164,7 +186,7 @@ fn in_v6_net(bits: u128, net: u128, prefix: u32) -> bool {
 /// IPv6 address outside every internal range (docs/contract.md "5. Failures"). IPv4-mapped, IPv4-compatible and
 /// NAT64 forms are judged by the IPv4 address inside them; 6to4 and Teredo, which tunnel to
 /// addresses that cannot be judged from here, are refused outright.
-pub fn is_public_ip(ip: IpAddr) -> bool {
+pub(crate) fn is_public_ip(ip: IpAddr) -> bool {
     match ip.to_canonical() {
         IpAddr::V4(v4) => non_global_range(v4).is_none(),
         IpAddr::V6(v6) => {
@@ -187,7 +209,7 @@ pub fn is_public_ip(ip: IpAddr) -> bool {
 
 /// The origin of a URL (`https://host:port`): what one receiver is, for sharing out
 /// deliveries. A URL that does not parse is its own origin.
-pub fn origin_of(url: &str) -> String {
+pub(crate) fn origin_of(url: &str) -> String {
     match Url::parse(url) {
         Ok(parsed) => parsed.origin().ascii_serialization(),
         Err(_) => url.to_string(),
@@ -196,7 +218,7 @@ pub fn origin_of(url: &str) -> String {
 
 /// A URL fit for a log line: scheme, host, port and path; never the query (partners put
 /// tokens there), the fragment or a user name.
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     match Url::parse(url) {
         Ok(parsed) => format!("{}{}", parsed.origin().ascii_serialization(), parsed.path()),
         Err(_) => "<unparseable url>".into(),

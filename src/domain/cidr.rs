@@ -4,17 +4,17 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
+pub(crate) struct Cidr {
     network: IpAddr,
     prefix: u8,
 }
 
 impl Cidr {
-    pub fn prefix(&self) -> u8 {
+    pub(crate) fn prefix(&self) -> u8 {
         self.prefix
     }
 
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self.network, ip.to_canonical()) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let mask = mask_u32(self.prefix);

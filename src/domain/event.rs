@@ -7,15 +7,19 @@ use super::ids::AccountId;
 use super::order::{Order, Refund};
 use super::time::Millis;
 
+/// What happened to the order, as the event's `type` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
+    /// The fulfillment worker completed the order.
     OrderCompleted,
+    /// The order was cancelled and its amount returned.
     OrderCancelled,
+    /// Part or all of the order was refunded.
     OrderRefunded,
 }
 
 impl EventKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventKind::OrderCompleted => "order.completed",
             EventKind::OrderCancelled => "order.cancelled",
@@ -27,27 +31,34 @@ impl EventKind {
 /// The event with a snapshot of what it is about, so every delivery renders the same body.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Event {
+    /// The event's id (`evt_…`): every delivery of it carries the same one.
     pub id: String,
+    /// What happened.
     pub kind: EventKind,
-    pub account_id: AccountId,
+    pub(crate) account_id: AccountId,
+    /// When it happened, in the transaction of the change.
     pub created_at: Millis,
+    /// The order as the change left it.
     pub order: Order,
-    pub refund: Option<Refund>,
+    pub(crate) refund: Option<Refund>,
 }
 
 /// One pending callback of an event: where, and which attempt comes next (1 = the first).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Delivery {
-    pub event_id: String,
-    pub account_id: AccountId,
-    pub url: String,
+    pub(crate) event_id: String,
+    pub(crate) account_id: AccountId,
+    pub(crate) url: String,
+    /// The number of the next attempt.
     pub attempt: u32,
 }
 
 /// One attempt to deliver an event's callback, as the console shows it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryAttempt {
+    /// Which attempt this was (1 = the first).
     pub attempt: u32,
+    /// When it was made.
     pub at: Millis,
     /// The receiver's HTTP status, when it answered.
     pub status: Option<u16>,
@@ -58,21 +69,26 @@ pub struct DeliveryAttempt {
 /// How an event's callback ended, once it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DeliveryEnd {
+    /// The receiver answered with a 2xx.
     Delivered,
+    /// Every attempt of the retry schedule failed, or the URL is no longer acceptable.
     GivenUp,
 }
 
 /// The history of an event's callback: every attempt, and what comes next.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DeliveryLog {
+    /// Every attempt so far, oldest first.
     pub attempts: Vec<DeliveryAttempt>,
+    /// When the next attempt is due; `None` once the callback ended.
     pub next_attempt_at: Option<Millis>,
+    /// How the callback ended, once it has.
     pub ended: Option<DeliveryEnd>,
 }
 
 /// Where an event's callback stands, as the admin lists show and filter it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryState {
+pub(crate) enum DeliveryState {
     /// The order has no callbackUrl: nothing to deliver.
     None,
     /// No attempt yet; the first is due when the event is made.
@@ -85,7 +101,7 @@ pub enum DeliveryState {
 }
 
 impl DeliveryState {
-    pub const ALL: [DeliveryState; 5] = [
+    pub(crate) const ALL: [DeliveryState; 5] = [
         DeliveryState::None,
         DeliveryState::Pending,
         DeliveryState::Delivered,
@@ -94,7 +110,7 @@ impl DeliveryState {
     ];
 
     /// The state of `event`'s callback, given its log (`None`: no attempt yet).
-    pub fn of(event: &Event, log: Option<&DeliveryLog>) -> Self {
+    pub(crate) fn of(event: &Event, log: Option<&DeliveryLog>) -> Self {
         if event.order.callback_url.is_none() {
             return DeliveryState::None;
         }
@@ -106,7 +122,7 @@ impl DeliveryState {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DeliveryState::None => "none",
             DeliveryState::Pending => "pending",
@@ -116,7 +132,7 @@ impl DeliveryState {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
@@ -134,7 +150,7 @@ impl DeliveryLog {
     /// The log after `attempt`. `settles` is false when the attempt no longer decides the
     /// callback (its claim lapsed and another instance took the delivery over): the attempt
     /// is logged, and what comes next is the new holder's to say.
-    pub fn after(
+    pub(crate) fn after(
         mut self,
         attempt: DeliveryAttempt,
         outcome: DeliveryOutcome,
@@ -162,7 +178,7 @@ impl DeliveryLog {
 
 impl Delivery {
     /// The callback's next attempt, when the outcome asks for one: due then, same event id.
-    pub fn next(&self, outcome: DeliveryOutcome) -> Option<(Millis, Delivery)> {
+    pub(crate) fn next(&self, outcome: DeliveryOutcome) -> Option<(Millis, Delivery)> {
         match outcome {
             DeliveryOutcome::Finished => None,
             DeliveryOutcome::RetryAt(at) => {
@@ -177,16 +193,16 @@ impl Delivery {
 /// A redelivery: one attempt of an event's callback queued now, with the same event (so the
 /// same `webhook-id` and body), whatever the callback's state.
 #[derive(Clone, Debug)]
-pub struct Redelivery {
-    pub due_at: Millis,
-    pub delivery: Delivery,
+pub(crate) struct Redelivery {
+    pub(crate) due_at: Millis,
+    pub(crate) delivery: Delivery,
     /// The callback's log with the attempt queued (`None`: never attempted, still pending).
-    pub log: Option<DeliveryLog>,
+    pub(crate) log: Option<DeliveryLog>,
 }
 
 impl DeliveryLog {
     /// Whether the callback was given up at or after `since` (when its last attempt was made).
-    pub fn given_up_since(&self, since: Millis) -> bool {
+    pub(crate) fn given_up_since(&self, since: Millis) -> bool {
         self.ended == Some(DeliveryEnd::GivenUp)
             && self.attempts.last().is_some_and(|a| a.at >= since)
     }
@@ -201,7 +217,7 @@ impl DeliveryLog {
 /// is spent the redelivery was a single attempt. Its due time always differs from the
 /// replaced entry's: an attempt still in flight on that entry then finds it gone, and logs its
 /// outcome without settling the callback, which is now the redelivery's.
-pub fn redelivery(
+pub(crate) fn redelivery(
     event: &Event,
     queued: Option<(Millis, &Delivery)>,
     log: Option<DeliveryLog>,

@@ -10,9 +10,13 @@ use super::money::Cents;
 /// operations is a conflict, never a replay of the wrong thing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Operation {
+    /// `POST /b2b/orders`.
     PlaceOrder,
+    /// A cancel of an order.
     CancelOrder,
+    /// A refund of an order.
     RefundOrder,
+    /// An operator's credit to an account.
     AdminCredit,
 }
 
@@ -27,13 +31,18 @@ impl Operation {
     }
 }
 
+/// The SHA-256 of a request's operation and normalized content: two uses of a key with equal
+/// fingerprints are the same request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fingerprint(pub [u8; 32]);
 
 /// One basket line as the fingerprint sees it.
 pub struct LineRef<'a> {
+    /// The product ordered.
     pub product_id: &'a str,
+    /// How many of it.
     pub quantity: u64,
+    /// Its delivery fields, by name.
     pub delivery_data: &'a BTreeMap<String, String>,
 }
 
@@ -45,7 +54,7 @@ struct NormalizedLine<'a> {
 }
 
 /// `" @Player1 "` and `player1` are one username: trim, lowercase, drop one leading `@`.
-pub fn normalize_username(value: &str) -> String {
+pub(crate) fn normalize_username(value: &str) -> String {
     let lowered = value.trim().to_lowercase();
     match lowered.strip_prefix('@') {
         Some(rest) => rest.to_string(),
@@ -116,7 +125,7 @@ impl Fingerprint {
     }
 
     /// A cancel is the same operation when it names the same order.
-    pub fn of_cancel(order_id: &str) -> Self {
+    pub(crate) fn of_cancel(order_id: &str) -> Self {
         let mut enc = Encoder::new(Operation::CancelOrder);
         enc.str(order_id);
         enc.finish()
@@ -124,7 +133,7 @@ impl Fingerprint {
 
     /// A refund is the same operation when it names the same order and amount
     /// (`None`: the whole remainder).
-    pub fn of_refund(order_id: &str, amount: Option<Cents>) -> Self {
+    pub(crate) fn of_refund(order_id: &str, amount: Option<Cents>) -> Self {
         let mut enc = Encoder::new(Operation::RefundOrder);
         enc.str(order_id);
         match amount {
@@ -138,7 +147,7 @@ impl Fingerprint {
     }
 
     /// An admin credit is the same operation when it moves the same amount.
-    pub fn of_credit(amount: Cents) -> Self {
+    pub(crate) fn of_credit(amount: Cents) -> Self {
         let mut enc = Encoder::new(Operation::AdminCredit);
         enc.u64(amount.0 as u64);
         enc.finish()

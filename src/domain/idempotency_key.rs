@@ -6,6 +6,7 @@ pub struct IdempotencyKey(String);
 
 use super::limits::MAX_KEY_LEN;
 
+/// Why a request carries no usable idempotency key.
 #[derive(Debug, PartialEq, Eq)]
 pub enum KeyError {
     /// No header, or only blank ones: the partner forgot the key.
@@ -17,7 +18,7 @@ pub enum KeyError {
 impl IdempotencyKey {
     /// Reads both header spellings. Each argument is every value sent under that name, as
     /// bytes, because a key with non-ASCII bytes must be refused rather than mangled.
-    pub fn from_headers(
+    pub(crate) fn from_headers(
         x_idempotency_key: &[&[u8]],
         idempotency_key: &[&[u8]],
     ) -> Result<Self, KeyError> {
@@ -40,6 +41,7 @@ impl IdempotencyKey {
         Self::parse(first)
     }
 
+    /// Checks one key's bytes: 1 to 255 visible ASCII characters.
     pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
         if raw.is_empty() {
             return Err(KeyError::Missing);
@@ -56,7 +58,7 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(String::from_utf8_lossy(raw).into_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

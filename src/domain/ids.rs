@@ -12,18 +12,25 @@ use uuid::{Timestamp, Uuid};
 /// when now steps back (a re-anchoring to the database's clock).
 static CONTEXT: Mutex<ContextV7> = Mutex::new(ContextV7::new());
 
+/// What an id names; each kind has its own public prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdKind {
+    /// An account (`acc_`).
     Account,
+    /// An order (`ord_`).
     Order,
+    /// An event (`evt_`).
     Event,
+    /// A refund (`ref_`).
     Refund,
+    /// A ledger transaction (`txn_`).
     Transaction,
+    /// An API key (`key_`).
     ApiKey,
 }
 
 impl IdKind {
-    pub fn prefix(self) -> &'static str {
+    pub(crate) fn prefix(self) -> &'static str {
         match self {
             IdKind::Account => "acc_",
             IdKind::Order => "ord_",
@@ -59,7 +66,7 @@ impl Id {
     /// order (an account's events, made under its lock), each is made after the newest.
     /// When the clock has not passed `last`, it is `last` plus one, which changes only its
     /// random bits (a carry into the variant bits needs 62 random bits that are all ones).
-    pub fn after(kind: IdKind, last: Option<Id>) -> Self {
+    pub(crate) fn after(kind: IdKind, last: Option<Id>) -> Self {
         let fresh = Id::new(kind);
         match last {
             Some(last) if last.uuid >= fresh.uuid => Id {
@@ -86,7 +93,7 @@ impl Id {
         })
     }
 
-    pub fn from_bytes(kind: IdKind, bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn from_bytes(kind: IdKind, bytes: &[u8]) -> Option<Self> {
         let array: [u8; 16] = bytes.try_into().ok()?;
         Some(Id {
             kind_prefix: kind.prefix(),
@@ -94,7 +101,7 @@ impl Id {
         })
     }
 
-    pub fn bytes(&self) -> [u8; 16] {
+    pub(crate) fn bytes(&self) -> [u8; 16] {
         *self.uuid.as_bytes()
     }
 }
@@ -109,11 +116,13 @@ impl std::fmt::Display for Id {
 /// kind cannot be confused. It is stored and sent as its public string, so records that held
 /// a plain `String` id read the same bytes.
 macro_rules! typed_id {
-    ($name:ident, $kind:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
+        $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(Id);
 
         impl $name {
+            /// A new id of this kind, later than every one this process made before.
             pub fn new() -> Self {
                 $name(Id::new($kind))
             }
@@ -123,12 +132,12 @@ macro_rules! typed_id {
                 Id::parse($kind, text).map($name)
             }
 
-            pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+            pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
                 Id::from_bytes($kind, bytes).map($name)
             }
 
             /// The 16-byte storage form.
-            pub fn bytes(&self) -> [u8; 16] {
+            pub(crate) fn bytes(&self) -> [u8; 16] {
                 self.0.bytes()
             }
         }
@@ -162,16 +171,24 @@ macro_rules! typed_id {
     };
 }
 
-typed_id!(AccountId, IdKind::Account);
-typed_id!(OrderId, IdKind::Order);
+typed_id!(
+    /// An account's id (`acc_…`).
+    AccountId,
+    IdKind::Account
+);
+typed_id!(
+    /// An order's id (`ord_…`).
+    OrderId,
+    IdKind::Order
+);
 
 /// 32 lowercase hex characters of fresh randomness (122 bits from a v4 UUID).
-pub fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     Uuid::new_v4().simple().to_string()
 }
 
 /// `len` random bytes, drawn from v4 UUIDs (the OS generator behind them).
-pub fn random_bytes(len: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 16);
     while out.len() < len {
         out.extend_from_slice(Uuid::new_v4().as_bytes());

@@ -27,7 +27,7 @@ fn require(holds: bool, what: std::fmt::Arguments<'_>) {
 /// Invariant 1: A ledger entry moves the balance by exactly its amount: `before + amount = after`,
 /// with no overflow.
 #[track_caller]
-pub fn entry_moves_the_balance(before: Cents, entry: &LedgerEntry) {
+pub(crate) fn entry_moves_the_balance(before: Cents, entry: &LedgerEntry) {
     let after = before.checked_add(entry.amount);
     require(
         after == Some(entry.balance_after),
@@ -40,7 +40,7 @@ pub fn entry_moves_the_balance(before: Cents, entry: &LedgerEntry) {
 
 /// Invariant 2: A balance never goes below minus its credit line.
 #[track_caller]
-pub fn within_credit_line(balance: Cents, credit_limit: Cents) {
+pub(crate) fn within_credit_line(balance: Cents, credit_limit: Cents) {
     require(
         balance.0 >= -credit_limit.0,
         format_args!(
@@ -52,7 +52,7 @@ pub fn within_credit_line(balance: Cents, credit_limit: Cents) {
 
 /// Invariant 3: An order's total is the sum of its lines, each line its unit price times its quantity.
 #[track_caller]
-pub fn total_is_the_lines(order: &Order) {
+pub(crate) fn total_is_the_lines(order: &Order) {
     let mut sum = Some(Cents::ZERO);
     for line in &order.items {
         require(
@@ -75,7 +75,7 @@ pub fn total_is_the_lines(order: &Order) {
 
 /// Invariant 4: An order is charged its total, once: its entry is an order debit of minus the total.
 #[track_caller]
-pub fn charged_its_total(order: &Order, entry: &LedgerEntry) {
+pub(crate) fn charged_its_total(order: &Order, entry: &LedgerEntry) {
     require(
         entry.reason == LedgerReason::Order
             && entry.amount == -order.total
@@ -89,7 +89,7 @@ pub fn charged_its_total(order: &Order, entry: &LedgerEntry) {
 
 /// Invariant 5: What an order has had refunded is never more than its total, nor below zero.
 #[track_caller]
-pub fn refunded_within_total(order: &Order) {
+pub(crate) fn refunded_within_total(order: &Order) {
     require(
         Cents::ZERO <= order.refunded && order.refunded <= order.total,
         format_args!(
@@ -102,7 +102,7 @@ pub fn refunded_within_total(order: &Order) {
 /// Invariant 6: Money goes back (a cancel, a refund) or comes in (a credit, a provider payment) only in
 /// positive amounts.
 #[track_caller]
-pub fn money_in_is_positive(entry: &LedgerEntry) {
+pub(crate) fn money_in_is_positive(entry: &LedgerEntry) {
     require(
         entry.amount.is_positive() && entry.reason != LedgerReason::Order,
         format_args!(
@@ -114,7 +114,7 @@ pub fn money_in_is_positive(entry: &LedgerEntry) {
 
 /// Invariant 7: A cancel returns exactly what the order was charged and not yet given back.
 #[track_caller]
-pub fn cancel_returns_the_rest(before: &Order, entry: &LedgerEntry) {
+pub(crate) fn cancel_returns_the_rest(before: &Order, entry: &LedgerEntry) {
     require(
         entry.reason == LedgerReason::Cancel && entry.amount == before.total - before.refunded,
         format_args!(
@@ -128,7 +128,7 @@ pub fn cancel_returns_the_rest(before: &Order, entry: &LedgerEntry) {
 /// the batch's entries for it, each entry following the one before (`entries` in the order
 /// the batch decided them). `before` and `after` give each account's balance.
 #[track_caller]
-pub fn batch_adds_up<'a, A: PartialEq + Copy + std::fmt::Debug + 'a>(
+pub(crate) fn batch_adds_up<'a, A: PartialEq + Copy + std::fmt::Debug + 'a>(
     before: impl Fn(A) -> Option<Cents>,
     entries: impl IntoIterator<Item = (A, &'a LedgerEntry)>,
     after: &[(A, Cents)],

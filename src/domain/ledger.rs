@@ -5,17 +5,23 @@ use serde::{Deserialize, Serialize};
 use super::money::Cents;
 use super::time::Millis;
 
+/// Why money moved, as a ledger entry records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerReason {
+    /// An order's debit.
     Order,
+    /// A cancelled order's amount returned.
     Cancel,
+    /// A refund returned.
     Refund,
+    /// An operator's credit.
     Credit,
+    /// A payment notified by a payment provider.
     ProviderPayment,
 }
 
 impl LedgerReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LedgerReason::Order => "order",
             LedgerReason::Cancel => "cancel",
@@ -26,15 +32,17 @@ impl LedgerReason {
     }
 }
 
+/// One movement of an account's money; an account's entries sum to its balance.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LedgerEntry {
-    pub id: String,
+    pub(crate) id: String,
     /// Signed: debits are negative.
     pub amount: Cents,
-    pub reason: LedgerReason,
+    pub(crate) reason: LedgerReason,
     /// The order, refund or provider payment this movement belongs to (for an admin
     /// credit, the operator's note).
     pub reference: String,
+    /// The account's balance right after this movement.
     pub balance_after: Cents,
-    pub created_at: Millis,
+    pub(crate) created_at: Millis,
 }

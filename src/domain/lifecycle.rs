@@ -18,23 +18,23 @@ use super::time::Millis;
 /// The ids and the time a write is decided with. The engine makes them at commit, in commit
 /// order per account (under the account's lock), so that ids and times follow the commits.
 #[derive(Clone, Debug)]
-pub struct Stamp {
-    pub now: Millis,
+pub(crate) struct Stamp {
+    pub(crate) now: Millis,
     /// The ledger entry's id.
-    pub txn: Id,
+    pub(crate) txn: Id,
     /// The event's id.
-    pub event: Id,
+    pub(crate) event: Id,
 }
 
 /// An event and, when its order has a callbackUrl, its first callback, due at once.
 #[derive(Clone, Debug)]
-pub struct Emitted {
-    pub event: Event,
-    pub delivery: Option<Delivery>,
+pub(crate) struct Emitted {
+    pub(crate) event: Event,
+    pub(crate) delivery: Option<Delivery>,
 }
 
 /// The event of one change to `order`, with a snapshot of the order (and refund) after it.
-pub fn emit(
+pub(crate) fn emit(
     kind: EventKind,
     order: &Order,
     refund: Option<Refund>,
@@ -62,16 +62,16 @@ pub fn emit(
 /// entry of the money returned (its `balance_after` is the account's new balance), and the
 /// event. All of it is one atomic write.
 #[derive(Clone, Debug)]
-pub struct Change {
-    pub order: Order,
-    pub refund: Option<Refund>,
-    pub entry: LedgerEntry,
-    pub emitted: Emitted,
+pub(crate) struct Change {
+    pub(crate) order: Order,
+    pub(crate) refund: Option<Refund>,
+    pub(crate) entry: LedgerEntry,
+    pub(crate) emitted: Emitted,
 }
 
 /// Why a cancel changed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelRefused {
+pub(crate) enum CancelRefused {
     /// No such order, or another account's (which does not exist for this one).
     NotFound,
     /// Only a `processing` order can be cancelled.
@@ -80,7 +80,7 @@ pub enum CancelRefused {
 
 /// Why a refund changed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RefundRefused {
+pub(crate) enum RefundRefused {
     NotFound,
     /// Only a `completed` order can be refunded.
     NotRefundable(OrderStatus),
@@ -115,7 +115,7 @@ fn give_back(
 }
 
 /// Cancels a `processing` order of `account` and returns its whole total to the balance.
-pub fn cancel(
+pub(crate) fn cancel(
     order: Option<Order>,
     account: AccountId,
     balance: Cents,
@@ -153,17 +153,17 @@ pub fn cancel(
 
 /// What a refund asks for.
 #[derive(Clone, Debug)]
-pub struct RefundAsk {
+pub(crate) struct RefundAsk {
     /// `None`: the whole unrefunded remainder.
-    pub amount: Option<Cents>,
-    pub reason: Option<String>,
+    pub(crate) amount: Option<Cents>,
+    pub(crate) reason: Option<String>,
     /// The refund's id, made with the stamp.
-    pub id: Id,
+    pub(crate) id: Id,
 }
 
 /// Refunds part or all of a `completed` order of `account` to the balance: never more than
 /// what was paid and not yet refunded.
-pub fn refund(
+pub(crate) fn refund(
     order: Option<Order>,
     account: AccountId,
     balance: Cents,
@@ -215,7 +215,7 @@ pub fn refund(
 
 /// Completes a due order, with its `order.completed` event; `None` when it is no longer
 /// `processing` (a cancel got to it first), and then nothing is written for it.
-pub fn complete(mut order: Order, event: Id, now: Millis) -> Option<(Order, Emitted)> {
+pub(crate) fn complete(mut order: Order, event: Id, now: Millis) -> Option<(Order, Emitted)> {
     if order.status != OrderStatus::Processing {
         return None;
     }

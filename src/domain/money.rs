@@ -9,34 +9,38 @@ use serde::{Deserialize, Serialize};
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+/// An amount in minor units, signed; the field is the bare number of cents.
 #[serde(transparent)]
 pub struct Cents(pub i64);
 
 impl Cents {
+    /// No money.
     pub const ZERO: Cents = Cents(0);
-    pub const MAX: Cents = Cents(i64::MAX);
+    /// The largest amount, for the tests of the overflow checks.
+    #[cfg(test)]
+    pub(crate) const MAX: Cents = Cents(i64::MAX);
 
-    pub fn checked_add(self, other: Cents) -> Option<Cents> {
+    pub(crate) fn checked_add(self, other: Cents) -> Option<Cents> {
         self.0.checked_add(other.0).map(Cents)
     }
 
-    pub fn saturating_add(self, other: Cents) -> Cents {
+    pub(crate) fn saturating_add(self, other: Cents) -> Cents {
         Cents(self.0.saturating_add(other.0))
     }
 
-    pub fn checked_sub(self, other: Cents) -> Option<Cents> {
+    pub(crate) fn checked_sub(self, other: Cents) -> Option<Cents> {
         self.0.checked_sub(other.0).map(Cents)
     }
 
     /// `quantity` times this price, `None` when it does not fit.
-    pub fn times(self, quantity: u64) -> Option<Cents> {
+    pub(crate) fn times(self, quantity: u64) -> Option<Cents> {
         i64::try_from(quantity)
             .ok()
             .and_then(|q| q.checked_mul(self.0))
             .map(Cents)
     }
 
-    pub fn is_positive(self) -> bool {
+    pub(crate) fn is_positive(self) -> bool {
         self.0 > 0
     }
 }

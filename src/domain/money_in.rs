@@ -10,7 +10,7 @@ use super::time::Millis;
 /// Money coming in (an admin credit, a provider's payment) to a balance of `balance`: its
 /// ledger entry, whose `balance_after` is the new balance, or `None` when the sum would not
 /// fit in an i64 (refused, nothing written).
-pub fn money_in(
+pub(crate) fn money_in(
     balance: Cents,
     amount: Cents,
     reason: LedgerReason,

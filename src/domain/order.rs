@@ -7,15 +7,19 @@ use super::ids::{AccountId, OrderId};
 use super::money::Cents;
 use super::time::Millis;
 
+/// Where an order is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OrderStatus {
+    /// Placed and paid, not yet fulfilled: it may be cancelled.
     Processing,
+    /// Fulfilled: it may be refunded.
     Completed,
+    /// Cancelled, its amount returned to the balance.
     Cancelled,
 }
 
 impl OrderStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OrderStatus::Processing => "processing",
             OrderStatus::Completed => "completed",
@@ -24,50 +28,56 @@ impl OrderStatus {
     }
 }
 
+/// One line of an order, priced when the order was placed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderLine {
-    pub product_id: String,
-    pub quantity: u64,
-    pub delivery_data: BTreeMap<String, String>,
-    pub unit_price: Cents,
-    pub amount: Cents,
+    pub(crate) product_id: String,
+    pub(crate) quantity: u64,
+    pub(crate) delivery_data: BTreeMap<String, String>,
+    pub(crate) unit_price: Cents,
+    pub(crate) amount: Cents,
 }
 
+/// An order as stored: its lines, its money and its status.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Order {
+    /// The order's id (`ord_…`).
     pub id: OrderId,
-    pub account_id: AccountId,
+    pub(crate) account_id: AccountId,
+    /// Where the order is in its life.
     pub status: OrderStatus,
-    pub items: Vec<OrderLine>,
+    pub(crate) items: Vec<OrderLine>,
+    /// What the order cost, in the account's currency.
     pub total: Cents,
-    pub currency: String,
-    pub callback_url: Option<String>,
-    pub external_order_id: Option<String>,
+    pub(crate) currency: String,
+    pub(crate) callback_url: Option<String>,
+    pub(crate) external_order_id: Option<String>,
     /// Minor units refunded so far; never more than `total`.
     pub refunded: Cents,
-    pub created_at: Millis,
-    pub updated_at: Millis,
+    pub(crate) created_at: Millis,
+    pub(crate) updated_at: Millis,
 }
 
 impl Order {
-    pub fn refundable(&self) -> Cents {
+    pub(crate) fn refundable(&self) -> Cents {
         self.total - self.refunded
     }
 }
 
+/// A refund of part or all of an order.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Refund {
-    pub id: String,
-    pub order_id: OrderId,
-    pub amount: Cents,
-    pub reason: Option<String>,
-    pub created_at: Millis,
+    pub(crate) id: String,
+    pub(crate) order_id: OrderId,
+    pub(crate) amount: Cents,
+    pub(crate) reason: Option<String>,
+    pub(crate) created_at: Millis,
 }
 
 /// A balance as partners see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BalanceView {
-    pub available: Cents,
-    pub credit_limit: Cents,
-    pub currency: String,
+    pub(crate) available: Cents,
+    pub(crate) credit_limit: Cents,
+    pub(crate) currency: String,
 }

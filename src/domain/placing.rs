@@ -14,25 +14,25 @@ use super::product::Product;
 use super::time::Millis;
 
 /// What the partner asked for, borrowed from the request.
-pub struct OrderTerms<'a> {
-    pub account: &'a Account,
-    pub lines: &'a [RequestedLine],
-    pub currency: &'a str,
-    pub callback_url: Option<&'a CallbackUrl>,
-    pub external_order_id: Option<&'a str>,
+pub(crate) struct OrderTerms<'a> {
+    pub(crate) account: &'a Account,
+    pub(crate) lines: &'a [RequestedLine],
+    pub(crate) currency: &'a str,
+    pub(crate) callback_url: Option<&'a CallbackUrl>,
+    pub(crate) external_order_id: Option<&'a str>,
 }
 
 /// The ids and time of one order, made by the engine at commit (see `lifecycle::Stamp`).
 #[derive(Clone, Copy, Debug)]
-pub struct OrderStamp {
-    pub now: Millis,
-    pub order: OrderId,
-    pub txn: Id,
+pub(crate) struct OrderStamp {
+    pub(crate) now: Millis,
+    pub(crate) order: OrderId,
+    pub(crate) txn: Id,
 }
 
 /// Why no order was placed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OrderRefused {
+pub(crate) enum OrderRefused {
     Basket(BasketRejection),
     Shortfall(Shortfall),
 }
@@ -40,14 +40,14 @@ pub enum OrderRefused {
 /// An accepted order: its row (`processing`) and the entry that charges it, whose
 /// `balance_after` is the account's new balance.
 #[derive(Clone, Debug)]
-pub struct Placed {
-    pub order: Order,
-    pub entry: LedgerEntry,
+pub(crate) struct Placed {
+    pub(crate) order: Order,
+    pub(crate) entry: LedgerEntry,
 }
 
 /// Prices `terms` with `lookup` (the catalog as the commit sees it) and debits `balance`.
 /// `lookup` may fail (a storage read); that error is the caller's, not a refusal.
-pub fn place<E>(
+pub(crate) fn place<E>(
     terms: &OrderTerms<'_>,
     lookup: impl FnMut(&str) -> Result<Option<Product>, E>,
     balance: Cents,

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch; the unit of every stored time.
-pub type Millis = u64;
+pub(crate) type Millis = u64;
 
 /// Whether now follows a reference clock (`follow` was called).
 static FOLLOWING: AtomicBool = AtomicBool::new(false);
@@ -50,7 +50,7 @@ fn system_micros() -> i64 {
 }
 
 /// Now, in microseconds since the epoch: the reference clock's when one is followed.
-pub fn now_micros() -> i64 {
+pub(crate) fn now_micros() -> i64 {
     if FOLLOWING.load(Ordering::Acquire) {
         followed(OFFSET_MICROS.load(Ordering::Relaxed), Instant::now())
     } else {
@@ -68,13 +68,14 @@ fn offset_of(reference_micros: i64, at: Instant) -> i64 {
     reference_micros - monotonic_micros(at)
 }
 
+/// The time now in milliseconds since the epoch, on the clock every stored time is read from.
 pub fn now_millis() -> Millis {
     (now_micros().max(0) / 1_000) as Millis
 }
 
 /// Makes the reference clock's reading `reference_micros`, taken at `at`, this process's now
 /// (re-anchored at each call: the error is the reading's, half its round trip at most).
-pub fn follow(reference_micros: i64, at: Instant) {
+pub(crate) fn follow(reference_micros: i64, at: Instant) {
     OFFSET_MICROS.store(offset_of(reference_micros, at), Ordering::Relaxed);
     FOLLOWING.store(true, Ordering::Release);
 }
@@ -82,7 +83,7 @@ pub fn follow(reference_micros: i64, at: Instant) {
 /// Follows the database's clock (`follow`): where instances share a database, its clock
 /// decides, whatever a store on this machine's disk set before (tests open both engines in
 /// one process).
-pub fn follow_database(reference_micros: i64, at: Instant) {
+pub(crate) fn follow_database(reference_micros: i64, at: Instant) {
     MONOTONE_WALL.store(false, Ordering::Release);
     follow(reference_micros, at);
 }
@@ -91,7 +92,7 @@ pub fn follow_database(reference_micros: i64, at: Instant) {
 /// holds) nor earlier than it was: from here on now advances with the monotonic clock, and
 /// moves forward to the wall clock whenever that is ahead (checked every `CATCH_UP` on a
 /// thread of its own). Not when a database's clock is followed: that one decides.
-pub fn never_before(floor: Millis) {
+pub(crate) fn never_before(floor: Millis) {
     if FOLLOWING.load(Ordering::Acquire) && !MONOTONE_WALL.load(Ordering::Acquire) {
         return;
     }
@@ -127,19 +128,19 @@ fn catch_up(at: Instant) {
 }
 
 /// `2026-11-30T10:00:00Z`: whole seconds, UTC, as partners see every time.
-pub fn rfc3339(millis: Millis) -> String {
+pub(crate) fn rfc3339(millis: Millis) -> String {
     let instant = UNIX_EPOCH + Duration::from_millis(millis);
     humantime::format_rfc3339_seconds(instant).to_string()
 }
 
 /// `now + ttl`, saturating instead of wrapping for absurd TTLs.
-pub fn expiry_after(now: Millis, ttl: Duration) -> Millis {
+pub(crate) fn expiry_after(now: Millis, ttl: Duration) -> Millis {
     now.saturating_add(ttl.as_millis().min(u64::MAX as u128) as Millis)
 }
 
 /// An RFC 3339 time (`2026-11-30T10:00:00Z`, fractions and `±hh:mm` offsets allowed) as
 /// milliseconds since the epoch; `None` when it is not one, or is before the epoch.
-pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Millis> {
     let text = text.trim();
     if !text.is_ascii() {
         return None;

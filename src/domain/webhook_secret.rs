@@ -12,14 +12,16 @@ use super::time::{expiry_after, Millis};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviousSecret {
+    /// The replaced `whsec_…` secret.
     pub secret: String,
+    /// Until when callbacks are still signed with it too.
     pub valid_until: Millis,
 }
 
 /// What replacing `current` at `now` leaves behind: it signs beside the new secret until the
 /// overlap ends. Only the secret replaced is kept, so a second rotation within the overlap
 /// drops the oldest: a leaked secret is never kept alive by rotating again.
-pub fn retire(current: &str, now: Millis, overlap: Duration) -> PreviousSecret {
+pub(crate) fn retire(current: &str, now: Millis, overlap: Duration) -> PreviousSecret {
     PreviousSecret {
         secret: current.to_string(),
         valid_until: expiry_after(now, overlap),
@@ -28,7 +30,7 @@ pub fn retire(current: &str, now: Millis, overlap: Duration) -> PreviousSecret {
 
 /// The secrets a delivery sent at `now` is signed with: the current one first, then the one
 /// it replaced while its overlap lasts.
-pub fn signing_secrets<'a>(
+pub(crate) fn signing_secrets<'a>(
     current: &'a str,
     previous: Option<&'a PreviousSecret>,
     now: Millis,

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use crate::domain::cidr::Cidr;
 
-pub fn client_ip(peer: IpAddr, forwarded_for: &[&str], trusted: &[Cidr]) -> IpAddr {
+pub(crate) fn client_ip(peer: IpAddr, forwarded_for: &[&str], trusted: &[Cidr]) -> IpAddr {
     let peer = peer.to_canonical();
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if !is_trusted(peer) {
@@ -36,7 +36,7 @@ pub fn client_ip(peer: IpAddr, forwarded_for: &[&str], trusted: &[Cidr]) -> IpAd
 
 /// The rate-limit bucket of an address: IPv4 as is, IPv6 by its /64 (one customer's
 /// allocation, so rotating the interface id buys nothing).
-pub fn bucket_of(ip: IpAddr) -> IpAddr {
+pub(crate) fn bucket_of(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let masked = u128::from(v6) & (u128::MAX << 64);

@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::error::ApiError;
 use crate::store::StoreError;
 
-pub async fn stamp_deadline(
+pub(crate) async fn stamp_deadline(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {

@@ -2,10 +2,10 @@
 //! address, the rate limiter, the request counters, every answer's `Request-Id` and the
 //! request log.
 
-pub mod client_ip;
-pub mod deadline;
-pub mod origin;
-pub mod rate_limit;
-pub mod request_id;
-pub mod request_log;
-pub mod request_metrics;
+pub(crate) mod client_ip;
+pub(crate) mod deadline;
+pub(crate) mod origin;
+pub(crate) mod rate_limit;
+pub(crate) mod request_id;
+pub(crate) mod request_log;
+pub(crate) mod request_metrics;

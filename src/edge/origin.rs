@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::error::ApiError;
 use crate::header_names as names;
 
-pub fn is_write(method: &Method) -> bool {
+pub(crate) fn is_write(method: &Method) -> bool {
     matches!(
         *method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -22,12 +22,12 @@ pub fn is_write(method: &Method) -> bool {
 }
 
 /// Exact string comparison; the literal `null` origin is never allowed.
-pub fn origin_allowed(origin: &[u8], allowed: &[String]) -> bool {
+pub(crate) fn origin_allowed(origin: &[u8], allowed: &[String]) -> bool {
     origin != b"null" && allowed.iter().any(|a| a.as_bytes() == origin)
 }
 
 /// `http://<Host>` or `https://<Host>`: a page this server served.
-pub fn is_own_origin(origin: &[u8], host: Option<&[u8]>) -> bool {
+pub(crate) fn is_own_origin(origin: &[u8], host: Option<&[u8]>) -> bool {
     let Some(host) = host.filter(|h| !h.is_empty()) else {
         return false;
     };
@@ -36,7 +36,7 @@ pub fn is_own_origin(origin: &[u8], host: Option<&[u8]>) -> bool {
         .any(|scheme| origin.strip_prefix(*scheme) == Some(host))
 }
 
-pub async fn check_origin(
+pub(crate) async fn check_origin(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {

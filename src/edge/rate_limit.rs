@@ -79,15 +79,17 @@ impl Bucket {
 /// What the limiter decided for one request.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Decision {
-    pub allowed: bool,
-    pub limit: u32,
-    pub remaining: u32,
+    pub(crate) allowed: bool,
+    pub(crate) limit: u32,
+    pub(crate) remaining: u32,
     /// Whole seconds until the budget is full again.
-    pub reset_secs: u64,
+    pub(crate) reset_secs: u64,
     /// Whole seconds until the next request would be allowed (at least 1); 0 when allowed.
-    pub retry_after_secs: u64,
+    pub(crate) retry_after_secs: u64,
 }
 
+/// The per-client request budget of the HTTP surface, kept in memory or shared with other
+/// instances.
 pub struct RateLimits {
     default: Bucket,
     /// Most specific network first.
@@ -105,6 +107,8 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl RateLimits {
+    /// The limiter the flags configure: the default budget, the per-network overrides and the
+    /// trusted proxies.
     pub fn new(settings: &Settings) -> Self {
         let mut overrides: Vec<(Cidr, Bucket)> = settings
             .rate_limit_override
@@ -123,12 +127,12 @@ impl RateLimits {
 
     /// Spends from `shared` (the engine's budget, one for every instance) instead of the
     /// in-memory buckets, which remain as the fallback.
-    pub fn shared_with(mut self, shared: Option<Arc<dyn SharedRateLimit>>) -> Self {
+    pub(crate) fn shared_with(mut self, shared: Option<Arc<dyn SharedRateLimit>>) -> Self {
         self.shared = shared;
         self
     }
 
-    pub fn client(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
+    pub(crate) fn client(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
         client_ip(peer, forwarded_for, &self.trusted_proxies)
     }
 
@@ -142,7 +146,7 @@ impl RateLimits {
 
     /// Decides one request: from the shared budget when there is one and it answers, else
     /// from this instance's buckets.
-    pub async fn decide(&self, client: IpAddr) -> Decision {
+    pub(crate) async fn decide(&self, client: IpAddr) -> Decision {
         let Some(shared) = &self.shared else {
             return self.check(client);
         };
@@ -205,7 +209,7 @@ impl RateLimits {
 
     /// Forgets the shared buckets that are full again (every instance may do it: deleting a
     /// full bucket twice changes nothing).
-    pub async fn prune_shared(&self) {
+    pub(crate) async fn prune_shared(&self) {
         if let Some(shared) = &self.shared {
             match shared.prune().await {
                 Ok(n) if n > 0 => log::debug!("rate limit: forgot {n} full shared bucket(s)"),
@@ -276,7 +280,7 @@ fn set_headers(headers: &mut actix_web::http::header::HeaderMap, d: &Decision) {
     put(names::X_RATELIMIT_RESET, d.reset_secs);
 }
 
-pub async fn limit_rate(
+pub(crate) async fn limit_rate(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {

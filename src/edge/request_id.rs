@@ -13,21 +13,21 @@ use std::sync::LazyLock;
 use actix_web::http::header::{HeaderName, HeaderValue};
 
 /// The header every answer carries.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 /// A caller's own id, logged beside ours.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Longest caller id written to the log; longer ones are cut there.
 const CALLER_ID_MAX: usize = 128;
 
 /// `req_` and 32 lowercase hex digits: the form of every id orderly makes.
-pub struct RequestId([u8; 36]);
+pub(crate) struct RequestId([u8; 36]);
 
 impl RequestId {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("ASCII")
     }
 
-    pub fn header_value(&self) -> HeaderValue {
+    pub(crate) fn header_value(&self) -> HeaderValue {
         HeaderValue::from_bytes(&self.0).expect("visible ASCII")
     }
 }
@@ -61,7 +61,7 @@ fn hex(into: &mut [u8], value: u64) {
 }
 
 /// The next request's id.
-pub fn next() -> RequestId {
+pub(crate) fn next() -> RequestId {
     let ids = &*IDS;
     let n = ids.next.fetch_add(1, Ordering::Relaxed);
     let mut id = *b"req_00000000000000000000000000000000";
@@ -73,7 +73,7 @@ pub fn next() -> RequestId {
 /// A caller's `X-Request-Id` as it may be logged: visible ASCII only (no line breaks or
 /// escape sequences reach the log), at most `CALLER_ID_MAX` bytes. `None` when absent or
 /// when nothing of it is printable.
-pub fn caller_id(value: Option<&HeaderValue>) -> Option<String> {
+pub(crate) fn caller_id(value: Option<&HeaderValue>) -> Option<String> {
     let bytes = value?.as_bytes();
     let kept: String = bytes
         .iter()

@@ -15,7 +15,7 @@ use actix_web::middleware::Next;
 
 use super::request_id::{self, RequestId, REQUEST_ID, X_REQUEST_ID};
 
-pub async fn log_requests(
+pub(crate) async fn log_requests(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {

@@ -11,7 +11,7 @@ use actix_web::web;
 
 use crate::metrics::{Metrics, RequestLabels};
 
-pub async fn count_requests(
+pub(crate) async fn count_requests(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {

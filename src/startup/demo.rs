@@ -15,7 +15,7 @@ use crate::domain::product::Product;
 use crate::domain::time::now_millis;
 use crate::store::{NewCredit, Store};
 
-pub const DEMO_FILE: &str = "data/demo.json";
+pub(crate) const DEMO_FILE: &str = "data/demo.json";
 
 #[derive(Deserialize)]
 struct DemoData {
@@ -53,20 +53,25 @@ struct DemoProduct {
     active: bool,
 }
 
+/// Why the demo data could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    /// The demo file could not be read.
     #[error("cannot read {DEMO_FILE}: {0} (run from the repository root)")]
     Read(#[from] std::io::Error),
+    /// The demo file is not the JSON expected.
     #[error("{DEMO_FILE} is not valid: {0}")]
     Parse(#[from] serde_json::Error),
+    /// The demo file holds a value orderly refuses.
     #[error("{DEMO_FILE}: {0}")]
     Invalid(String),
+    /// Writing the demo data to the store failed.
     #[error("seeding the demo data failed: {0}")]
     Store(#[from] crate::store::StoreError),
 }
 
 /// Seeds the demo data when the database is empty, then prints the partner keys that work.
-pub async fn seed_and_announce(
+pub(crate) async fn seed_and_announce(
     store: &dyn Store,
     currency: &str,
     path: &Path,

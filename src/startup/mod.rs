@@ -5,7 +5,7 @@
 //! or a storage failure (stop at once, exit 1: nothing in memory can be trusted to match the
 //! disk any more).
 
-pub mod demo;
+pub(crate) mod demo;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -33,17 +33,22 @@ use crate::tls::ReloadingCert;
 use crate::workers::webhooks::{self, WebhookSender};
 use crate::workers::{fulfillment, pruner, sweeper, Periodic, StopSignal};
 
+/// Why a server could not start; nothing was served.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     /// Its message names the engine: "cannot open the database in …" or "PostgreSQL: …".
     #[error(transparent)]
     Store(#[from] OpenError),
+    /// The listen address could not be bound.
     #[error("cannot bind {0}: {1}")]
     Bind(String, std::io::Error),
+    /// The demo data could not be loaded.
     #[error("{0}")]
     Demo(#[from] demo::DemoError),
+    /// An I/O error while starting.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The HTTP client that sends callbacks could not be built.
     #[error("cannot build the webhook client: {0}")]
     Webhooks(String),
     /// The certificate or key cannot be used: a configuration error, like a bad flag.
@@ -54,6 +59,7 @@ pub enum StartupError {
 /// How the server ended, when it did not end well.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// An I/O error of the HTTP server.
     #[error("{0}")]
     Io(#[from] std::io::Error),
     /// Storage failed; the process must exit non-zero without touching it again.
@@ -65,6 +71,7 @@ pub enum RunError {
     Unsettled(usize),
 }
 
+/// A started server: its listener bound, its store open and its workers running.
 pub struct Application {
     server: Server,
     address: SocketAddr,
@@ -75,7 +82,7 @@ pub struct Application {
 }
 
 impl Application {
-    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+    pub(crate) async fn build(settings: Settings) -> Result<Self, StartupError> {
         Self::build_with_flush_hook(settings, None).await
     }
 
@@ -182,12 +189,13 @@ impl Application {
         })
     }
 
+    /// The address the server listens on, with the port the system chose for port 0.
     pub fn address(&self) -> SocketAddr {
         self.address
     }
 
     /// `http://ADDR`, or `https://ADDR` with `--tls-cert`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}", self.address)
     }

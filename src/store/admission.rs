@@ -26,7 +26,7 @@ use crate::bounds::Deadline;
 use crate::store::StoreError;
 
 /// The writes one instance lets wait for its storage at once.
-pub struct Admission {
+pub(super) struct Admission {
     places: Arc<Semaphore>,
     limit: usize,
     since: Arc<Since>,
@@ -56,7 +56,7 @@ impl Drop for Waiting {
 }
 
 impl Admission {
-    pub fn new(limit: usize) -> Self {
+    pub(super) fn new(limit: usize) -> Self {
         Admission {
             places: Arc::new(Semaphore::new(limit)),
             limit,
@@ -65,14 +65,14 @@ impl Admission {
     }
 
     /// How long the oldest write admitted and not yet done with has waited.
-    pub fn oldest(&self) -> Option<Duration> {
+    pub(super) fn oldest(&self) -> Option<Duration> {
         let admitted = self.since.admitted.lock().expect("the writes admitted");
         admitted.values().min().map(|at| at.elapsed())
     }
 
     /// A place for one more write, refused at once (`Overloaded`) when every place is held,
     /// and (`TimedOut`) when its deadline has already passed: nothing is written either way.
-    pub fn admit(&self, deadline: Deadline) -> Result<Admitted, StoreError> {
+    pub(super) fn admit(&self, deadline: Deadline) -> Result<Admitted, StoreError> {
         if deadline.passed() {
             return Err(not_sent());
         }
@@ -97,18 +97,18 @@ impl Admission {
     }
 
     /// Writes admitted and not yet done with.
-    pub fn pending(&self) -> usize {
+    pub(super) fn pending(&self) -> usize {
         self.limit - self.places.available_permits()
     }
 }
 
 /// One admitted write: the engine keeps it with the write until it is done with it, and its
 /// place is given back when it is dropped.
-pub struct Admitted {
+pub(super) struct Admitted {
     _place: OwnedSemaphorePermit,
     _waiting: Waiting,
-    pub ticket: Ticket,
-    pub deadline: Deadline,
+    pub(crate) ticket: Ticket,
+    pub(crate) deadline: Deadline,
 }
 
 const WAITING: u8 = 0;
@@ -118,13 +118,13 @@ const WITHDRAWN: u8 = 2;
 /// Whether an admitted write has been sent to the storage, shared by the engine and the
 /// caller waiting for it.
 #[derive(Clone, Default)]
-pub struct Ticket(Arc<AtomicU8>);
+pub(super) struct Ticket(Arc<AtomicU8>);
 
 impl Ticket {
     /// The engine, about to send the write (apply it, send its COMMIT): true when it may.
     /// False once its deadline passed or its caller withdrew it: the engine then drops it,
     /// and it is never written.
-    pub fn send(&self, deadline: Deadline) -> bool {
+    pub(super) fn send(&self, deadline: Deadline) -> bool {
         if deadline.passed() {
             let _ =
                 self.0
@@ -138,20 +138,20 @@ impl Ticket {
 
     /// The engine took a sent write back before it was written (its batch rolled back before
     /// the COMMIT): it waits again, to be sent again or withdrawn.
-    pub fn unsend(&self) {
+    pub(super) fn unsend(&self) {
         let _ = self
             .0
             .compare_exchange(SENT, WAITING, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Whether the engine sent it: its outcome then rests with the storage.
-    pub fn is_sent(&self) -> bool {
+    pub(super) fn is_sent(&self) -> bool {
         self.0.load(Ordering::Acquire) == SENT
     }
 
     /// Whether it was withdrawn (its caller gave up at its deadline, or the engine found the
     /// deadline passed): the engine drops it unsent.
-    pub fn is_withdrawn(&self) -> bool {
+    pub(super) fn is_withdrawn(&self) -> bool {
         self.0.load(Ordering::Acquire) == WITHDRAWN
     }
 
@@ -169,7 +169,7 @@ impl Ticket {
 }
 
 /// A write not sent by its deadline: nothing of it is written, ever.
-pub fn not_sent() -> StoreError {
+pub(super) fn not_sent() -> StoreError {
     StoreError::TimedOut("the deadline passed before the write reached the storage".into())
 }
 
@@ -177,7 +177,7 @@ pub fn not_sent() -> StoreError {
 /// not yet sent is withdrawn (`TimedOut`: nothing written, ever) and one already sent is
 /// `InDoubt`; the engine's work goes on without a caller. An engine that dropped the write
 /// without answering has either withdrawn it (`TimedOut`) or failed (`Failed`).
-pub async fn answer<T>(
+pub(super) async fn answer<T>(
     deadline: Deadline,
     ticket: &Ticket,
     answered: oneshot::Receiver<Result<T, StoreError>>,
@@ -197,7 +197,7 @@ pub async fn answer<T>(
 /// The commits (or flushes) waiting for the storage now, and the start of the oldest one
 /// given up on unconfirmed since the last commit that completed.
 #[derive(Default)]
-pub struct InFlight {
+pub(super) struct InFlight {
     next: AtomicU64,
     started: Mutex<HashMap<u64, Instant>>,
     given_up: Mutex<Option<Instant>>,
@@ -206,7 +206,7 @@ pub struct InFlight {
 impl InFlight {
     /// Counts a commit from now until the returned guard is dropped: `done` when it was
     /// confirmed, dropped alone when it was given up unconfirmed.
-    pub fn begin(self: &Arc<Self>) -> Commit {
+    pub(super) fn begin(self: &Arc<Self>) -> Commit {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.started
             .lock()
@@ -221,7 +221,7 @@ impl InFlight {
 
     /// The age of the oldest commit in flight, or of one given up on since the last
     /// confirmed commit: a storage that has not completed a write since then.
-    pub fn oldest(&self) -> Option<Duration> {
+    pub(super) fn oldest(&self) -> Option<Duration> {
         let started = self.started.lock().expect("the commits in flight");
         let oldest = started.values().min().copied();
         let given_up = *self.given_up.lock().expect("the commit given up");
@@ -234,7 +234,7 @@ impl InFlight {
 }
 
 /// One commit in flight.
-pub struct Commit {
+pub(super) struct Commit {
     registry: Arc<InFlight>,
     id: u64,
     confirmed: bool,
@@ -242,7 +242,7 @@ pub struct Commit {
 
 impl Commit {
     /// The storage confirmed it: the storage completes writes again.
-    pub fn done(mut self) {
+    pub(super) fn done(mut self) {
         self.confirmed = true;
     }
 }

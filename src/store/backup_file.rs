@@ -27,8 +27,8 @@ use crate::domain::time::{rfc3339, Millis};
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, ProviderPaymentRecord, Record, StoredResponse};
 
-pub const FORMAT: &str = "orderly-backup";
-pub const VERSION: u32 = 1;
+pub(crate) const FORMAT: &str = "orderly-backup";
+pub(crate) const VERSION: u32 = 1;
 
 #[derive(Serialize, Deserialize)]
 #[serde(
@@ -101,7 +101,7 @@ enum Line {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BackupError {
+pub(crate) enum BackupError {
     #[error("not an orderly backup: {0}")]
     Format(String),
     #[error("the backup is version {0}; this binary reads version {VERSION}")]
@@ -230,14 +230,14 @@ fn json_line(line: &Line) -> Vec<u8> {
 }
 
 /// Writes a backup as it is read: the header first, the end record last.
-pub struct Writer {
+pub(crate) struct Writer {
     digest: Sha256,
     counts: BTreeMap<String, u64>,
 }
 
 impl Writer {
     /// The writer and the header line.
-    pub fn start(now: Millis) -> (Self, Vec<u8>) {
+    pub(crate) fn start(now: Millis) -> (Self, Vec<u8>) {
         let mut writer = Writer {
             digest: Sha256::new(),
             counts: BTreeMap::new(),
@@ -251,14 +251,14 @@ impl Writer {
         (writer, header)
     }
 
-    pub fn record(&mut self, record: Record) -> Vec<u8> {
+    pub(crate) fn record(&mut self, record: Record) -> Vec<u8> {
         *self.counts.entry(record.kind().to_string()).or_insert(0) += 1;
         let bytes = json_line(&line_of(record));
         self.digest.update(&bytes);
         bytes
     }
 
-    pub fn finish(self) -> Vec<u8> {
+    pub(crate) fn finish(self) -> Vec<u8> {
         json_line(&Line::End {
             counts: self.counts,
             sha256: hex(&self.digest.finalize()),
@@ -270,7 +270,7 @@ impl Writer {
 /// each record as it comes, and at the end record the digest of every byte before it and the
 /// counts of each kind. A record is given back before the end is checked, so whoever must not
 /// act on a damaged backup reads it through once first (`check`), then again to act.
-pub struct Reader<R> {
+pub(crate) struct Reader<R> {
     input: R,
     digest: Sha256,
     seen: BTreeMap<String, u64>,
@@ -284,7 +284,7 @@ pub struct Reader<R> {
 
 impl<R: std::io::BufRead> Reader<R> {
     /// Reads and checks the header.
-    pub fn open(input: R) -> Result<Self, BackupError> {
+    pub(crate) fn open(input: R) -> Result<Self, BackupError> {
         let mut reader = Reader {
             input,
             digest: Sha256::new(),
@@ -316,7 +316,7 @@ impl<R: std::io::BufRead> Reader<R> {
 
     /// A second reading of a file already checked: its end must carry the very digest the
     /// check found (`check`'s answer), so that what is acted on is the file that was checked.
-    pub fn expecting(mut self, sha256: String) -> Self {
+    pub(crate) fn expecting(mut self, sha256: String) -> Self {
         self.expected = Some(sha256);
         self
     }
@@ -337,7 +337,7 @@ impl<R: std::io::BufRead> Reader<R> {
     }
 
     /// The next record; `None` once the end record is read and found right.
-    pub fn next_record(&mut self) -> Result<Option<Record>, BackupError> {
+    pub(crate) fn next_record(&mut self) -> Result<Option<Record>, BackupError> {
         while !self.ended {
             if !self.next_line()? {
                 return Err(BackupError::Truncated);
@@ -406,7 +406,7 @@ impl<R: std::io::BufRead> Reader<R> {
 /// Reads a backup through, giving each record to `each` and keeping none: its digest once
 /// the whole file is found right (header, every record, digest, counts), for a second reading
 /// to expect (`Reader::expecting`).
-pub fn check<R: std::io::BufRead>(
+pub(crate) fn check<R: std::io::BufRead>(
     input: R,
     mut each: impl FnMut(&Record),
 ) -> Result<String, BackupError> {
@@ -421,8 +421,9 @@ pub fn check<R: std::io::BufRead>(
     }
 }
 
-/// Reads a whole backup into memory, checked first (tests and small files).
-pub fn read(bytes: &[u8]) -> Result<Vec<Record>, BackupError> {
+/// Reads a whole backup into memory, checked first: the round trips of the tests below.
+#[cfg(test)]
+fn read(bytes: &[u8]) -> Result<Vec<Record>, BackupError> {
     check(bytes, |_| {})?;
     let mut reader = Reader::open(bytes)?;
     let mut records = Vec::new();

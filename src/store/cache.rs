@@ -24,7 +24,7 @@ struct Generations<K, V> {
     older: HashMap<K, V>,
 }
 
-pub struct Cache<K, V> {
+pub(super) struct Cache<K, V> {
     rows: RwLock<Generations<K, V>>,
     generation: AtomicU64,
     half: usize,
@@ -32,7 +32,7 @@ pub struct Cache<K, V> {
 
 impl<K: Hash + Eq, V: Clone> Cache<K, V> {
     /// A cache of at most `2 * half` rows.
-    pub fn new(half: usize) -> Self {
+    pub(super) fn new(half: usize) -> Self {
         Cache {
             rows: RwLock::new(Generations {
                 newer: HashMap::new(),
@@ -43,7 +43,7 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
         }
     }
 
-    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    pub(super) fn get<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -64,12 +64,12 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
     }
 
     /// The generation to hand back to `remember` after a miss: taken before reading storage.
-    pub fn generation(&self) -> u64 {
+    pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// Keeps a durable row read since `generation`, unless a change came in between.
-    pub fn remember(&self, generation: u64, key: K, row: V) {
+    pub(super) fn remember(&self, generation: u64, key: K, row: V) {
         let Ok(mut rows) = self.rows.write() else {
             return;
         };
@@ -83,7 +83,7 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
     }
 
     /// Runs a write that can change cached rows, forgetting every row before and after it.
-    pub fn around<T>(&self, write: impl FnOnce() -> T) -> T {
+    pub(super) fn around<T>(&self, write: impl FnOnce() -> T) -> T {
         self.forget_all();
         let outcome = write();
         self.forget_all();
@@ -91,7 +91,7 @@ impl<K: Hash + Eq, V: Clone> Cache<K, V> {
     }
 
     /// Forgets every row, and any read that started before (see `remember`).
-    pub fn forget_all(&self) {
+    pub(super) fn forget_all(&self) {
         if let Ok(mut rows) = self.rows.write() {
             self.generation.fetch_add(1, Ordering::AcqRel);
             rows.newer.clear();

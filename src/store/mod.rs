@@ -11,17 +11,17 @@
 /// Room and time for writes: the bound on writes waiting, the line between sent and not.
 mod admission;
 /// The backup file: the records of a snapshot as checked JSON lines, engine-neutral.
-pub mod backup_file;
+pub(crate) mod backup_file;
 /// The pipeline every engine runs its orders through: read a view, decide, write, answer.
 mod batch;
 /// Rows already read, kept in memory exact under change.
 mod cache;
 mod open;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
-pub mod postgres;
+pub(crate) mod postgres;
 mod records;
 /// The embedded engine, sled: only its constructor (`open` and its `Options`) is public.
-pub mod sled;
+pub(crate) mod sled;
 mod snapshot;
 /// The rows each write other than an order leaves, decided for every engine.
 mod writes;
@@ -32,7 +32,8 @@ use async_trait::async_trait;
 
 use crate::bounds::Deadline;
 
-pub use open::{open, open_embedded, Engine, OpenError};
+pub(crate) use open::open_embedded;
+pub use open::{open, Engine, OpenError};
 
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
@@ -49,9 +50,11 @@ pub use records::{
     checked_counts, Authenticated, CancelRefusal, CancelRequest, CreditRefusal, DeliveryOutcome,
     DueDelivery, KeyClaim, KeyRecord, NewCredit, NewOrder, OrderRefusal, Prefetched,
     ProviderCredit, ProviderPaymentRecord, ProviderRefusal, Record, Recorded, Redelivered,
-    RefundRefusal, RefundRequest, RestoreCounts, StoredResponse, Taken, Tally,
+    RefundRefusal, RefundRequest, StoredResponse,
 };
-pub use snapshot::{Producer, Snapshot};
+pub(crate) use records::{RestoreCounts, Taken, Tally};
+pub(crate) use snapshot::Producer;
+pub use snapshot::Snapshot;
 
 /// Why a call on the port did not complete, by what the caller can do about it. Every variant
 /// is the opaque 500 on the wire (docs/contract.md "5. Failures"); they differ in whether the same call may succeed
@@ -98,7 +101,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether the same call, made again later, may succeed: nothing was written, and what
     /// stopped it passes by itself.
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         matches!(
             self,
             StoreError::Unavailable(_)
@@ -113,7 +116,7 @@ impl StoreError {
     /// was changed". What says so (a timeout, a lost race, no room, no connection) becomes
     /// `InDoubt`, the opaque 500 whose key (or a read) tells the caller what happened; a
     /// storage failure stays one.
-    pub fn after_commit(self) -> StoreError {
+    pub(crate) fn after_commit(self) -> StoreError {
         match self {
             StoreError::Failed(_) | StoreError::Corrupt(_) | StoreError::InDoubt(_) => self,
             other => StoreError::InDoubt(format!("committed, then: {other}")),
@@ -122,7 +125,7 @@ impl StoreError {
 
     /// Logs a background worker's failed pass: a retryable one is a warning (the next pass
     /// tries again), any other an error.
-    pub fn log(&self, worker: &str) {
+    pub(crate) fn log(&self, worker: &str) {
         if self.retryable() {
             log::warn!("{worker}: {self}");
         } else {
@@ -132,16 +135,16 @@ impl StoreError {
 }
 
 /// Decides, for each due callback in order, whether this pass takes it.
-pub type DeliveryFilter = Box<dyn FnMut(&crate::domain::event::Delivery) -> bool + Send>;
+pub(crate) type DeliveryFilter = Box<dyn FnMut(&crate::domain::event::Delivery) -> bool + Send>;
 
 /// What one request spent of a budget kept by the storage (GCRA: a theoretical arrival time
 /// that moves one emission interval ahead per request allowed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Spent {
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// How far the bucket's theoretical arrival time is ahead of now, after this request
     /// (nanoseconds, never negative): the time until the budget is full again.
-    pub ahead_nanos: i64,
+    pub(crate) ahead_nanos: i64,
 }
 
 /// The per-client rate budget that every instance sharing one store spends from (docs/contract.md "6. Many instances"),
@@ -164,7 +167,9 @@ pub trait SharedRateLimit: Send + Sync + 'static {
 
 /// One page of a list, and the cursor of the next one (`None` on the last page).
 pub struct Page<T> {
+    /// The page's items, in the list's order.
     pub items: Vec<T>,
+    /// The cursor that asks for the next page.
     pub next_cursor: Option<String>,
 }
 
@@ -484,11 +489,11 @@ pub trait Store: Send + Sync + 'static {
 pub struct Progress {
     /// How long the oldest commit (or flush) in flight has waited, or the oldest given up on
     /// unconfirmed since the last one confirmed; `None` when none.
-    pub oldest_commit: Option<std::time::Duration>,
+    pub(crate) oldest_commit: Option<std::time::Duration>,
     /// How long the oldest write admitted and not yet done with has waited, whatever for.
-    pub oldest_write: Option<std::time::Duration>,
+    pub(crate) oldest_write: Option<std::time::Duration>,
     /// Writes admitted and not yet done with: queued, or waiting for their commit.
-    pub pending_writes: usize,
+    pub(crate) pending_writes: usize,
 }
 
 /// How the storage stopped.
@@ -498,5 +503,8 @@ pub enum Stopped {
     Settled,
     /// The deadline came first: this many writes were still waiting for the storage, their
     /// outcome unknown (none was acknowledged: a 200 waits for durability).
-    Abandoned { in_flight: usize },
+    Abandoned {
+        /// How many writes were left waiting.
+        in_flight: usize,
+    },
 }

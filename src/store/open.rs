@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 pub enum Engine {
     /// sled files in a directory of this machine: one process, nothing else to run.
     Embedded {
+        /// The data directory.
         path: PathBuf,
         /// Bound on sled's page cache.
         cache_bytes: u64,
@@ -27,7 +28,9 @@ pub enum Engine {
     },
     /// A PostgreSQL database, shared by any number of instances; migrated on open.
     Shared {
+        /// postgres://user:password@host:port/dbname.
         url: String,
+        /// How many connections the pool holds at most.
         pool_size: usize,
         /// Opened only into a database whose orderly tables hold no rows, checked before the
         /// schema is touched (a restore or a copy refused leaves the target as it was).
@@ -38,12 +41,24 @@ pub enum Engine {
 /// Why no store could be opened, by engine: callers word each for their own users.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The sled store could not be opened.
     #[error("cannot open the database in {path}: {source}")]
-    Embedded { path: String, source: StoreError },
+    Embedded {
+        /// The data directory.
+        path: String,
+        /// Why.
+        source: StoreError,
+    },
     /// A sled store written by a newer orderly: a usage error (exit 2), like a schema newer
     /// than the binary on PostgreSQL.
     #[error("cannot open the database in {path}: {why}")]
-    EmbeddedTooNew { path: String, why: String },
+    EmbeddedTooNew {
+        /// The data directory.
+        path: String,
+        /// Which format the store is in, and which this binary reads.
+        why: String,
+    },
+    /// The PostgreSQL engine could not start.
     #[error("PostgreSQL: {0}")]
     Shared(#[from] shared::OpenError),
 }
@@ -97,7 +112,7 @@ pub async fn open(
 
 /// The embedded store at `path` for a command that reads or fills it outside a server
 /// (restore, copy, stats): no flush hook, its own metrics. Its error is the engine's own.
-pub async fn open_embedded(
+pub(crate) async fn open_embedded(
     path: &std::path::Path,
     cache_bytes: u64,
 ) -> Result<Arc<dyn Store>, StoreError> {

@@ -30,8 +30,9 @@ use super::StoreError;
 /// The exact response of a key's first successful use, replayed byte for byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
+    /// The HTTP status the first use answered with.
     pub status: u16,
-    pub content_type: String,
+    pub(crate) content_type: String,
     /// As one byte string: a plain `Vec<u8>` would be decoded byte by byte on every replay.
     #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
@@ -41,9 +42,12 @@ pub struct StoredResponse {
 /// racing the sweeper sees all of it or none of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
+    /// The operation the key was first used for; a use for another one is refused.
     pub operation: Operation,
-    pub fingerprint: Fingerprint,
+    pub(crate) fingerprint: Fingerprint,
+    /// When the sweeper may delete the row, and a replay of it stops.
     pub expires_at: Millis,
+    /// The answer of the first use, replayed to every repeat.
     pub response: StoredResponse,
 }
 
@@ -51,13 +55,14 @@ pub struct KeyRecord {
 /// (PostgreSQL does, under the key's lock): it decides at once, even if the sweeper deletes
 /// it a moment later. `None`: taken, or a row the write needs held, past the claim's
 /// `wait_until` (another instance's transaction): nothing was written; look the key up again.
-pub type Taken = Option<Box<KeyRecord>>;
+pub(crate) type Taken = Option<Box<KeyRecord>>;
 
 /// A partner's live API key and its account, with what the engine read of the request's
 /// idempotency key beside them.
 pub struct Authenticated {
-    pub record: ApiKeyRecord,
-    pub account: Account,
+    pub(crate) record: ApiKeyRecord,
+    pub(crate) account: Account,
+    /// What the engine read of the request's idempotency key with the API key.
     pub prefetched: Prefetched,
 }
 
@@ -71,7 +76,9 @@ pub enum Prefetched {
     /// `None` when it had none then (a first use decides under the key's lock, and finds a
     /// row committed since).
     Read {
+        /// The request's idempotency key.
         key: IdempotencyKey,
+        /// Its durable row, if it had one.
         row: Option<KeyRecord>,
     },
     /// Not read, because its first use decides as well as a lookup would: it reads the key
@@ -83,14 +90,20 @@ pub enum Prefetched {
     /// the key's lock and reads its committed row; a lookup would be one more statement per
     /// order); sled, when no write of the key waits for its flush and writes are completing
     /// (a lookup would hand the request to a reading thread and back).
-    LeftToFirstUse { key: IdempotencyKey },
+    LeftToFirstUse {
+        /// The request's idempotency key.
+        key: IdempotencyKey,
+    },
 }
 
 /// A first use of a key, recorded by the operation's own transaction when it succeeds.
 #[derive(Clone, Debug)]
 pub struct KeyClaim {
+    /// The idempotency key, as the partner sent it.
     pub key: IdempotencyKey,
+    /// The operation using the key, compared with a repeat's.
     pub operation: Operation,
+    /// The request's fingerprint: a repeat with another one is refused as a reuse of the key.
     pub fingerprint: Fingerprint,
     /// The row expires this long after the commit.
     pub ttl: Duration,
@@ -99,20 +112,28 @@ pub struct KeyClaim {
     pub wait_until: Instant,
 }
 
+/// An order to place for a partner: the basket, the account it is charged to and the key it is
+/// placed under.
 pub struct NewOrder {
+    /// The partner's account, as authenticated; its balance is read again in the transaction.
     pub account: Account,
+    /// The basket, priced from the catalog in the transaction.
     pub lines: Vec<RequestedLine>,
+    /// The currency the partner asked for; it must be the account's.
     pub currency: String,
     /// Judged before it reaches the port (`CallbackUrl::parse`).
     pub callback_url: Option<CallbackUrl>,
+    /// The partner's own reference for the order, stored and echoed back.
     pub external_order_id: Option<String>,
+    /// The idempotency key the order is placed under, recorded by the same transaction.
     pub claim: KeyClaim,
+    /// Renders the 200 body from the placed order and the balance after it.
     pub render: fn(&Order, &BalanceView) -> Vec<u8>,
 }
 
 impl NewOrder {
     /// What `domain::placing::place` decides the order from.
-    pub fn terms(&self) -> OrderTerms<'_> {
+    pub(crate) fn terms(&self) -> OrderTerms<'_> {
         OrderTerms {
             account: &self.account,
             lines: &self.lines,
@@ -123,7 +144,7 @@ impl NewOrder {
     }
 
     /// The 200 body: sent, and stored as the key's replay.
-    pub fn answer(&self, order: &Order, after: Cents) -> Vec<u8> {
+    pub(crate) fn answer(&self, order: &Order, after: Cents) -> Vec<u8> {
         (self.render)(
             order,
             &BalanceView {
@@ -138,7 +159,9 @@ impl NewOrder {
 /// Why no order was placed; nothing was written.
 #[derive(Debug, PartialEq, Eq)]
 pub enum OrderRefusal {
+    /// A basket rule refused the order (an unknown product, a quantity, a region).
     Basket(BasketRejection),
+    /// The account cannot pay for it: not enough balance, or past its credit limit.
     Shortfall(Shortfall),
     /// A concurrent first use of the same key committed first: look the key up again.
     KeyTaken(Taken),
@@ -156,17 +179,26 @@ impl From<OrderRefused> for OrderRefusal {
     }
 }
 
+/// A partner's or the operator's cancel of one order.
 pub struct CancelRequest {
+    /// The account that must own the order.
     pub account: AccountId,
+    /// The order to cancel.
     pub order: OrderId,
+    /// The idempotency key the cancel is made under, if it has one.
     pub claim: Option<KeyClaim>,
+    /// Renders the 200 body from the order after the cancel.
     pub render: fn(&Order) -> Vec<u8>,
 }
 
+/// Why an order was not cancelled; nothing was written.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CancelRefusal {
+    /// No such order, or not the account's.
     NotFound,
+    /// The order's status no longer allows a cancel.
     NotCancellable(OrderStatus),
+    /// A concurrent first use of the same key committed first: look the key up again.
     KeyTaken(Taken),
 }
 
@@ -179,29 +211,43 @@ impl From<CancelRefused> for CancelRefusal {
     }
 }
 
+/// A refund of part or all of an order's unrefunded amount.
 pub struct RefundRequest {
+    /// The account that must own the order.
     pub account: AccountId,
+    /// The order to refund.
     pub order: OrderId,
     /// `None`: the whole unrefunded remainder.
     pub amount: Option<Cents>,
+    /// The reason the partner gave, kept with the refund.
     pub reason: Option<String>,
+    /// The idempotency key the refund is made under.
     pub claim: KeyClaim,
     /// The refund's id, made with the request (`OrderChange::refund_id`).
     pub id: Id,
+    /// Renders the 200 body from the refund and the order after it.
     pub render: fn(&Refund, &Order) -> Vec<u8>,
 }
 
+/// Why no refund was made; nothing was written.
 #[derive(Debug, PartialEq, Eq)]
 pub enum RefundRefusal {
+    /// No such order, or not the account's.
     NotFound,
+    /// The order's status does not allow a refund.
     NotRefundable(OrderStatus),
-    ExceedsRemaining { remaining: Cents },
+    /// More than the order has left to refund.
+    ExceedsRemaining {
+        /// What is left to refund.
+        remaining: Cents,
+    },
+    /// A concurrent first use of the same key committed first: look the key up again.
     KeyTaken(Taken),
 }
 
 impl RefundRequest {
     /// What `domain::lifecycle::refund` decides the refund from.
-    pub fn ask(&self) -> RefundAsk {
+    pub(crate) fn ask(&self) -> RefundAsk {
         RefundAsk {
             amount: self.amount,
             reason: self.reason.clone(),
@@ -222,13 +268,21 @@ impl From<RefundRefused> for RefundRefusal {
     }
 }
 
+/// Money into an account's balance: an operator's credit or adjustment, made under a key or not.
 pub struct NewCredit {
+    /// The account credited.
     pub account: Account,
+    /// The amount added to the balance.
     pub amount: Cents,
+    /// Why the money came in, as its ledger entry shows it.
     pub reason: LedgerReason,
+    /// The caller's reference, kept on the ledger entry.
     pub reference: String,
+    /// The currency of the amount; it must be the account's.
     pub currency: String,
+    /// The idempotency key the credit is made under, if it has one.
     pub claim: Option<KeyClaim>,
+    /// Renders the 200 body from the balance after the credit.
     pub render: fn(&BalanceView) -> Vec<u8>,
 }
 
@@ -243,21 +297,29 @@ pub enum CreditRefusal {
 
 /// An inbound payment notification, unique by `(provider, external_id)`.
 pub struct ProviderCredit {
+    /// The payment provider that sent the notification.
     pub provider: String,
+    /// The provider's id of the payment; a repeat of it credits nothing.
     pub external_id: String,
+    /// The account the payment is for.
     pub account: AccountId,
+    /// The amount paid in.
     pub amount: Cents,
 }
 
 /// Whether this notification moved money or was a repeat of one that did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Recorded {
+    /// The payment was new: the account was credited.
     Credited,
+    /// The provider had sent this payment before: nothing was written.
     Duplicate,
 }
 
+/// Why a provider's payment was not recorded; nothing was written.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProviderRefusal {
+    /// The balance after it would not fit in an i64.
     BalanceOverflow,
 }
 
@@ -265,18 +327,21 @@ pub enum ProviderRefusal {
 #[derive(Clone, Debug)]
 pub struct DueDelivery {
     /// When this attempt fell due; with the event id it names the outbox entry.
-    pub due_at: Millis,
+    pub(crate) due_at: Millis,
     /// The number of this instance's claim on the delivery, where instances share the
     /// outbox: the attempt's outcome is written only under it. 0 where one process is the
     /// only sender.
-    pub claim: i64,
+    pub(crate) claim: i64,
     /// Which history of the database the claim was made in, where instances share the
     /// outbox (the epoch `postgres/shared_cache.rs` counts): a claim from a history the
     /// database no longer has sends and settles nothing. 0 where one process is the only
     /// sender.
-    pub claimed_in: u64,
+    pub(crate) claimed_in: u64,
+    /// The outbox entry: which attempt this is and when it fell due.
     pub delivery: Delivery,
+    /// The event the callback sends.
     pub event: Event,
+    /// The account's current webhook secret, which signs the callback.
     pub webhook_secret: String,
     /// The secret the last rotation replaced, signing beside the current one while its
     /// overlap lasts.
@@ -286,6 +351,7 @@ pub struct DueDelivery {
 /// What a redelivery request came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Redelivered {
+    /// A new attempt was queued, due now.
     Queued,
     /// The event's order has no callbackUrl.
     NoCallback,
@@ -300,39 +366,65 @@ pub use crate::domain::event::DeliveryOutcome;
 /// records; an engine rebuilds them from these).
 #[derive(Clone, Debug)]
 pub enum Record {
+    /// An account and its balance.
     Account {
+        /// The account.
         account: Account,
+        /// Its balance when the snapshot was taken.
         balance: Cents,
     },
+    /// An API key, stored by its hash only.
     ApiKey {
+        /// The SHA-256 of the plaintext key.
         hash: [u8; 32],
+        /// The key's account, scopes and state.
         record: ApiKeyRecord,
     },
+    /// A catalog product.
     Product(Product),
+    /// An order, with its lines and refunds.
     Order(Order),
+    /// One ledger entry of an account.
     Ledger {
+        /// The account whose ledger it is.
         account: AccountId,
+        /// The entry.
         entry: LedgerEntry,
     },
+    /// A refund of an order.
     Refund(Refund),
+    /// An event of the partner's event list.
     Event(Event),
+    /// A callback still to be attempted.
     Delivery {
+        /// When its next attempt falls due.
         due_at: Millis,
+        /// The delivery.
         delivery: Delivery,
     },
+    /// An inbound payment already recorded, so that a repeat stays a repeat.
     ProviderPayment(ProviderPaymentRecord),
+    /// A used idempotency key that has not expired.
     IdempotencyKey {
+        /// The account that used it.
         account: AccountId,
+        /// The key, as sent.
         key: String,
+        /// What it was used for and what was answered.
         record: KeyRecord,
     },
+    /// The attempts of one event's callback so far.
     DeliveryLog {
+        /// The event the callback sends.
         event_id: String,
+        /// Its attempts and how the callback ended.
         log: DeliveryLog,
     },
     /// The secret an account's last rotation replaced, with its overlap.
     PreviousWebhookSecret {
+        /// The account whose secret was rotated.
         account: AccountId,
+        /// The replaced secret and until when it still signs.
         previous: PreviousSecret,
     },
 }
@@ -340,20 +432,20 @@ pub enum Record {
 /// An inbound payment as recorded: unique by `(provider, external_id)`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProviderPaymentRecord {
-    pub provider: String,
-    pub external_id: String,
-    pub txn_id: String,
-    pub account: AccountId,
-    pub amount: Cents,
-    pub received_at: Millis,
+    pub(crate) provider: String,
+    pub(crate) external_id: String,
+    pub(crate) txn_id: String,
+    pub(crate) account: AccountId,
+    pub(crate) amount: Cents,
+    pub(crate) received_at: Millis,
 }
 
 /// Records restored per kind, as `orderly restore` prints them.
-pub type RestoreCounts = std::collections::BTreeMap<&'static str, u64>;
+pub(crate) type RestoreCounts = std::collections::BTreeMap<&'static str, u64>;
 
 impl Record {
     /// The kind's name in the backup format and in counts.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Record::Account { .. } => "account",
             Record::ApiKey { .. } => "apiKey",
@@ -384,13 +476,13 @@ pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
 /// `checked_counts` kept as the records pass, for a stream that is never held whole: the
 /// counts, and per account its balance (once its record is seen) and what its ledger sums to.
 #[derive(Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     counts: RestoreCounts,
     books: std::collections::HashMap<AccountId, (Option<Cents>, Cents)>,
 }
 
 impl Tally {
-    pub fn add(&mut self, record: &Record) {
+    pub(crate) fn add(&mut self, record: &Record) {
         *self.counts.entry(record.kind()).or_insert(0) += 1;
         match record {
             Record::Account { account, balance } => {
@@ -405,7 +497,7 @@ impl Tally {
     }
 
     /// The counts, once every ledger is found to sum to its account's balance.
-    pub fn finish(self) -> Result<RestoreCounts, StoreError> {
+    pub(crate) fn finish(self) -> Result<RestoreCounts, StoreError> {
         for (account, (balance, sum)) in self.books {
             let Some(balance) = balance else {
                 return Err(StoreError::Refused(format!(
@@ -424,7 +516,7 @@ impl Tally {
 
 /// The rows an engine found after writing `expected`'s records, kind by kind: the restore is
 /// refused (and rolled back or removed) when any differs.
-pub fn verify_counts(
+pub(super) fn verify_counts(
     expected: &RestoreCounts,
     found: impl IntoIterator<Item = (&'static str, u64)>,
 ) -> Result<(), StoreError> {
@@ -443,7 +535,7 @@ pub fn verify_counts(
 impl NewOrder {
     /// An order of `lines` under `key`, for unit tests: its fingerprint is `fingerprint` in
     /// every byte, and its body the order's id and the balance after it.
-    pub fn for_tests(
+    pub(crate) fn for_tests(
         account: &Account,
         key: &str,
         lines: Vec<RequestedLine>,

@@ -23,7 +23,7 @@ enum Piece {
 }
 
 /// The engine's end: sends each record, then `finish`.
-pub struct Producer {
+pub(crate) struct Producer {
     pieces: mpsc::Sender<Piece>,
 }
 
@@ -34,7 +34,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn channel() -> (Producer, Snapshot) {
+    pub(crate) fn channel() -> (Producer, Snapshot) {
         let (pieces, received) = mpsc::channel(AHEAD);
         (
             Producer { pieces },
@@ -46,13 +46,13 @@ impl Snapshot {
     }
 
     /// The next record; `None` once the producer finished.
-    pub async fn next(&mut self) -> Option<Result<Record, StoreError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Record, StoreError>> {
         let piece = self.pieces.recv().await;
         self.read(piece)
     }
 
     /// `next`, for a reader on a blocking thread.
-    pub fn blocking_next(&mut self) -> Option<Result<Record, StoreError>> {
+    pub(crate) fn blocking_next(&mut self) -> Option<Result<Record, StoreError>> {
         let piece = self.pieces.blocking_recv();
         self.read(piece)
     }
@@ -93,7 +93,7 @@ impl Snapshot {
 impl Producer {
     /// Sends one record or the error that ends the snapshot. False once the reader has gone
     /// away, or has taken nothing for `BACKUP_READER_PATIENCE`: stop reading.
-    pub async fn send(&self, record: Result<Record, StoreError>) -> bool {
+    pub(crate) async fn send(&self, record: Result<Record, StoreError>) -> bool {
         let sending = self.pieces.send(piece(record));
         matches!(
             tokio::time::timeout(BACKUP_READER_PATIENCE, sending).await,
@@ -103,7 +103,7 @@ impl Producer {
 
     /// `send`, from a blocking thread (no timer there: it looks again every millisecond
     /// while the reader's queue is full).
-    pub fn blocking_send(&self, record: Result<Record, StoreError>) -> bool {
+    pub(crate) fn blocking_send(&self, record: Result<Record, StoreError>) -> bool {
         let until = Instant::now() + BACKUP_READER_PATIENCE;
         let mut piece = piece(record);
         loop {
@@ -119,11 +119,11 @@ impl Producer {
         }
     }
 
-    pub async fn finish(self) {
+    pub(crate) async fn finish(self) {
         let _ = self.pieces.send(Piece::Done).await;
     }
 
-    pub fn blocking_finish(self) {
+    pub(crate) fn blocking_finish(self) {
         let _ = self.pieces.blocking_send(Piece::Done);
     }
 }

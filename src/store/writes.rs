@@ -18,10 +18,10 @@ use crate::store::{
 
 /// A decided write's rows: what moved (a ledger entry, or a whole change of an order), the
 /// 200 body, and the key's row holding it when the write had a key.
-pub struct Decided<T> {
-    pub rows: T,
-    pub body: Vec<u8>,
-    pub key: Option<KeyRecord>,
+pub(crate) struct Decided<T> {
+    pub(crate) rows: T,
+    pub(crate) body: Vec<u8>,
+    pub(crate) key: Option<KeyRecord>,
 }
 
 impl<T> Decided<T> {
@@ -34,7 +34,7 @@ impl<T> Decided<T> {
 
 impl NewCredit {
     /// The credit on `balance` (`domain::money_in::money_in`), its body and key row.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         balance: Cents,
         txn: &Id,
@@ -55,7 +55,7 @@ impl NewCredit {
 impl ProviderCredit {
     /// A first notification's credit on `balance`, and the payment's row that makes a
     /// repeat a duplicate.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         balance: Cents,
         txn: &Id,
@@ -81,7 +81,7 @@ impl ProviderCredit {
 /// free, the order and its balance read under their locks, decided here, then the change's
 /// rows and the key's row written in the same transaction. Each engine writes that one
 /// transaction once, generic over this.
-pub trait OrderChange {
+pub(super) trait OrderChange {
     /// Why the change was refused, nothing written.
     type Refusal;
     fn account(&self) -> AccountId;

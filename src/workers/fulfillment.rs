@@ -12,12 +12,12 @@ use crate::store::Store;
 const BATCH: usize = 64;
 
 /// How often to look: often enough that an order completes close to its delay.
-pub fn poll_interval(delay: Duration) -> Duration {
+pub(crate) fn poll_interval(delay: Duration) -> Duration {
     (delay / 4).clamp(Duration::from_millis(20), Duration::from_millis(250))
 }
 
 /// Completes every due order, a batch per write.
-pub async fn complete_due_orders(store: &dyn Store, delay: Duration) {
+pub(crate) async fn complete_due_orders(store: &dyn Store, delay: Duration) {
     let mut total = 0;
     loop {
         let created_by = now_millis().saturating_sub(delay.as_millis() as u64);

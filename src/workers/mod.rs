@@ -6,10 +6,10 @@
 //! `orderly_worker_panics_total{worker}`, and the next pass runs as usual (the work it was
 //! doing is still in storage, so it is retried).
 
-pub mod fulfillment;
-pub mod pruner;
-pub mod sweeper;
-pub mod webhooks;
+pub(crate) mod fulfillment;
+pub(crate) mod pruner;
+pub(crate) mod sweeper;
+pub(crate) mod webhooks;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -26,14 +26,14 @@ use crate::bounds::Deadline;
 use crate::metrics::{Metrics, WorkerLabels};
 
 /// A background worker on a thread of its own.
-pub struct Periodic {
+pub(crate) struct Periodic {
     thread: JoinHandle<()>,
 }
 
 /// Tells every worker to stop starting passes: sent when the stop begins (SIGTERM), before the
 /// HTTP server drains, so that work begun meanwhile (a webhook POST) ends within the stop's
 /// bound instead of starting near its end.
-pub struct StopSignal(watch::Sender<bool>);
+pub(crate) struct StopSignal(watch::Sender<bool>);
 
 impl Default for StopSignal {
     fn default() -> Self {
@@ -48,13 +48,17 @@ impl StopSignal {
     }
 
     /// From now on no worker starts another pass; each then finishes what it started.
-    pub fn send(&self) {
+    pub(crate) fn send(&self) {
         self.0.send_replace(true);
     }
 }
 
 /// Runs `work`, catching a panic in it: logged and counted for `worker`, then forgotten.
-pub async fn survive<Fut: Future<Output = ()>>(worker: &'static str, metrics: &Metrics, work: Fut) {
+pub(crate) async fn survive<Fut: Future<Output = ()>>(
+    worker: &'static str,
+    metrics: &Metrics,
+    work: Fut,
+) {
     if AssertUnwindSafe(work).catch_unwind().await.is_err() {
         log::error!("worker {worker} panicked; its work is retried on the next pass");
         metrics
@@ -66,7 +70,7 @@ pub async fn survive<Fut: Future<Output = ()>>(worker: &'static str, metrics: &M
 
 impl Periodic {
     /// A worker that runs `tick` every `every` until `stop` is sent.
-    pub fn spawn<F, Fut>(
+    pub(crate) fn spawn<F, Fut>(
         name: &'static str,
         every: Duration,
         metrics: Arc<Metrics>,
@@ -84,7 +88,7 @@ impl Periodic {
     /// webhook worker's deliveries run as tasks of that runtime, and dropping it would cut a
     /// POST on the wire (the receiver, which cannot tell, would still be handling it when
     /// another instance took the delivery over).
-    pub fn spawn_draining<F, Fut, D, DFut>(
+    pub(crate) fn spawn_draining<F, Fut, D, DFut>(
         name: &'static str,
         every: Duration,
         metrics: Arc<Metrics>,
@@ -127,7 +131,7 @@ impl Periodic {
     /// Waits until `deadline` for the worker to stop (its `StopSignal` sent): true when it
     /// stopped, false when it was left inside a pass or its drain (the process's exit ends
     /// it).
-    pub async fn join(self, deadline: Deadline) -> bool {
+    pub(crate) async fn join(self, deadline: Deadline) -> bool {
         while !self.thread.is_finished() {
             if deadline.passed() {
                 return false;

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 /// How often idle rate-limit buckets are forgotten.
-pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 use crate::edge::rate_limit::RateLimits;
 
-pub async fn prune_idle_buckets(limits: &RateLimits) {
+pub(crate) async fn prune_idle_buckets(limits: &RateLimits) {
     limits.prune();
     limits.prune_shared().await;
 }

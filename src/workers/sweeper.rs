@@ -11,7 +11,7 @@ use crate::store::Store;
 /// finished on the same tick.
 const BATCH: usize = 256;
 
-pub async fn sweep_expired_keys(store: &dyn Store, metrics: &Metrics) {
+pub(crate) async fn sweep_expired_keys(store: &dyn Store, metrics: &Metrics) {
     let now = now_millis();
     let mut total = 0;
     loop {

@@ -32,13 +32,13 @@ use crate::metrics::Metrics;
 use crate::store::{DeliveryOutcome, DueDelivery, Store};
 use crate::views::event_body;
 
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a delivery's hold must still have left when its POST starts, beyond the attempt's
 /// timeout: the time from the hold's answer to the request on the wire, with room to spare.
 const HOLD_MARGIN: Duration = Duration::from_secs(1);
 /// Deliveries started per pass at most.
 const BATCH: usize = 64;
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// How often a stopping worker looks again at the deliveries still in flight.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
@@ -114,7 +114,7 @@ impl Drop for Slot {
     }
 }
 
-pub struct WebhookSender {
+pub(crate) struct WebhookSender {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     client: reqwest::Client,
@@ -139,7 +139,7 @@ fn transport_error(e: &reqwest::Error) -> String {
 /// How long to wait before the next attempt after failed attempt `attempt` (1 = the first),
 /// or `None` when the schedule is spent. A receiver's `Retry-After` wins when it asks for
 /// longer, up to the schedule's longest step (so no receiver can park an event for ever).
-pub fn next_wait(
+pub(crate) fn next_wait(
     schedule: &[Duration],
     attempt: u32,
     retry_after: Option<Duration>,
@@ -151,7 +151,7 @@ pub fn next_wait(
 
 /// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>` where the key is the base64
 /// after `whsec_` (Standard Webhooks).
-pub fn sign(secret: &str, id: &str, timestamp: u64, body: &[u8]) -> Option<String> {
+pub(crate) fn sign(secret: &str, id: &str, timestamp: u64, body: &[u8]) -> Option<String> {
     let engine = base64::engine::general_purpose::STANDARD;
     let key = engine.decode(secret.strip_prefix("whsec_")?).ok()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
@@ -170,7 +170,7 @@ fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 }
 
 impl WebhookSender {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         policy: AddressPolicy,
@@ -197,7 +197,7 @@ impl WebhookSender {
 
     /// Starts every delivery due now that may start (up to a batch) and returns without
     /// waiting for them: each runs on this worker's runtime until it is settled.
-    pub async fn deliver_due(self: &Arc<Self>) {
+    pub(crate) async fn deliver_due(self: &Arc<Self>) {
         let take = {
             let (in_flight, per_origin) = (Arc::clone(&self.in_flight), self.per_origin);
             let mut taken: HashMap<String, usize> = HashMap::new();
@@ -242,7 +242,7 @@ impl WebhookSender {
     /// another instance, or this one restarted, sent the delivery again. Each delivery is
     /// bounded by itself (its hold and its settling write by `WORKER_CALL`, its POST by
     /// `ATTEMPT_TIMEOUT`); the stop's own bound covers the rest.
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let on_the_wire = |sender: &Self| {
             let in_flight = sender.in_flight.lock().unwrap_or_else(|e| e.into_inner());
             in_flight.events.len()

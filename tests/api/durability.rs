@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use orderly::startup::RunError;
+use orderly::RunError;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 

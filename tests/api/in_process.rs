@@ -6,9 +6,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use orderly::config::{Cli, Command};
-use orderly::startup::{Application, RunError};
-use orderly::store::sled as embedded;
+use orderly::{Application, RunError};
+use orderly::{Cli, Command};
+use orderly::{FlushHook, FlushStep};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
@@ -33,12 +33,12 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn hook(self: &Arc<Self>) -> embedded::FlushHook {
+    pub fn hook(self: &Arc<Self>) -> FlushHook {
         let gate = Arc::clone(self);
         Box::new(move |step| match step {
-            embedded::FlushStep::Flushing => gate.pass(),
-            embedded::FlushStep::Flushed => gate.count(|s| s.flushed += 1),
-            embedded::FlushStep::Synced => gate.count(|s| s.synced += 1),
+            FlushStep::Flushing => gate.pass(),
+            FlushStep::Flushed => gate.count(|s| s.flushed += 1),
+            FlushStep::Synced => gate.count(|s| s.synced += 1),
         })
     }
 

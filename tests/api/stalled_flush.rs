@@ -243,7 +243,7 @@ async fn a_retry_of_a_durable_key_while_a_flush_is_held_replays_its_first_answer
         async move { request.send().await.unwrap().status() }
     });
     app.gate.until_a_flush_waits().await;
-    let stalled = orderly::bounds::WRITES_FLOWING_WITHIN.as_secs_f64();
+    let stalled = orderly::WRITES_FLOWING_WITHIN.as_secs_f64();
     let since = Instant::now();
     while app.metric("orderly_oldest_commit_in_flight_seconds").await <= stalled {
         assert!(

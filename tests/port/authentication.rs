@@ -4,11 +4,11 @@
 //! handler looks the key up, or leaves it to the first use, which then decides as a lookup
 //! would.
 
-use orderly::domain::account::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::{Id, IdKind};
-use orderly::domain::time::now_millis;
-use orderly::store::{OrderRefusal, Prefetched, Store};
+use orderly::now_millis;
+use orderly::IdempotencyKey;
+use orderly::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
+use orderly::{Id, IdKind};
+use orderly::{OrderRefusal, Prefetched, Store};
 
 use crate::conformance;
 use crate::fixtures::*;

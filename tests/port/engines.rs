@@ -1,10 +1,10 @@
-//! The engines the conformance suite runs on, each opened through `orderly::store::open`:
+//! The engines the conformance suite runs on, each opened through `orderly::open_store`:
 //! sled in a fresh directory, PostgreSQL in a fresh database on the server that
 //! `ORDERLY_TEST_DATABASE_URL` names (migrated on open), dropped afterwards.
 
 use std::sync::Arc;
 
-use orderly::store::{Engine, Store};
+use orderly::{Engine, Store};
 
 /// An open store and what must outlive it.
 pub struct Opened {
@@ -45,7 +45,7 @@ async fn embedded_opened(before_walk: Option<Arc<dyn Fn() + Send + Sync>>) -> Op
         flush_hook: None,
         before_walk,
     };
-    let store = orderly::store::open(engine, Default::default(), 4096)
+    let store = orderly::open_store(engine, Default::default(), 4096)
         .await
         .expect("sled opens");
     Opened {
@@ -74,7 +74,7 @@ pub async fn shared() -> Opened {
         pool_size: 8,
         empty_only: false,
     };
-    let store = orderly::store::open(engine, Default::default(), 4096)
+    let store = orderly::open_store(engine, Default::default(), 4096)
         .await
         .expect("PostgreSQL opens");
     Opened {

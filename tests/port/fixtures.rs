@@ -4,19 +4,19 @@
 
 use std::time::Duration;
 
-use orderly::bounds::Deadline;
-use orderly::domain::account::Account;
-use orderly::domain::basket::RequestedLine;
-use orderly::domain::callback_url::{AddressPolicy, CallbackUrl};
-use orderly::domain::fingerprint::{Fingerprint, Operation};
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::{AccountId, Id, IdKind, OrderId};
-use orderly::domain::ledger::LedgerReason;
-use orderly::domain::money::Cents;
-use orderly::domain::product::Product;
-use orderly::domain::time::now_millis;
-use orderly::store::{CancelRequest, KeyClaim, NewCredit, NewOrder, RefundRequest, Store};
-use orderly::views::{balance_only, order_only, order_placed, refund_made};
+use orderly::now_millis;
+use orderly::Account;
+use orderly::Cents;
+use orderly::Deadline;
+use orderly::IdempotencyKey;
+use orderly::LedgerReason;
+use orderly::Product;
+use orderly::RequestedLine;
+use orderly::{balance_only, order_only, order_placed, refund_made};
+use orderly::{AccountId, Id, IdKind, OrderId};
+use orderly::{AddressPolicy, CallbackUrl};
+use orderly::{CancelRequest, KeyClaim, NewCredit, NewOrder, RefundRequest, Store};
+use orderly::{Fingerprint, Operation};
 
 pub const PRODUCT: &str = "prd_port";
 pub const PRICE: i64 = 100;
@@ -160,10 +160,7 @@ pub fn placed_id(body: &[u8]) -> OrderId {
 }
 
 /// Every ledger entry of the account, newest first, through the port's pages.
-pub async fn ledger(
-    store: &dyn Store,
-    account: &Account,
-) -> Vec<orderly::domain::ledger::LedgerEntry> {
+pub async fn ledger(store: &dyn Store, account: &Account) -> Vec<orderly::LedgerEntry> {
     let mut all = Vec::new();
     let mut before = None;
     loop {
@@ -173,12 +170,7 @@ pub async fn ledger(
             .unwrap();
         all.extend(page.items);
         match page.next_cursor {
-            Some(cursor) => {
-                before = orderly::domain::ids::Id::parse(
-                    orderly::domain::ids::IdKind::Transaction,
-                    &cursor,
-                )
-            }
+            Some(cursor) => before = orderly::Id::parse(orderly::IdKind::Transaction, &cursor),
             None => return all,
         }
     }

@@ -7,11 +7,11 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use orderly::bounds::Deadline;
-use orderly::domain::account::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
-use orderly::domain::ids::{Id, IdKind};
-use orderly::domain::time::now_millis;
-use orderly::store::{checked_counts, Record, Store};
+use orderly::now_millis;
+use orderly::Deadline;
+use orderly::{checked_counts, Record, Store};
+use orderly::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope};
+use orderly::{Id, IdKind};
 
 use crate::fixtures::*;
 

@@ -1,14 +1,14 @@
 //! An order's life through the port: cancel, completion, refund, and the events they emit,
 //! listed oldest first after a cursor.
 
-use orderly::domain::event::EventKind;
-use orderly::domain::fingerprint::Operation;
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::ids::{Id, IdKind};
-use orderly::domain::money::Cents;
-use orderly::domain::order::OrderStatus;
-use orderly::domain::time::now_millis;
-use orderly::store::{CancelRefusal, RefundRefusal, Store};
+use orderly::now_millis;
+use orderly::Cents;
+use orderly::EventKind;
+use orderly::IdempotencyKey;
+use orderly::Operation;
+use orderly::OrderStatus;
+use orderly::{CancelRefusal, RefundRefusal, Store};
+use orderly::{Id, IdKind};
 
 use crate::conformance;
 use crate::fixtures::*;

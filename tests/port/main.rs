@@ -1,5 +1,5 @@
 //! The storage port's conformance suite: every rule a `Store` must keep, written once and
-//! run against each engine through `orderly::store::open`, as object_store and sqlx test
+//! run against each engine through `orderly::open_store`, as object_store and sqlx test
 //! their backends. A third engine passes this suite before the HTTP suite means anything.
 //!
 //! Each case is `async fn(&dyn Store)`. `conformance!` makes two tests of it: `on_sled`,

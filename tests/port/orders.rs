@@ -1,12 +1,12 @@
 //! Orders and keys: the answer is the replay, a taken key refuses, a refusal writes nothing,
 //! concurrent orders of one account are each decided on the balance the one before left.
 
-use orderly::domain::account::Shortfall;
-use orderly::domain::fingerprint::Operation;
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::order::OrderStatus;
-use orderly::domain::time::now_millis;
-use orderly::store::{OrderRefusal, Store};
+use orderly::now_millis;
+use orderly::IdempotencyKey;
+use orderly::Operation;
+use orderly::OrderStatus;
+use orderly::Shortfall;
+use orderly::{OrderRefusal, Store};
 
 use crate::conformance;
 use crate::fixtures::*;

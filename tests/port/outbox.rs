@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use orderly::domain::event::{DeliveryAttempt, DeliveryEnd};
-use orderly::domain::fingerprint::Operation;
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::money::Cents;
-use orderly::domain::time::now_millis;
-use orderly::store::{DeliveryOutcome, ProviderCredit, Recorded, Store};
+use orderly::now_millis;
+use orderly::Cents;
+use orderly::IdempotencyKey;
+use orderly::Operation;
+use orderly::{DeliveryAttempt, DeliveryEnd};
+use orderly::{DeliveryOutcome, ProviderCredit, Recorded, Store};
 
 use crate::conformance;
 use crate::fixtures::*;

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use orderly::store::{checked_counts, Record, Store};
+use orderly::{checked_counts, Record, Store};
 
 use crate::conformance;
 use crate::fixtures::*;

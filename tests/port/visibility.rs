@@ -6,11 +6,11 @@
 //! open: it is tested through the binary (`tests/api/durability.rs`, sled's flush hook) and,
 //! on PostgreSQL, is the server's own (rows are visible only after COMMIT).
 
-use orderly::domain::event::EventKind;
-use orderly::domain::idempotency_key::IdempotencyKey;
-use orderly::domain::order::OrderStatus;
-use orderly::domain::time::now_millis;
-use orderly::store::Store;
+use orderly::now_millis;
+use orderly::EventKind;
+use orderly::IdempotencyKey;
+use orderly::OrderStatus;
+use orderly::Store;
 
 use crate::conformance;
 use crate::fixtures::*;

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use orderly::domain::event::{DeliveryAttempt, DeliveryEnd};
-use orderly::domain::ids::{AccountId, Id, IdKind};
-use orderly::domain::time::now_millis;
-use orderly::store::{DeliveryOutcome, Redelivered, Store};
+use orderly::now_millis;
+use orderly::{AccountId, Id, IdKind};
+use orderly::{DeliveryAttempt, DeliveryEnd};
+use orderly::{DeliveryOutcome, Redelivered, Store};
 
 use crate::conformance;
 use crate::fixtures::*;

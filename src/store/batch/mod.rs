@@ -21,7 +21,7 @@
 
 mod queue;
 
-pub use queue::{Pending, Queue};
+pub(super) use queue::{Pending, Queue};
 
 use std::collections::HashMap;
 
@@ -38,21 +38,21 @@ use crate::store::{KeyRecord, NewOrder, OrderRefusal, StoreError, StoredResponse
 /// Orders in one batch at most: a batch holds its locks (sled's one transaction lock, which
 /// every read waits for; PostgreSQL's row locks) until it is written, so past this it holds
 /// them longer than the commit it saves.
-pub const MAX_ORDERS: usize = 64;
+pub(super) const MAX_ORDERS: usize = 64;
 
 /// What a batch of orders must read before it is decided.
-pub struct Wants {
+pub(super) struct Wants {
     /// The accounts whose balances it debits, sorted and without repeats: the order in which
     /// an engine that locks them must lock them.
-    pub accounts: Vec<AccountId>,
+    pub(crate) accounts: Vec<AccountId>,
     /// The key of each order, in batch order (repeats included).
-    pub keys: Vec<(AccountId, IdempotencyKey)>,
+    pub(crate) keys: Vec<(AccountId, IdempotencyKey)>,
     /// The products its lines name, sorted and without repeats.
-    pub products: Vec<String>,
+    pub(crate) products: Vec<String>,
 }
 
 impl Wants {
-    pub fn of(orders: &[&NewOrder]) -> Self {
+    pub(super) fn of(orders: &[&NewOrder]) -> Self {
         let mut accounts: Vec<AccountId> = orders.iter().map(|o| o.account.id).collect();
         accounts.sort();
         accounts.dedup();
@@ -77,36 +77,36 @@ impl Wants {
 /// What the engine read for a batch, as of one instant that no other write moves until the
 /// batch is written (sled: its one writer; PostgreSQL: the locks taken while reading).
 #[derive(Default)]
-pub struct OrderView {
+pub(super) struct OrderView {
     /// Every wanted account's balance (an account missing here is a corrupt store).
-    pub balances: HashMap<AccountId, Cents>,
+    pub(crate) balances: HashMap<AccountId, Cents>,
     /// The wanted keys that already have a row, expired or not.
-    pub stored: HashMap<(AccountId, String), Box<KeyRecord>>,
+    pub(crate) stored: HashMap<(AccountId, String), Box<KeyRecord>>,
     /// The wanted products that exist, by id.
-    pub catalog: HashMap<String, Product>,
+    pub(crate) catalog: HashMap<String, Product>,
     /// Each wanted account's newest ledger entry id, where several processes make them (an
     /// engine whose one writer makes every id leaves it empty): each entry is made after it,
     /// so an account's ledger lists its entries in the order its balance moved.
-    pub newest_txn: HashMap<AccountId, Id>,
+    pub(crate) newest_txn: HashMap<AccountId, Id>,
 }
 
 /// An accepted order's rows: the order, its debit, and its key's row holding the 200 body.
-pub struct Accepted {
-    pub order: Order,
-    pub entry: LedgerEntry,
+pub(super) struct Accepted {
+    pub(crate) order: Order,
+    pub(crate) entry: LedgerEntry,
     /// The ledger entry's id (`entry.id` parsed), which sled keys its ledger by.
-    pub txn: Id,
-    pub key_name: IdempotencyKey,
-    pub key: KeyRecord,
+    pub(crate) txn: Id,
+    pub(crate) key_name: IdempotencyKey,
+    pub(crate) key: KeyRecord,
 }
 
 /// How each order of a batch was decided, and the rows of those accepted.
-pub struct Decisions {
+pub(super) struct Decisions {
     /// Per order, in batch order: an index into `accepted`, or the refusal.
     decided: Vec<Result<usize, OrderRefusal>>,
-    pub accepted: Vec<Accepted>,
+    pub(crate) accepted: Vec<Accepted>,
     /// Each debited account's balance after the whole batch, sorted by account.
-    pub balances: Vec<(AccountId, Cents)>,
+    pub(crate) balances: Vec<(AccountId, Cents)>,
 }
 
 /// Decides each order in turn on `view` as the orders before it left it. `now` is the
@@ -114,7 +114,7 @@ pub struct Decisions {
 /// account's ids and times follow its commits. An error (a balance missing from the view, a
 /// product that does not decode) decides nothing: the engine then places the orders one by
 /// one, so that only the bad one fails.
-pub fn decide(
+pub(super) fn decide(
     mut view: OrderView,
     orders: &[&NewOrder],
     now: Millis,
@@ -190,7 +190,7 @@ pub fn decide(
 impl Decisions {
     /// Each order's answer, to send once the batch is durable: the accepted ones' bodies
     /// are moved out of their key rows (written by then), not copied.
-    pub fn answers(self) -> Vec<Result<Vec<u8>, OrderRefusal>> {
+    pub(super) fn answers(self) -> Vec<Result<Vec<u8>, OrderRefusal>> {
         let mut bodies: Vec<Option<Vec<u8>>> = self
             .accepted
             .into_iter()
@@ -205,7 +205,7 @@ impl Decisions {
 
 /// A first use's key row: what the key was used for and the exact 200 sent, expiring the
 /// claim's TTL after the commit's time.
-pub fn first_use(claim: &crate::store::KeyClaim, now: Millis, body: Vec<u8>) -> KeyRecord {
+pub(super) fn first_use(claim: &crate::store::KeyClaim, now: Millis, body: Vec<u8>) -> KeyRecord {
     KeyRecord {
         operation: claim.operation,
         fingerprint: claim.fingerprint,

@@ -19,21 +19,21 @@ use crate::store::NewOrder;
 
 /// An order waiting for its batch, where its answer goes, and its place among the writes
 /// waiting (its deadline and its ticket).
-pub struct Pending<A> {
-    pub order: NewOrder,
-    pub answer: oneshot::Sender<A>,
-    pub admitted: Admitted,
+pub(crate) struct Pending<A> {
+    pub(crate) order: NewOrder,
+    pub(crate) answer: oneshot::Sender<A>,
+    pub(crate) admitted: Admitted,
 }
 
 impl<A> Pending<A> {
     /// Its deadline passed, or its caller gave up on it: it must not be written.
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.admitted.deadline.passed() || self.admitted.ticket.is_withdrawn()
     }
 }
 
 /// The waiting orders, the runners placing them, and the accounts their batches hold.
-pub struct Queue<A> {
+pub(crate) struct Queue<A> {
     waiting: VecDeque<Pending<A>>,
     runners: usize,
     busy: HashSet<AccountId>,
@@ -52,7 +52,7 @@ impl<A> Default for Queue<A> {
 impl<A> Queue<A> {
     /// Queues an order: true when the caller must start a runner for it (fewer than
     /// `max_runners` run), which is then counted.
-    pub fn push(&mut self, pending: Pending<A>, max_runners: usize) -> bool {
+    pub(crate) fn push(&mut self, pending: Pending<A>, max_runners: usize) -> bool {
         self.waiting.push_back(pending);
         let start = self.runners < max_runners;
         if start {
@@ -63,7 +63,7 @@ impl<A> Queue<A> {
 
     /// A runner's next batch, once it is done with the accounts of its last one (`done`).
     /// Empty when nothing it may take waits: the runner then stops, counted out.
-    pub fn next_batch(&mut self, done: &[AccountId]) -> Vec<Pending<A>> {
+    pub(crate) fn next_batch(&mut self, done: &[AccountId]) -> Vec<Pending<A>> {
         for account in done {
             self.busy.remove(account);
         }
@@ -76,7 +76,7 @@ impl<A> Queue<A> {
 
     /// A runner that stopped without finishing its batch (it unwound): its accounts and its
     /// slot are given back, so that their orders are not left waiting for it.
-    pub fn abandon(&mut self, held: &[AccountId]) {
+    pub(crate) fn abandon(&mut self, held: &[AccountId]) {
         for account in held {
             self.busy.remove(account);
         }

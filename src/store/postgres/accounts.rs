@@ -21,7 +21,7 @@ use crate::store::{
 };
 
 /// A new account with a balance of 0.
-pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), Fault> {
+pub(super) async fn create_account(client: &mut Conn, account: &Account) -> Result<(), Fault> {
     let (tx, gate) = client.begin().await?;
     futures_util::future::try_join(
         gate.limit_waits(&tx),
@@ -34,7 +34,7 @@ pub async fn create_account(client: &mut Conn, account: &Account) -> Result<(), 
 /// A new API key, and the change every instance must learn of before it is answered: the
 /// table's trigger (migration 0007) bumps `auth_cache_version` and records the change in the
 /// key's row, from which the instances catch up (`known_keys.rs`).
-pub async fn create_api_key(
+pub(super) async fn create_api_key(
     client: &mut Conn,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
@@ -56,13 +56,13 @@ pub async fn create_api_key(
 }
 
 /// A product created or replaced.
-pub async fn put_product(client: &mut Conn, product: &Product) -> Result<(), Fault> {
+pub(super) async fn put_product(client: &mut Conn, product: &Product) -> Result<(), Fault> {
     let (tx, gate) = client.begin().await?;
     futures_util::future::try_join(gate.limit_waits(&tx), upsert_product(&tx, product)).await?;
     gate.commit(tx).await
 }
 
-pub async fn credit(
+pub(super) async fn credit(
     client: &mut Conn,
     credit: &NewCredit,
 ) -> Result<Result<Vec<u8>, CreditRefusal>, Fault> {
@@ -102,7 +102,7 @@ pub async fn credit(
     Ok(Ok(decided.body))
 }
 
-pub async fn record_provider_payment(
+pub(super) async fn record_provider_payment(
     client: &mut Conn,
     payment: &ProviderCredit,
 ) -> Result<Result<Recorded, ProviderRefusal>, Fault> {
@@ -139,7 +139,7 @@ pub async fn record_provider_payment(
 
 /// Marks the key revoked; the change every instance's copies must acknowledge is the one the
 /// table's trigger made (migration 0007); `None` when there is no such key.
-pub async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64>, Fault> {
+pub(super) async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Option<i64>, Fault> {
     let (tx, gate) = client.begin().await?;
     // The table's trigger bumps `auth_cache_version` and records the change in the key's row
     // (migration 0007): that change is what every instance acknowledges.

@@ -137,7 +137,7 @@ fn tables() -> [Table; 12] {
 /// Streams every table into `producer` from one REPEATABLE READ, READ ONLY transaction (one
 /// instant, no write half in it, no write waiting for it), through a cursor per table that
 /// fetches `FETCH` rows at a time: memory holds a page, whatever the database's size.
-pub async fn stream(mut client: Conn, producer: Producer) {
+pub(super) async fn stream(mut client: Conn, producer: Producer) {
     let streamed = stream_tables(&mut client, &producer).await;
     client.settle();
     match streamed {
@@ -214,7 +214,10 @@ async fn write(tx: &Tx<'_>, record: &Record) -> Result<(), Fault> {
 
 /// `records` is taken by the first attempt: a stream is read once, so a restore is never
 /// retried on what is left of it.
-pub async fn restore(client: &mut Conn, records: Option<Snapshot>) -> Result<RestoreCounts, Fault> {
+pub(super) async fn restore(
+    client: &mut Conn,
+    records: Option<Snapshot>,
+) -> Result<RestoreCounts, Fault> {
     let Some(mut records) = records else {
         return Err(StoreError::Failed("a restore cannot be retried".into()).into());
     };

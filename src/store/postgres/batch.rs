@@ -40,16 +40,16 @@ use crate::store::{NewOrder, OrderRefusal, StoreError};
 const MAX_RUNNERS: usize = 4;
 
 /// What one order's caller gets: the 200 body or the refusal, or why it has neither.
-pub type Answer = Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
+pub(super) type Answer = Result<Result<Vec<u8>, OrderRefusal>, StoreError>;
 
 /// The queue of orders and the runners that place them, batch by batch.
-pub struct Batcher {
+pub(super) struct Batcher {
     db: Arc<Db>,
     queue: Mutex<Queue<Answer>>,
 }
 
 impl Batcher {
-    pub fn new(db: Arc<Db>) -> Arc<Self> {
+    pub(super) fn new(db: Arc<Db>) -> Arc<Self> {
         Arc::new(Batcher {
             db,
             queue: Mutex::default(),
@@ -60,7 +60,7 @@ impl Batcher {
     /// answer once its batch committed (or failed), or at `deadline`: still queued then, it
     /// leaves the queue unwritten (`TimedOut`); its COMMIT sent, its outcome is unknown
     /// (`InDoubt`).
-    pub async fn place(self: &Arc<Self>, deadline: Deadline, order: NewOrder) -> Answer {
+    pub(super) async fn place(self: &Arc<Self>, deadline: Deadline, order: NewOrder) -> Answer {
         let admitted = self.db.admission.admit(deadline)?;
         let ticket = admitted.ticket.clone();
         let (answer, answered) = oneshot::channel();

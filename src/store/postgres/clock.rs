@@ -15,7 +15,7 @@ use crate::domain::time;
 use crate::store::StoreError;
 
 /// How often the reference is read again.
-pub const RESYNC: Duration = Duration::from_secs(10);
+pub(super) const RESYNC: Duration = Duration::from_secs(10);
 /// Readings per sync; the one with the shortest round trip is kept.
 const READINGS: usize = 3;
 /// A skew worth an operator's attention (the instance still follows the database).
@@ -23,7 +23,7 @@ const NOTABLE_SKEW: Duration = Duration::from_secs(1);
 
 /// Reads the database's clock and makes it this process's now; returns the skew of this
 /// machine's wall clock against it, in microseconds (positive: this machine is ahead).
-pub async fn sync(pool: &Pool) -> Result<i64, Fault> {
+pub(super) async fn sync(pool: &Pool) -> Result<i64, Fault> {
     let client = pool.get().await?;
     let mut best: Option<(Duration, i64, Instant)> = None;
     for _ in 0..READINGS {
@@ -52,7 +52,7 @@ pub async fn sync(pool: &Pool) -> Result<i64, Fault> {
 
 /// Keeps now on the database's clock: a sync every `RESYNC`. A failed one keeps the last
 /// reference (now goes on with the monotonic clock) and is tried again at the next tick.
-pub async fn follow_the_database(pool: Pool) {
+pub(super) async fn follow_the_database(pool: Pool) {
     let mut ticks = tokio::time::interval(RESYNC);
     ticks.tick().await;
     loop {
@@ -64,7 +64,7 @@ pub async fn follow_the_database(pool: Pool) {
 }
 
 /// Says how far this machine's clock is from the database's, when that is notable.
-pub fn report(skew_micros: i64) {
+pub(super) fn report(skew_micros: i64) {
     let skew = Duration::from_micros(skew_micros.unsigned_abs());
     if skew >= NOTABLE_SKEW {
         let side = if skew_micros > 0 {

@@ -49,51 +49,51 @@ impl<'a> FromSql<'a> for Cents {
     }
 }
 
-pub fn corrupt(what: impl std::fmt::Display) -> StoreError {
+pub(super) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
 /// A time as stored (an expiry that saturated at `u64::MAX` is kept as the largest bigint).
-pub fn time(millis: Millis) -> i64 {
+pub(super) fn time(millis: Millis) -> i64 {
     millis.min(i64::MAX as u64) as i64
 }
 
-pub fn millis(stored: i64) -> Millis {
+pub(super) fn millis(stored: i64) -> Millis {
     stored.max(0) as Millis
 }
 
 /// An enum's variant name, as serde writes it.
-pub fn tag<T: Serialize>(value: &T) -> String {
+pub(super) fn tag<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(name)) => name,
         other => unreachable!("a unit variant serializes as its name, not {other:?}"),
     }
 }
 
-pub fn untag<T: DeserializeOwned>(name: String) -> Result<T, StoreError> {
+pub(super) fn untag<T: DeserializeOwned>(name: String) -> Result<T, StoreError> {
     serde_json::from_value(serde_json::Value::String(name.clone()))
         .map_err(|_| corrupt(format!("unknown variant {name:?}")))
 }
 
-pub fn account_id(text: &str) -> Result<AccountId, StoreError> {
+pub(super) fn account_id(text: &str) -> Result<AccountId, StoreError> {
     AccountId::parse(text).ok_or_else(|| corrupt(format!("bad account id {text:?}")))
 }
 
-pub fn order_id(text: &str) -> Result<OrderId, StoreError> {
+pub(super) fn order_id(text: &str) -> Result<OrderId, StoreError> {
     OrderId::parse(text).ok_or_else(|| corrupt(format!("bad order id {text:?}")))
 }
 
-pub fn json<T: DeserializeOwned>(row: &Row, column: &str) -> Result<T, StoreError> {
+pub(super) fn json<T: DeserializeOwned>(row: &Row, column: &str) -> Result<T, StoreError> {
     let Json(value) = row
         .try_get::<_, Json<T>>(column)
         .map_err(|e| corrupt(format!("column {column}: {e}")))?;
     Ok(value)
 }
 
-pub const ACCOUNT: &str =
+pub(super) const ACCOUNT: &str =
     "a.id, a.name, a.wholesale, a.credit_limit, a.region, a.webhook_secret, a.created_at";
 
-pub fn account(row: &Row) -> Result<Account, StoreError> {
+pub(super) fn account(row: &Row) -> Result<Account, StoreError> {
     Ok(Account {
         id: account_id(row.get("id"))?,
         name: row.get("name"),
@@ -105,10 +105,10 @@ pub fn account(row: &Row) -> Result<Account, StoreError> {
     })
 }
 
-pub const API_KEY: &str =
+pub(super) const API_KEY: &str =
     "k.hash, k.id AS key_id, k.account_id, k.scopes, k.revoked, k.created_at AS key_created_at";
 
-pub fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError> {
+pub(super) fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError> {
     let hash: Vec<u8> = row.get("hash");
     let hash: [u8; 32] = hash
         .try_into()
@@ -123,9 +123,9 @@ pub fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError> {
     Ok((hash, record))
 }
 
-pub const PRODUCT: &str = "id, name, price, regions, delivery_fields, active, updated_at";
+pub(super) const PRODUCT: &str = "id, name, price, regions, delivery_fields, active, updated_at";
 
-pub fn product(row: &Row) -> Result<Product, StoreError> {
+pub(super) fn product(row: &Row) -> Result<Product, StoreError> {
     Ok(Product {
         id: row.get("id"),
         name: row.get("name"),
@@ -137,10 +137,10 @@ pub fn product(row: &Row) -> Result<Product, StoreError> {
     })
 }
 
-pub const ORDER: &str = "id, account_id, status, items, total, currency, callback_url, \
+pub(super) const ORDER: &str = "id, account_id, status, items, total, currency, callback_url, \
                          external_order_id, refunded, created_at, updated_at";
 
-pub fn order(row: &Row) -> Result<Order, StoreError> {
+pub(super) fn order(row: &Row) -> Result<Order, StoreError> {
     Ok(Order {
         id: order_id(row.get("id"))?,
         account_id: account_id(row.get("account_id"))?,
@@ -156,9 +156,10 @@ pub fn order(row: &Row) -> Result<Order, StoreError> {
     })
 }
 
-pub const LEDGER: &str = "id, account_id, amount, reason, reference, balance_after, created_at";
+pub(super) const LEDGER: &str =
+    "id, account_id, amount, reason, reference, balance_after, created_at";
 
-pub fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
+pub(super) fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
     Ok(LedgerEntry {
         id: row.get("id"),
         amount: row.get("amount"),
@@ -169,7 +170,7 @@ pub fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
     })
 }
 
-pub fn refund(row: &Row) -> Result<Refund, StoreError> {
+pub(super) fn refund(row: &Row) -> Result<Refund, StoreError> {
     Ok(Refund {
         id: row.get("id"),
         order_id: order_id(row.get("order_id"))?,
@@ -179,11 +180,11 @@ pub fn refund(row: &Row) -> Result<Refund, StoreError> {
     })
 }
 
-pub fn event(row: &Row) -> Result<Event, StoreError> {
+pub(super) fn event(row: &Row) -> Result<Event, StoreError> {
     json(row, "snapshot")
 }
 
-pub fn delivery(row: &Row) -> Result<(Millis, Delivery), StoreError> {
+pub(super) fn delivery(row: &Row) -> Result<(Millis, Delivery), StoreError> {
     let attempt: i32 = row.get("attempt");
     Ok((
         millis(row.get("due_at")),
@@ -197,7 +198,7 @@ pub fn delivery(row: &Row) -> Result<(Millis, Delivery), StoreError> {
 }
 
 /// The `previous_secret` and `previous_valid_until` columns, when the account has rotated.
-pub fn previous_secret(row: &Row) -> Option<PreviousSecret> {
+pub(super) fn previous_secret(row: &Row) -> Option<PreviousSecret> {
     let secret: Option<String> = row.get("previous_secret");
     let valid_until: Option<i64> = row.get("previous_valid_until");
     Some(PreviousSecret {
@@ -206,7 +207,7 @@ pub fn previous_secret(row: &Row) -> Option<PreviousSecret> {
     })
 }
 
-pub fn provider_payment(row: &Row) -> Result<ProviderPaymentRecord, StoreError> {
+pub(super) fn provider_payment(row: &Row) -> Result<ProviderPaymentRecord, StoreError> {
     Ok(ProviderPaymentRecord {
         provider: row.get("provider"),
         external_id: row.get("external_id"),
@@ -217,9 +218,9 @@ pub fn provider_payment(row: &Row) -> Result<ProviderPaymentRecord, StoreError> 
     })
 }
 
-pub const KEY_ROW: &str = "operation, fingerprint, expires_at, status, content_type, body";
+pub(super) const KEY_ROW: &str = "operation, fingerprint, expires_at, status, content_type, body";
 
-pub fn key_record(row: &Row) -> Result<KeyRecord, StoreError> {
+pub(super) fn key_record(row: &Row) -> Result<KeyRecord, StoreError> {
     let fingerprint: Vec<u8> = row.get("fingerprint");
     let fingerprint: [u8; 32] = fingerprint
         .try_into()

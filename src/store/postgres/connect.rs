@@ -29,12 +29,16 @@ use crate::bounds::CONNECT_TIMEOUT;
 /// What stops orderly before it has tried to connect: the URL, or this process's machinery.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// Not a postgres:// or postgresql:// URL.
     #[error("the database URL must start with postgres:// or postgresql://")]
     Scheme,
+    /// The driver refused the URL.
     #[error("the database URL cannot be used: {0}")]
     Url(tokio_postgres::Error),
+    /// The engine's own runtime could not be started.
     #[error("cannot start the database runtime: {0}")]
     Runtime(std::io::Error),
+    /// The connection pool could not be built.
     #[error("cannot build the connection pool: {0}")]
     Pool(deadpool_postgres::BuildError),
 }
@@ -42,7 +46,10 @@ pub enum ConnectError {
 /// The configuration of orderly's connections, from the database URL's settings checked;
 /// every connection of one process carries `application_name`, which names the process to an
 /// operator looking at `pg_stat_activity` (no instance judges another by it: see `outbox.rs`).
-pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, ConnectError> {
+pub(super) fn config(
+    url: &str,
+    application_name: &str,
+) -> Result<tokio_postgres::Config, ConnectError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(ConnectError::Scheme);
     }
@@ -61,7 +68,7 @@ pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Confi
 
 /// The database `url` names, as an operator would look for it (hosts, ports and database;
 /// never the password).
-pub fn target(url: &str) -> String {
+pub(super) fn target(url: &str) -> String {
     let Ok(config) = tokio_postgres::Config::from_str(url) else {
         return "the database".into();
     };
@@ -84,7 +91,7 @@ pub fn target(url: &str) -> String {
 /// Why no connection could be opened, in one line an operator can act on (never tokio's
 /// bare "db error"): unreachable, a refused login, a missing database, a startup parameter
 /// a pooler refuses, too many connections, a server starting or stopping.
-pub fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
+pub(super) fn cannot_connect(e: &deadpool_postgres::PoolError, url: &str) -> String {
     let target = target(url);
     let e = match e {
         deadpool_postgres::PoolError::Backend(e)
@@ -147,7 +154,7 @@ const OLDEST_SERVER: u32 = 140_000;
 /// (PgBouncer's `statement` mode): it asks inside a transaction of its own, opened by a
 /// message of its own, as every write of orderly's is. And a server older than the oldest
 /// orderly supports.
-pub async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
+pub(super) async fn writable(client: &deadpool_postgres::Object, url: &str) -> Result<(), String> {
     let refused = |e: tokio_postgres::Error| match e.as_db_error() {
         Some(db) if db.message().contains("statement pooling mode") => {
             statement_mode(&target(url), db.message())
@@ -235,13 +242,16 @@ impl Connect for OnOwnRuntime {
 }
 
 /// A pool of up to `size` connections.
-pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, ConnectError> {
+pub(super) fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, ConnectError> {
     Ok(pools(config, &[size])?.remove(0))
 }
 
 /// Pools of up to `sizes` connections each, driven by one runtime: the engine's pool, and the
 /// rate limiter's and the cache lease's connections of their own.
-pub fn pools(config: tokio_postgres::Config, sizes: &[usize]) -> Result<Vec<Pool>, ConnectError> {
+pub(super) fn pools(
+    config: tokio_postgres::Config,
+    sizes: &[usize],
+) -> Result<Vec<Pool>, ConnectError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("orderly-postgres")
@@ -420,7 +430,7 @@ async fn reached_directly(
 /// TLS for `sslmode=prefer` and `require`. As with libpq without a root certificate, the
 /// connection is encrypted and the server's signature checked, but its certificate chain is
 /// not verified.
-pub fn tls() -> MakeRustlsConnect {
+pub(super) fn tls() -> MakeRustlsConnect {
     let provider = Arc::new(ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()

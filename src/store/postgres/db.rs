@@ -29,23 +29,23 @@ use crate::store::admission::{not_sent, Admission, Admitted, InFlight, Ticket};
 use crate::store::{KeyClaim, StoreError};
 
 /// What every operation of the engine shares.
-pub struct Db {
-    pub pool: Pool,
+pub(super) struct Db {
+    pub(crate) pool: Pool,
     /// Writes waiting for the database at once (`--max-pending-writes`).
-    pub admission: Admission,
+    pub(crate) admission: Admission,
     /// The COMMITs sent and not yet confirmed (`/readyz`).
-    pub commits: Arc<InFlight>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) commits: Arc<InFlight>,
+    pub(crate) metrics: Arc<Metrics>,
     /// The runtime the store was opened on, which outlives every request: writes and batches
     /// run there, so that a caller that goes away (or is answered at its deadline) takes no
     /// write with it.
-    pub runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl Db {
     /// A connection for work bounded by `bound`: waiting for a free one ends at its deadline
     /// with nothing sent (`TimedOut`).
-    pub async fn conn(&self, bound: &Bound) -> Result<Conn, Fault> {
+    pub(super) async fn conn(&self, bound: &Bound) -> Result<Conn, Fault> {
         match tokio::time::timeout_at(bound.deadline.instant().into(), self.pool.get()).await {
             Ok(Ok(object)) => Ok(Conn {
                 object: Some(object),
@@ -60,7 +60,11 @@ impl Db {
     }
 
     /// Counts a committed write's time, as the embedded engine counts its flushes.
-    pub fn committed<T>(&self, started: Instant, outcome: Result<T, Fault>) -> Result<T, Fault> {
+    pub(super) fn committed<T>(
+        &self,
+        started: Instant,
+        outcome: Result<T, Fault>,
+    ) -> Result<T, Fault> {
         if outcome.is_ok() {
             self.metrics
                 .commit_seconds
@@ -73,16 +77,16 @@ impl Db {
 /// What bounds one piece of work: its deadline, until when it waits for a lock, and (for a
 /// write) the ticket that decides whether its COMMIT may still be sent.
 #[derive(Clone)]
-pub struct Bound {
-    pub deadline: Deadline,
-    pub locks_until: Instant,
+pub(super) struct Bound {
+    pub(crate) deadline: Deadline,
+    pub(crate) locks_until: Instant,
     ticket: Option<Ticket>,
     commits: Arc<InFlight>,
 }
 
 impl Bound {
     /// A read: nothing to commit.
-    pub fn read(deadline: Deadline, db: &Db) -> Self {
+    pub(super) fn read(deadline: Deadline, db: &Db) -> Self {
         Bound {
             deadline,
             locks_until: deadline.capped(LOCK_TIMEOUT),
@@ -93,7 +97,7 @@ impl Bound {
 
     /// A write of a request admitted as `admitted`: its locks wait until the claim's bound
     /// (the key's wait) or, without a claim, `LOCK_TIMEOUT`, within the deadline.
-    pub fn write(admitted: &Admitted, claim: Option<&KeyClaim>, db: &Db) -> Self {
+    pub(super) fn write(admitted: &Admitted, claim: Option<&KeyClaim>, db: &Db) -> Self {
         let deadline = admitted.deadline;
         let locks_until = match claim {
             Some(claim) => claim.wait_until.min(deadline.instant()),
@@ -109,7 +113,7 @@ impl Bound {
 
     /// A batch of writes: bounded by the earliest deadline and lock bound among them, and
     /// sending their tickets itself before its COMMIT.
-    pub fn batch(deadline: Deadline, locks_until: Instant, db: &Db) -> Self {
+    pub(super) fn batch(deadline: Deadline, locks_until: Instant, db: &Db) -> Self {
         Bound {
             deadline,
             locks_until: locks_until.min(deadline.instant()),
@@ -129,7 +133,7 @@ impl Bound {
 /// sent, and then up to `COMMIT_PATIENCE` longer for the COMMIT's answer. Work dropped at
 /// either bound gives its connection up (`Conn`). Work that ended before its COMMIT with
 /// its deadline passed wrote nothing: `TimedOut`.
-pub async fn finish<T>(
+pub(super) async fn finish<T>(
     bound: &Bound,
     work: impl Future<Output = Result<T, Fault>>,
 ) -> Result<T, Fault> {
@@ -158,7 +162,7 @@ pub async fn finish<T>(
 /// once that work ran to its end (`settle`); dropped midway (at a deadline, a statement
 /// perhaps still running on it), it is taken out of the pool and closed instead, so that no
 /// later request queues behind what it was doing.
-pub struct Conn {
+pub(super) struct Conn {
     object: Option<Object>,
     bound: Bound,
     settled: bool,
@@ -197,14 +201,14 @@ impl Session for Conn {
 
 impl Conn {
     /// The work using it ran to its end: the connection may serve the next one.
-    pub fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.settled = true;
     }
 
     /// For a write that is one statement on its own (its own transaction): sends the write's
     /// ticket, refused once its deadline passed or its caller withdrew it, and counts the
     /// statement in flight as a commit until `Commit::done`.
-    pub fn sending_alone(&self) -> Result<crate::store::admission::Commit, Fault> {
+    pub(super) fn sending_alone(&self) -> Result<crate::store::admission::Commit, Fault> {
         if let Some(ticket) = &self.bound.ticket {
             if !ticket.send(self.bound.deadline) {
                 return Err(Fault::Store(not_sent()));
@@ -217,7 +221,7 @@ impl Conn {
     /// money is serialized by orderly's row locks, and under REPEATABLE READ each race on a
     /// hot account would be a serialization failure), and the gate its COMMIT goes through.
     /// The transaction's first statements must be sent with `Gate::limit_waits`.
-    pub async fn begin(&mut self) -> Result<(Tx<'_>, Gate), Fault> {
+    pub(super) async fn begin(&mut self) -> Result<(Tx<'_>, Gate), Fault> {
         let gate = Gate {
             bound: self.bound.clone(),
         };
@@ -231,7 +235,7 @@ impl Conn {
 }
 
 /// Where a transaction's bounds are kept and its COMMIT is decided.
-pub struct Gate {
+pub(super) struct Gate {
     bound: Bound,
 }
 
@@ -245,7 +249,7 @@ impl Gate {
     /// it (`IDLE_IN_TRANSACTION_TIMEOUT`). Sent together with the transaction's first
     /// statements (no round trip of its own), and again before a later lock, which then gets
     /// only what is left.
-    pub async fn limit_waits<C: Session>(&self, c: &C) -> Result<(), Fault> {
+    pub(super) async fn limit_waits<C: Session>(&self, c: &C) -> Result<(), Fault> {
         let now = Instant::now();
         let millis = |until: Instant| {
             until
@@ -272,7 +276,7 @@ impl Gate {
     /// COMMITs `tx` when its write may still be sent (its deadline has not passed, its caller
     /// still waits), counted in flight until the database confirms it; otherwise rolls it
     /// back (`TimedOut`: nothing of it is ever written).
-    pub async fn commit(self, tx: Tx<'_>) -> Result<(), Fault> {
+    pub(super) async fn commit(self, tx: Tx<'_>) -> Result<(), Fault> {
         if let Some(ticket) = &self.bound.ticket {
             if !ticket.send(self.bound.deadline) {
                 return Err(Fault::Store(not_sent()));

@@ -8,13 +8,13 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use crate::bounds::Deadline;
 use crate::store::StoreError;
 
-pub struct KeyReads {
+pub(super) struct KeyReads {
     permits: Semaphore,
 }
 
 impl KeyReads {
     /// A quarter of the pool, at least one connection.
-    pub fn new(pool_size: usize) -> Self {
+    pub(super) fn new(pool_size: usize) -> Self {
         KeyReads {
             permits: Semaphore::new((pool_size / 4).max(1)),
         }
@@ -22,7 +22,10 @@ impl KeyReads {
 
     /// A place among the lookups in flight, waited for until `deadline`: past it the request
     /// is answered that nothing was done (503), like any read the storage did not serve.
-    pub async fn enter(&self, deadline: Deadline) -> Result<SemaphorePermit<'_>, StoreError> {
+    pub(super) async fn enter(
+        &self,
+        deadline: Deadline,
+    ) -> Result<SemaphorePermit<'_>, StoreError> {
         match tokio::time::timeout_at(deadline.instant().into(), self.permits.acquire()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(StoreError::TimedOut(

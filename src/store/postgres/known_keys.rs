@@ -26,7 +26,7 @@ use crate::bounds::KEYS_LOAD_WITHIN;
 use crate::store::StoreError;
 
 /// The keys known when an instance opens, read within `KEYS_LOAD_WITHIN`.
-pub async fn at_open(pool: &Pool) -> Result<KnownKeys, OpenError> {
+pub(super) async fn at_open(pool: &Pool) -> Result<KnownKeys, OpenError> {
     let loading = async {
         let client = pool.get().await.map_err(Fault::from)?;
         KnownKeys::load(&client).await
@@ -38,7 +38,7 @@ pub async fn at_open(pool: &Pool) -> Result<KnownKeys, OpenError> {
 }
 
 /// The hashes, and the newest change applied to them.
-pub struct KnownKeys {
+pub(super) struct KnownKeys {
     hashes: HashSet<[u8; 32]>,
     synced: i64,
 }
@@ -47,7 +47,7 @@ impl KnownKeys {
     /// Every key that can authenticate now, and the change they are current to: the version is
     /// read first, so a change that commits meanwhile is newer and is read again later
     /// (applying a row twice leaves it as it is).
-    pub async fn load(c: &impl Session) -> Result<KnownKeys, Fault> {
+    pub(super) async fn load(c: &impl Session) -> Result<KnownKeys, Fault> {
         let version: i64 = query_opt(c, "SELECT version FROM auth_cache_version", &[])
             .await?
             .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?
@@ -65,7 +65,7 @@ impl KnownKeys {
 
     /// No key, current to change `version`.
     #[cfg(test)]
-    pub fn empty(version: i64) -> KnownKeys {
+    pub(crate) fn empty(version: i64) -> KnownKeys {
         KnownKeys {
             hashes: HashSet::new(),
             synced: version,
@@ -73,21 +73,21 @@ impl KnownKeys {
     }
 
     /// The newest change applied.
-    pub fn synced(&self) -> i64 {
+    pub(super) fn synced(&self) -> i64 {
         self.synced
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.hashes.len()
     }
 
-    pub fn contains(&self, hash: &[u8; 32]) -> bool {
+    pub(super) fn contains(&self, hash: &[u8; 32]) -> bool {
         self.hashes.contains(hash)
     }
 
     /// Applies `changes` (each key changed after `synced`, as it is now) and notes that the
     /// set is current to `version`.
-    pub fn apply(&mut self, changes: Vec<([u8; 32], bool)>, version: i64) {
+    pub(super) fn apply(&mut self, changes: Vec<([u8; 32], bool)>, version: i64) {
         for (hash, revoked) in changes {
             if revoked {
                 self.hashes.remove(&hash);
@@ -100,7 +100,10 @@ impl KnownKeys {
 }
 
 /// The keys changed (created or revoked) after change `after`, each as it is now.
-pub async fn changed_after(c: &impl Session, after: i64) -> Result<Vec<([u8; 32], bool)>, Fault> {
+pub(super) async fn changed_after(
+    c: &impl Session,
+    after: i64,
+) -> Result<Vec<([u8; 32], bool)>, Fault> {
     let rows = query(
         c,
         "SELECT hash, revoked FROM api_keys WHERE changed_in > $1",

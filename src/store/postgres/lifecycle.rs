@@ -121,7 +121,7 @@ async fn write_change(
 
 /// A cancel or a refund (`OrderChange`): the key checked free, the order, the balance and the
 /// event lock taken in one round trip, decided, and written in one pipeline before the COMMIT.
-pub async fn change_order<C: OrderChange>(
+pub(super) async fn change_order<C: OrderChange>(
     client: &mut Conn,
     request: &C,
 ) -> Result<Result<Vec<u8>, C::Refusal>, Fault> {
@@ -150,7 +150,7 @@ pub async fn change_order<C: OrderChange>(
 /// its `order.completed` event. Orders another transaction holds (a cancel) are skipped, not
 /// waited for: the next pass sees what became of them. The read walks the queue's index by
 /// creation time (migration 0008), so a pass reads the due orders only, however many wait.
-pub async fn complete_due_orders(
+pub(super) async fn complete_due_orders(
     client: &mut Conn,
     created_by: crate::domain::time::Millis,
     max: usize,

@@ -15,24 +15,24 @@ use crate::store::Spent;
 
 /// A loan is granted only from a budget with at least this many requests left beyond the
 /// requests waiting, and is at most a `SHARE`th of them.
-pub const FLOOR: i64 = 1024;
-pub const SHARE: i64 = 16;
+pub(super) const FLOOR: i64 = 1024;
+pub(super) const SHARE: i64 = 16;
 /// The first loan a client gets (when at least two of its requests wait on one statement);
 /// each loan spent before it lapses doubles the next, up to `LARGEST`.
 const FIRST: i64 = 32;
 const LARGEST: i64 = 4096;
 /// How long a loan may be drawn on before what is left goes back.
-pub const TERM: Duration = Duration::from_millis(200);
+pub(super) const TERM: Duration = Duration::from_millis(200);
 
 /// The terms a client's requests are spent under (nanoseconds).
 #[derive(Clone, Copy)]
-pub struct Terms {
-    pub emission: i64,
-    pub window: i64,
+pub(super) struct Terms {
+    pub(crate) emission: i64,
+    pub(crate) window: i64,
 }
 
 /// Budget lent to this instance for one client.
-pub struct Loan {
+pub(super) struct Loan {
     /// Requests still allowed from it.
     left: i64,
     /// What was lent, how far the arrival time was ahead of now once it was, and when.
@@ -45,7 +45,7 @@ pub struct Loan {
 impl Loan {
     /// The loan of `lent` requests that a statement answered at `at` granted beyond its
     /// waiting requests, the arrival time then `ahead` ns ahead.
-    pub fn new(lent: i64, ahead: i64, at: Instant, terms: Terms) -> Self {
+    pub(super) fn new(lent: i64, ahead: i64, at: Instant, terms: Terms) -> Self {
         Loan {
             left: lent,
             lent,
@@ -55,17 +55,17 @@ impl Loan {
         }
     }
 
-    pub fn lapsed(&self, now: Instant) -> bool {
+    pub(super) fn lapsed(&self, now: Instant) -> bool {
         now >= self.at + TERM
     }
 
-    pub fn lapses_at(&self) -> Instant {
+    pub(super) fn lapses_at(&self) -> Instant {
         self.at + TERM
     }
 
     /// Allows one request from the loan, if it has any left and has not lapsed: as the
     /// statement would have, the request's arrival time counted from when it was lent.
-    pub fn draw(&mut self, now: Instant) -> Option<Spent> {
+    pub(super) fn draw(&mut self, now: Instant) -> Option<Spent> {
         if self.left == 0 || self.lapsed(now) {
             return None;
         }
@@ -78,12 +78,12 @@ impl Loan {
     }
 
     /// What goes back to the shared budget when the loan is closed.
-    pub fn unused(&self) -> i64 {
+    pub(super) fn unused(&self) -> i64 {
         self.left
     }
 
     /// The loan to ask for next: twice this one when it was all drawn before it lapsed.
-    pub fn next_size(&self, now: Instant) -> i64 {
+    pub(super) fn next_size(&self, now: Instant) -> i64 {
         if self.left == 0 && !self.lapsed(now) {
             (self.lent * 2).clamp(FIRST, LARGEST)
         } else {
@@ -94,7 +94,7 @@ impl Loan {
 
 /// The loan to ask for with `waiting` requests of a client whose last loan (if any) was
 /// `previous`: none for a lone request (a quiet client costs no budget ahead of time).
-pub fn wanted(waiting: usize, previous: Option<&Loan>, now: Instant) -> i64 {
+pub(super) fn wanted(waiting: usize, previous: Option<&Loan>, now: Instant) -> i64 {
     match previous {
         Some(loan) => loan.next_size(now),
         None if waiting >= 2 => FIRST,

@@ -16,7 +16,7 @@ use crate::store::{KeyClaim, StoreError, Taken};
 /// caller looks the key up again, or answers that it is in progress). The transaction's
 /// bounds (its first statement), the lock and the row's read are sent together: one round
 /// trip.
-pub async fn key_taken<C: Session>(
+pub(super) async fn key_taken<C: Session>(
     c: &C,
     gate: &Gate,
     account: &AccountId,
@@ -56,7 +56,7 @@ pub async fn key_taken<C: Session>(
 /// follows (`Id::after`). Each instance's clock follows the database's, but two clocks agree
 /// only to about a round trip; the newest id makes the order exact, so that
 /// `GET /b2b/events?after=` never skips an event that commits later with a smaller id.
-pub async fn lock_events<C: Session>(
+pub(super) async fn lock_events<C: Session>(
     c: &C,
     account: &AccountId,
 ) -> Result<Option<crate::domain::ids::Id>, Fault> {

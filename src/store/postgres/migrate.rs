@@ -31,7 +31,7 @@ const MIGRATION_LOCK: i64 = 0x006f_7264_6572_6c79;
 
 /// Why the schema could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
+pub(crate) enum MigrateError {
     #[error("the database schema is at version {found}, newer than this orderly knows ({known}); run a newer orderly")]
     TooNew { found: i32, known: i32 },
     #[error("{0}")]
@@ -45,7 +45,7 @@ impl From<tokio_postgres::Error> for MigrateError {
 }
 
 /// The highest version this binary knows.
-pub fn known_version() -> i32 {
+pub(super) fn known_version() -> i32 {
     MIGRATIONS.last().map(|(v, _)| *v).unwrap_or(0)
 }
 
@@ -54,7 +54,7 @@ pub fn known_version() -> i32 {
 /// hands the server session on after each transaction, and a session lock would go with it),
 /// and then reads which version the database is at: instances starting together take turns,
 /// and each migration is applied once.
-pub async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
+pub(super) async fn run(client: &mut Object) -> Result<Vec<i32>, MigrateError> {
     let known = known_version();
     let waiting_until = Instant::now() + LOCK_WAIT;
     let mut applied = Vec::new();

@@ -25,7 +25,7 @@ mod backup;
 mod batch;
 mod clock;
 mod codec;
-mod connect;
+pub(crate) mod connect;
 mod db;
 mod key_reads;
 mod known_keys;
@@ -73,18 +73,18 @@ use db::{Bound, Db};
 use key_reads::KeyReads;
 use tx::{retried, Fault};
 
-pub struct Options {
+pub(crate) struct Options {
     /// `postgres://…` or `postgresql://…`, with `sslmode` in the query string.
-    pub url: String,
+    pub(crate) url: String,
     /// Connections held at most.
-    pub pool_size: usize,
+    pub(crate) pool_size: usize,
     /// `--max-pending-writes`: writes queued or being committed at once.
-    pub max_pending_writes: usize,
+    pub(crate) max_pending_writes: usize,
     /// Where each write's commit time is counted (`orderly_commit_flush_seconds`).
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Refuse (`OpenError::NotEmpty`) a database whose orderly tables hold rows, before the
     /// schema is migrated: what a restore or a copy is allowed into.
-    pub empty_only: bool,
+    pub(crate) empty_only: bool,
 }
 
 /// Why the engine could not start.
@@ -96,6 +96,7 @@ pub enum OpenError {
     /// The database's schema is newer than this binary: it must not touch it.
     #[error("{0}")]
     SchemaTooNew(String),
+    /// The database failed while the engine opened it (connecting, migrating or reading its state).
     #[error("{0}")]
     Database(String),
     /// Opened `empty_only`, and its orderly tables hold rows: nothing was touched.
@@ -158,7 +159,7 @@ async fn refuse_rows(pool: &Pool, url: &str) -> Result<(), OpenError> {
 }
 
 /// Applies pending migrations and returns the versions applied (`orderly migrate`).
-pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
+pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
     let pool = connect(
         &Options {
             url: url.to_string(),
@@ -175,7 +176,7 @@ pub async fn migrate(url: &str) -> Result<Vec<i32>, OpenError> {
 }
 
 /// Connects, brings the schema up to date, and returns the engine.
-pub async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
+pub(crate) async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> {
     let instance = format!(
         "{}-{}",
         std::process::id(),

@@ -60,7 +60,7 @@ static WRITE_ORDERS: LazyLock<String> = LazyLock::new(|| {
 
 /// The accepted orders of a batch (or of one order alone) and each account's final balance,
 /// in one statement. The caller holds the balance rows' locks.
-pub async fn write_orders<C: Session>(
+pub(super) async fn write_orders<C: Session>(
     c: &C,
     balances: &[(AccountId, Cents)],
     orders: &[&Order],
@@ -82,19 +82,22 @@ pub async fn write_orders<C: Session>(
 
 /// Balances as decisions left them, as one statement; the caller holds their rows' locks
 /// (`lock_balance`, or a batch's view).
-pub async fn set_balances<C: Session>(c: &C, balances: &[(AccountId, Cents)]) -> Result<(), Fault> {
+pub(super) async fn set_balances<C: Session>(
+    c: &C,
+    balances: &[(AccountId, Cents)],
+) -> Result<(), Fault> {
     execute(c, SET_BALANCES, &refs(&balance_columns(balances))).await?;
     Ok(())
 }
 
 /// New orders, as one statement whatever their number (a batch's, or one alone).
-pub async fn insert_orders<C: Session>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
+pub(super) async fn insert_orders<C: Session>(c: &C, orders: &[&Order]) -> Result<(), Fault> {
     execute(c, INSERT_ORDERS, &refs(&order_columns(orders))).await?;
     Ok(())
 }
 
 /// Ledger entries of any accounts, as one statement.
-pub async fn insert_ledger<C: Session>(
+pub(super) async fn insert_ledger<C: Session>(
     c: &C,
     entries: &[(&AccountId, &LedgerEntry)],
 ) -> Result<(), Fault> {
@@ -103,7 +106,7 @@ pub async fn insert_ledger<C: Session>(
 }
 
 /// Key rows (account, key, row) of first uses, as one statement.
-pub async fn insert_key_rows<C: Session>(
+pub(super) async fn insert_key_rows<C: Session>(
     c: &C,
     rows: &[(&AccountId, &str, &KeyRecord)],
 ) -> Result<(), Fault> {

@@ -21,7 +21,7 @@ use crate::domain::time::now_millis;
 use crate::store::batch::{decide, Decisions, OrderView, Wants};
 use crate::store::{NewOrder, OrderRefusal, StoreError};
 
-pub async fn place_order(
+pub(super) async fn place_order(
     client: &mut Conn,
     new: &NewOrder,
 ) -> Result<Result<Vec<u8>, OrderRefusal>, Fault> {
@@ -67,11 +67,13 @@ pub async fn place_order(
 }
 
 /// The products an order's (or a batch's) lines name.
-pub static PRODUCTS_SQL: LazyLock<String> =
+pub(super) static PRODUCTS_SQL: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {} FROM products WHERE id = ANY($1)", codec::PRODUCT));
 
 /// The products of `rows`, by id.
-pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>, StoreError> {
+pub(super) fn catalog(
+    rows: &[tokio_postgres::Row],
+) -> Result<HashMap<String, Product>, StoreError> {
     rows.iter()
         .map(|row| codec::product(row).map(|p| (p.id.clone(), p)))
         .collect()
@@ -79,7 +81,7 @@ pub fn catalog(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Product>,
 
 /// The accepted orders' rows and each account's final balance: one statement, whatever the
 /// batch's size.
-pub async fn write_decisions(tx: &Tx<'_>, decisions: &Decisions) -> Result<(), Fault> {
+pub(super) async fn write_decisions(tx: &Tx<'_>, decisions: &Decisions) -> Result<(), Fault> {
     let accepted = &decisions.accepted;
     if accepted.is_empty() {
         return Ok(());

@@ -42,14 +42,14 @@ use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery};
 /// How long a claimed delivery stays this instance's at most: an attempt's 10 s timeout and
 /// the settling write, with room to spare; well inside the 30 s in which another instance must
 /// take over the work of one that died without closing its connections.
-pub const CLAIM_LEASE_MS: u64 = 20_000;
+pub(super) const CLAIM_LEASE_MS: u64 = 20_000;
 /// How long a claim extended for an attempt holds, on the database's clock: the attempt's 10 s
 /// timeout, the settling write after it, and the round trip of the extension itself.
-pub const ATTEMPT_LEASE_MS: u64 = 20_000;
+pub(super) const ATTEMPT_LEASE_MS: u64 = 20_000;
 
 /// The `application_name` of an instance's connections: what an operator sees of it in
 /// `pg_stat_activity` (on a direct connection; behind a pooler, the pooler's).
-pub fn application_name(instance: &str) -> String {
+pub(super) fn application_name(instance: &str) -> String {
     format!("orderly {instance}")
 }
 
@@ -108,7 +108,7 @@ const DUE_SQL: &str = concat!(
 /// with their events and the accounts' secrets, each claimed by `instance` for
 /// `CLAIM_LEASE_MS` in the history this instance counts as `claimed_in`. One whose event or
 /// account is gone is dropped from the outbox.
-pub async fn due_deliveries(
+pub(super) async fn due_deliveries(
     c: &Object,
     instance: &str,
     claimed_in: u64,
@@ -212,7 +212,7 @@ async fn claim(
 /// Extends `instance`'s claim `claim` on the delivery of `event_id` to `ATTEMPT_LEASE_MS` from
 /// now on the database's clock, and marks it attempting. False when the claim is no longer
 /// this instance's (it ran out, or was taken over): nothing may be sent.
-pub async fn hold_for_attempt(
+pub(super) async fn hold_for_attempt(
     c: &Conn,
     instance: &str,
     event_id: &str,
@@ -245,7 +245,7 @@ pub async fn hold_for_attempt(
 /// An attempting claim stays until it runs out: the stop waits for the POSTs on the wire and
 /// settles them, but one it could not wait for (the stop's time ran out) may still be
 /// sending, and the receiver may still be handling one whose connection the exit closed.
-pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
+pub(super) async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
     execute(
         c,
         "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, claim = NULL,
@@ -260,7 +260,7 @@ pub async fn release_claims(c: &Object, instance: &str) -> Result<u64, Fault> {
 /// and another instance has taken the delivery over, or a redelivery moved the row, the
 /// attempt is still logged, but the outbox row is the new holder's (or the redelivery's) to
 /// settle; this claim on a moved row is released, so the redelivery goes out at once.
-pub async fn settle_delivery(
+pub(super) async fn settle_delivery(
     client: &mut Conn,
     due: &DueDelivery,
     outcome: DeliveryOutcome,
@@ -311,7 +311,7 @@ pub async fn settle_delivery(
 /// Deletes up to `max` key rows whose expiry passed before `now`; returns how many. The
 /// statement is the claim: rows another instance's sweep (or a use of the key) holds are
 /// skipped rather than waited for, and its locks end with it, even if its instance dies.
-pub async fn sweep_expired_keys(c: &Conn, now: Millis, max: usize) -> Result<usize, Fault> {
+pub(super) async fn sweep_expired_keys(c: &Conn, now: Millis, max: usize) -> Result<usize, Fault> {
     let in_flight = c.sending_alone()?;
     let deleted = alone(
         c,

@@ -81,7 +81,7 @@ const PRUNE: &str = "DELETE FROM rate_limits
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The shortest time between two statements' starts: at most 500 statements a second per
 /// instance, whatever the traffic, and never more than 2 ms added to a request's wait.
-pub const TICK: Duration = Duration::from_millis(2);
+pub(super) const TICK: Duration = Duration::from_millis(2);
 
 type Waiter = oneshot::Sender<Result<Spent, StoreError>>;
 
@@ -178,7 +178,7 @@ struct Shared {
     arrived: Notify,
 }
 
-pub struct PgRateLimit {
+pub(super) struct PgRateLimit {
     /// The limiter's own connection (a pool of one, so that it is reopened by itself).
     pool: Pool,
     shared: Arc<Shared>,
@@ -186,7 +186,7 @@ pub struct PgRateLimit {
 }
 
 impl PgRateLimit {
-    pub fn new(pool: Pool, metrics: Arc<Metrics>, history: Arc<History>) -> Self {
+    pub(super) fn new(pool: Pool, metrics: Arc<Metrics>, history: Arc<History>) -> Self {
         PgRateLimit {
             pool,
             shared: Arc::new(Shared {

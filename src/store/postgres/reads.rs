@@ -30,7 +30,7 @@ fn fetch_limit(limit: usize) -> i64 {
     limit.saturating_add(1).min(i64::MAX as usize) as i64
 }
 
-pub async fn authenticate(
+pub(super) async fn authenticate(
     c: &Object,
     hash: &[u8; 32],
 ) -> Result<Option<(ApiKeyRecord, Account)>, Fault> {
@@ -51,7 +51,7 @@ pub async fn authenticate(
 
 /// `authenticate` and the key's row in the key's account, one statement: a replay costs one
 /// round trip.
-pub async fn authenticate_with_key(
+pub(super) async fn authenticate_with_key(
     c: &Object,
     hash: &[u8; 32],
     key: &IdempotencyKey,
@@ -84,7 +84,7 @@ pub async fn authenticate_with_key(
     }
 }
 
-pub async fn account(c: &Object, id: &AccountId) -> Result<Option<Account>, Fault> {
+pub(super) async fn account(c: &Object, id: &AccountId) -> Result<Option<Account>, Fault> {
     let sql = format!("SELECT {} FROM accounts a WHERE a.id = $1", codec::ACCOUNT);
     Ok(match query_opt(c, &sql, &[&id.to_string()]).await? {
         Some(row) => Some(codec::account(&row)?),
@@ -92,7 +92,7 @@ pub async fn account(c: &Object, id: &AccountId) -> Result<Option<Account>, Faul
     })
 }
 
-pub async fn balance(c: &Object, id: &AccountId) -> Result<Cents, Fault> {
+pub(super) async fn balance(c: &Object, id: &AccountId) -> Result<Cents, Fault> {
     let row = query_opt(
         c,
         "SELECT available FROM balances WHERE account_id = $1",
@@ -102,7 +102,7 @@ pub async fn balance(c: &Object, id: &AccountId) -> Result<Cents, Fault> {
     Ok(row.map(|r| r.get(0)).unwrap_or(Cents::ZERO))
 }
 
-pub async fn product(c: &Object, id: &str) -> Result<Option<Product>, Fault> {
+pub(super) async fn product(c: &Object, id: &str) -> Result<Option<Product>, Fault> {
     let sql = format!("SELECT {} FROM products WHERE id = $1", codec::PRODUCT);
     Ok(match query_opt(c, &sql, &[&id]).await? {
         Some(row) => Some(codec::product(&row)?),
@@ -110,7 +110,7 @@ pub async fn product(c: &Object, id: &str) -> Result<Option<Product>, Fault> {
     })
 }
 
-pub async fn active_products_page(
+pub(super) async fn active_products_page(
     c: &Object,
     after: Option<String>,
     limit: usize,
@@ -128,7 +128,7 @@ pub async fn active_products_page(
     Ok(page(items, limit, |p| p.id.clone()))
 }
 
-pub async fn replay_lookup(
+pub(super) async fn replay_lookup(
     c: &Object,
     account: &AccountId,
     key: &IdempotencyKey,
@@ -145,7 +145,7 @@ pub async fn replay_lookup(
     )
 }
 
-pub async fn order(c: &Object, id: &OrderId) -> Result<Option<Order>, Fault> {
+pub(super) async fn order(c: &Object, id: &OrderId) -> Result<Option<Order>, Fault> {
     let sql = format!("SELECT {} FROM orders WHERE id = $1", codec::ORDER);
     Ok(match query_opt(c, &sql, &[&id.to_string()]).await? {
         Some(row) => Some(codec::order(&row)?),
@@ -153,7 +153,7 @@ pub async fn order(c: &Object, id: &OrderId) -> Result<Option<Order>, Fault> {
     })
 }
 
-pub async fn orders_page(
+pub(super) async fn orders_page(
     c: &Object,
     account: &AccountId,
     external_order_id: Option<String>,
@@ -193,7 +193,7 @@ pub async fn orders_page(
     Ok(page(items, limit, |o| o.id.to_string()))
 }
 
-pub async fn ledger_page(
+pub(super) async fn ledger_page(
     c: &Object,
     account: &AccountId,
     before: Option<Id>,
@@ -218,7 +218,7 @@ pub async fn ledger_page(
     Ok(page(items, limit, |e| e.id.clone()))
 }
 
-pub async fn events_page(
+pub(super) async fn events_page(
     c: &Object,
     account: &AccountId,
     after: Option<Id>,
@@ -239,7 +239,7 @@ pub async fn events_page(
     Ok(page(items, limit, |e| e.id.clone()))
 }
 
-pub async fn delivery_logs(
+pub(super) async fn delivery_logs(
     c: &Object,
     event_ids: &[String],
 ) -> Result<Vec<Option<DeliveryLog>>, Fault> {
@@ -257,7 +257,7 @@ pub async fn delivery_logs(
     Ok(event_ids.iter().map(|id| found.remove(id)).collect())
 }
 
-pub async fn accounts_page(
+pub(super) async fn accounts_page(
     c: &Object,
     after: Option<AccountId>,
     limit: usize,
@@ -277,7 +277,7 @@ pub async fn accounts_page(
     Ok(page(items, limit, |(a, _)| a.id.to_string()))
 }
 
-pub async fn is_empty(c: &Object) -> Result<bool, Fault> {
+pub(super) async fn is_empty(c: &Object) -> Result<bool, Fault> {
     let row = query_opt(
         c,
         "SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM products)",
@@ -289,7 +289,7 @@ pub async fn is_empty(c: &Object) -> Result<bool, Fault> {
 
 /// Whether any of orderly's tables that exist holds a row: the database may have no schema
 /// yet, or an older one, so only the tables present are read.
-pub async fn holds_rows(c: &Object) -> Result<bool, Fault> {
+pub(super) async fn holds_rows(c: &Object) -> Result<bool, Fault> {
     let names: Vec<&str> = TABLES.iter().map(|(table, _)| *table).collect();
     let present: Vec<String> = query(
         c,
@@ -314,7 +314,7 @@ pub async fn holds_rows(c: &Object) -> Result<bool, Fault> {
 }
 
 /// The tables that hold records, with the kind each holds in a backup.
-pub const TABLES: [(&str, &str); 12] = [
+pub(super) const TABLES: [(&str, &str); 12] = [
     ("accounts", "account"),
     ("api_keys", "apiKey"),
     ("products", "product"),
@@ -329,7 +329,9 @@ pub const TABLES: [(&str, &str); 12] = [
     ("previous_webhook_secrets", "previousWebhookSecret"),
 ];
 
-pub async fn row_counts<C: super::tx::Session>(c: &C) -> Result<Vec<(&'static str, u64)>, Fault> {
+pub(super) async fn row_counts<C: super::tx::Session>(
+    c: &C,
+) -> Result<Vec<(&'static str, u64)>, Fault> {
     let sql = TABLES
         .iter()
         .map(|(table, _)| format!("(SELECT count(*) FROM {table})"))

@@ -4,7 +4,7 @@
 use tokio_postgres::types::Json;
 
 use super::codec::{tag, time};
-pub use super::order_rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
+pub(super) use super::order_rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
 use super::tx::{execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{Delivery, DeliveryLog, Event};
@@ -17,7 +17,7 @@ use crate::domain::time::Millis;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{ProviderPaymentRecord, StoreError};
 
-pub async fn insert_account<C: Session>(
+pub(super) async fn insert_account<C: Session>(
     c: &C,
     account: &Account,
     balance: Cents,
@@ -47,7 +47,7 @@ pub async fn insert_account<C: Session>(
     Ok(())
 }
 
-pub async fn insert_api_key<C: Session>(
+pub(super) async fn insert_api_key<C: Session>(
     c: &C,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
@@ -69,7 +69,7 @@ pub async fn insert_api_key<C: Session>(
     Ok(())
 }
 
-pub async fn upsert_product<C: Session>(c: &C, product: &Product) -> Result<(), Fault> {
+pub(super) async fn upsert_product<C: Session>(c: &C, product: &Product) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO products (id, name, price, regions, delivery_fields, active, updated_at)
@@ -92,7 +92,7 @@ pub async fn upsert_product<C: Session>(c: &C, product: &Product) -> Result<(), 
 }
 
 /// The order's changing parts: its status, what was refunded, when it last changed.
-pub async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(), Fault> {
+pub(super) async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(), Fault> {
     execute(
         c,
         "UPDATE orders SET status = $2, refunded = $3, updated_at = $4 WHERE id = $1",
@@ -109,7 +109,7 @@ pub async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(), Fault>
 
 /// The account's balance, its row locked until the commit: what a decision that moves money
 /// reads, so that no other transaction moves it in between.
-pub async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Locked, Fault> {
+pub(super) async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Locked, Fault> {
     let id = account.to_string();
     // Pipelined: the second statement runs once the lock is held, and sees every entry
     // committed before it was.
@@ -137,13 +137,13 @@ const NEWEST_TXN_SQL: &str = "SELECT id FROM ledger WHERE account_id = $1 ORDER 
 /// `(account_id, id)` index per account, whatever the ledger's length. (`DISTINCT ON` over
 /// the same index read and sorted every entry of the accounts: 33 ms for three accounts of
 /// 5,000 entries, against 0.1 ms, and a batch holds its balance locks meanwhile.)
-pub const NEWEST_TXNS_SQL: &str =
+pub(super) const NEWEST_TXNS_SQL: &str =
     "SELECT a.account_id, l.id FROM unnest($1::text[]) AS a(account_id)
      CROSS JOIN LATERAL (SELECT id FROM ledger WHERE ledger.account_id = a.account_id COLLATE \"C\"
                          ORDER BY id DESC LIMIT 1) AS l";
 
 /// A ledger entry id read back.
-pub fn txn_id(row: &tokio_postgres::Row) -> Result<Id, StoreError> {
+pub(super) fn txn_id(row: &tokio_postgres::Row) -> Result<Id, StoreError> {
     let id: String = row.get("id");
     Id::parse(IdKind::Transaction, &id)
         .ok_or_else(|| StoreError::Corrupt(format!("bad ledger id {id:?}")))
@@ -153,14 +153,14 @@ pub fn txn_id(row: &tokio_postgres::Row) -> Result<Id, StoreError> {
 /// under that lock: an entry made now with `Id::after` of it follows every entry committed
 /// before, whichever instance made them, so ids list an account's ledger in the order its
 /// balance moved.
-pub struct Locked {
-    pub balance: Cents,
-    pub newest_txn: Option<Id>,
+pub(super) struct Locked {
+    pub(crate) balance: Cents,
+    pub(crate) newest_txn: Option<Id>,
 }
 
 /// Writes money a decision moved: the new balance and its ledger entry, whose
 /// `balance_after` it is. The caller holds the balance row's lock (`lock_balance`).
-pub async fn move_money<C: Session>(
+pub(super) async fn move_money<C: Session>(
     c: &C,
     account: &AccountId,
     entry: &LedgerEntry,
@@ -173,7 +173,7 @@ pub async fn move_money<C: Session>(
     Ok(())
 }
 
-pub async fn insert_refund<C: Session>(c: &C, refund: &Refund) -> Result<(), Fault> {
+pub(super) async fn insert_refund<C: Session>(c: &C, refund: &Refund) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO refunds (id, order_id, amount, reason, created_at) VALUES ($1, $2, $3, $4, $5)",
@@ -189,7 +189,7 @@ pub async fn insert_refund<C: Session>(c: &C, refund: &Refund) -> Result<(), Fau
     Ok(())
 }
 
-pub async fn insert_event<C: Session>(c: &C, event: &Event) -> Result<(), Fault> {
+pub(super) async fn insert_event<C: Session>(c: &C, event: &Event) -> Result<(), Fault> {
     execute(
         c,
         "INSERT INTO events (id, account_id, created_at, snapshot) VALUES ($1, $2, $3, $4)",
@@ -204,7 +204,7 @@ pub async fn insert_event<C: Session>(c: &C, event: &Event) -> Result<(), Fault>
     Ok(())
 }
 
-pub async fn insert_delivery<C: Session>(
+pub(super) async fn insert_delivery<C: Session>(
     c: &C,
     due_at: Millis,
     delivery: &Delivery,
@@ -224,7 +224,7 @@ pub async fn insert_delivery<C: Session>(
     Ok(())
 }
 
-pub async fn upsert_delivery_log<C: Session>(
+pub(super) async fn upsert_delivery_log<C: Session>(
     c: &C,
     event_id: &str,
     log: &DeliveryLog,
@@ -239,7 +239,7 @@ pub async fn upsert_delivery_log<C: Session>(
     Ok(())
 }
 
-pub async fn upsert_previous_secret<C: Session>(
+pub(super) async fn upsert_previous_secret<C: Session>(
     c: &C,
     account: &AccountId,
     previous: &PreviousSecret,
@@ -259,7 +259,7 @@ pub async fn upsert_previous_secret<C: Session>(
     Ok(())
 }
 
-pub async fn insert_provider_payment<C: Session>(
+pub(super) async fn insert_provider_payment<C: Session>(
     c: &C,
     p: &ProviderPaymentRecord,
 ) -> Result<(), Fault> {

@@ -19,7 +19,7 @@ use std::task::{Context, Poll, Waker};
 /// One transaction's turns. A transaction's statements number a handful, so its waiters are
 /// few and are all woken whenever the front moves.
 #[derive(Default)]
-pub struct SendOrder {
+pub(super) struct SendOrder {
     state: Mutex<Turns>,
 }
 
@@ -36,7 +36,7 @@ struct Turns {
 
 impl SendOrder {
     /// The next place in the order, taken by a statement when it is asked for.
-    pub fn turn(&self) -> Turn<'_> {
+    pub(super) fn turn(&self) -> Turn<'_> {
         let mut turns = self.state.lock().expect("a transaction's turns");
         let ticket = turns.handed;
         turns.handed += 1;
@@ -48,7 +48,7 @@ impl SendOrder {
 }
 
 /// A statement's place in its transaction's order; over when dropped.
-pub struct Turn<'a> {
+pub(super) struct Turn<'a> {
     /// `None`: a statement on a connection outside a transaction, which waits for nothing.
     order: Option<&'a SendOrder>,
     ticket: u64,
@@ -56,7 +56,7 @@ pub struct Turn<'a> {
 
 impl Turn<'_> {
     /// A turn that waits for nothing.
-    pub fn free() -> Turn<'static> {
+    pub(super) fn free() -> Turn<'static> {
         Turn {
             order: None,
             ticket: 0,
@@ -65,7 +65,7 @@ impl Turn<'_> {
 
     /// Runs `request` (a statement, which goes out on its first poll) once every statement
     /// asked for before it has gone out; its turn is over once its first poll sent it.
-    pub async fn send<F: Future>(self, request: F) -> F::Output {
+    pub(super) async fn send<F: Future>(self, request: F) -> F::Output {
         poll_fn(|cx| self.poll_front(cx)).await;
         let mut request = pin!(request);
         let mut turn = Some(self);

@@ -129,7 +129,7 @@ static UNACKNOWLEDGED: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
 });
 
 /// In a change's transaction: the version every live lease must acknowledge.
-pub async fn bump(tx: &impl Session) -> Result<i64, Fault> {
+pub(super) async fn bump(tx: &impl Session) -> Result<i64, Fault> {
     let row = query_opt(
         tx,
         "UPDATE auth_cache_version SET version = version + 1 RETURNING version",
@@ -141,7 +141,7 @@ pub async fn bump(tx: &impl Session) -> Result<i64, Fault> {
 }
 
 /// After a change committed: waits until no instance can serve a copy from before it.
-pub async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fault> {
+pub(super) async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fault> {
     let deadline = Instant::now() + ACK_WAIT;
     loop {
         let row = query_opt(client, &UNACKNOWLEDGED, &[&version])
@@ -167,7 +167,7 @@ pub async fn acknowledged(client: &impl Session, version: i64) -> Result<(), Fau
 /// that a renewal still in flight cannot bring it back when it commits later (the renewal
 /// task is stopped, but a statement it had sent may be waiting for a lock). Pruned with the
 /// leases that lapsed.
-pub async fn release(client: &impl Session, instance: &str) -> Result<(), Fault> {
+pub(super) async fn release(client: &impl Session, instance: &str) -> Result<(), Fault> {
     super::tx::execute(
         client,
         "INSERT INTO auth_cache_leases (instance, valid_until, acknowledged, released)
@@ -184,12 +184,12 @@ pub async fn release(client: &impl Session, instance: &str) -> Result<(), Fault>
 /// an older epoch (a delivery claim, a loan of the rate limit) belongs to a history the
 /// database no longer has.
 #[derive(Default)]
-pub struct History {
+pub(super) struct History {
     epoch: AtomicU64,
 }
 
 impl History {
-    pub fn epoch(&self) -> u64 {
+    pub(super) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
 
@@ -198,7 +198,7 @@ impl History {
     }
 }
 
-pub struct SharedCache {
+pub(super) struct SharedCache {
     auth: Cache<[u8; 32], (ApiKeyRecord, Account)>,
     key_rows: Cache<(AccountId, IdempotencyKey), Arc<KeyRecord>>,
     /// Nanoseconds after `epoch` until which the lease holds here; 0 before the first one.
@@ -243,7 +243,7 @@ impl SharedCache {
     }
 
     /// The live key with this hash and its account, if a copy may be served.
-    pub fn api_key(&self, hash: &[u8; 32]) -> Option<(ApiKeyRecord, Account)> {
+    pub(super) fn api_key(&self, hash: &[u8; 32]) -> Option<(ApiKeyRecord, Account)> {
         if !self.leased() {
             return None;
         }
@@ -254,7 +254,7 @@ impl SharedCache {
     /// lease holds: every creation answered so far was acknowledged here, after the key was
     /// added (`known_keys.rs`). False when the key may exist, or when this instance cannot
     /// tell (no lease, nothing loaded): the database is asked then.
-    pub fn surely_unknown(&self, hash: &[u8; 32]) -> bool {
+    pub(super) fn surely_unknown(&self, hash: &[u8; 32]) -> bool {
         if !self.leased() {
             return false;
         }
@@ -263,12 +263,12 @@ impl SharedCache {
     }
 
     /// The keys known when the store opens.
-    pub fn know(&self, keys: KnownKeys) {
+    pub(super) fn know(&self, keys: KnownKeys) {
         *self.known.write().expect("the known keys") = Some(keys);
     }
 
     /// How many keys can authenticate, as known here.
-    pub fn known_keys(&self) -> usize {
+    pub(super) fn known_keys(&self) -> usize {
         let known = self.known.read().expect("the known keys");
         known.as_ref().map_or(0, KnownKeys::len)
     }
@@ -287,12 +287,12 @@ impl SharedCache {
     }
 
     /// Where a read of API keys starts: handed back to `remember_api_key`.
-    pub fn auth_generation(&self) -> u64 {
+    pub(super) fn auth_generation(&self) -> u64 {
         self.auth.generation()
     }
 
     /// Keeps a live key read since `generation`, unless a change was purged meanwhile.
-    pub fn remember_api_key(
+    pub(super) fn remember_api_key(
         &self,
         generation: u64,
         hash: [u8; 32],
@@ -307,7 +307,7 @@ impl SharedCache {
     /// holds, which it stops doing when the database goes back in time (the row may be gone
     /// from the history the database is on now). The caller lends the pair it looks up by
     /// rather than the cache copying the key to make one: replays come here first, every one.
-    pub fn key_row(&self, scoped: &(AccountId, IdempotencyKey)) -> Option<KeyRecord> {
+    pub(super) fn key_row(&self, scoped: &(AccountId, IdempotencyKey)) -> Option<KeyRecord> {
         if !self.leased() {
             return None;
         }
@@ -316,7 +316,12 @@ impl SharedCache {
     }
 
     /// Keeps a committed key row (rows never change; only the sweeper deletes them).
-    pub fn remember_key_row(&self, account: &AccountId, key: &IdempotencyKey, row: &KeyRecord) {
+    pub(super) fn remember_key_row(
+        &self,
+        account: &AccountId,
+        key: &IdempotencyKey,
+        row: &KeyRecord,
+    ) {
         if servable(row) {
             let generation = self.key_rows.generation();
             self.key_rows
@@ -325,12 +330,12 @@ impl SharedCache {
     }
 
     /// Serves no copy from now on (the instance stops).
-    pub fn give_up(&self) {
+    pub(super) fn give_up(&self) {
         self.lease_until.store(0, Ordering::Release);
     }
 
     /// The epochs of the database's history as this instance saw them.
-    pub fn history(&self) -> Arc<History> {
+    pub(super) fn history(&self) -> Arc<History> {
         Arc::clone(&self.history)
     }
 
@@ -400,7 +405,7 @@ impl SharedCache {
 /// renews the lease, acknowledging what it has caught up on: a catch-up that fails renews
 /// nothing, so the lease lapses here and on the database alike, and no change waits for an
 /// instance that cannot acknowledge it.
-pub async fn renew_leases(
+pub(super) async fn renew_leases(
     cache: Arc<SharedCache>,
     pool: Pool,
     instance: String,

@@ -22,14 +22,14 @@ use crate::domain::money::Cents;
 use crate::store::StoreError;
 
 /// Transactions tried before a serialization failure or deadlock is the caller's.
-pub const MAX_TRIES: u32 = 3;
+pub(super) const MAX_TRIES: u32 = 3;
 
 /// A statement's parameters, each knowing the type it is sent as.
-pub type Params<'a> = &'a [&'a (dyn Param + Sync)];
+pub(super) type Params<'a> = &'a [&'a (dyn Param + Sync)];
 
 /// A value sent as a statement's parameter, with its PostgreSQL type (the unnamed statement
 /// is not described first, so the types go with it).
-pub trait Param: ToSql + Sync {
+pub(super) trait Param: ToSql + Sync {
     fn pg_type(&self) -> Type;
 }
 
@@ -40,12 +40,12 @@ impl<T: PgType + ToSql + Sync> Param for T {
 }
 
 /// The PostgreSQL type a Rust type is sent as.
-pub trait PgType {
+pub(super) trait PgType {
     const TYPE: Type;
 }
 
 /// The PostgreSQL array type a `Vec` of it is sent as.
-pub trait PgElement {
+pub(super) trait PgElement {
     const ARRAY: Type;
 }
 
@@ -113,7 +113,7 @@ fn typed<'a>(params: Params<'a>) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
 /// How a new connection reaches PostgreSQL, as far as its statements are concerned
 /// (`connect::reach`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reach {
+pub(super) enum Reach {
     /// PostgreSQL itself: a statement prepared on the connection stays the connection's.
     Direct,
     /// A pooler that keeps named statements itself (PgBouncer 1.21 and newer with
@@ -142,7 +142,7 @@ const POOLER_KEEPS: u8 = 3;
 /// next transaction may run on a server session that never prepared it (or one where
 /// another client used that name for another statement). One such connection makes every
 /// statement unnamed from then on, for good.
-pub fn statements_on(reach: Reach) {
+pub(super) fn statements_on(reach: Reach) {
     match reach {
         Reach::Direct => keep_if_first(DIRECT),
         Reach::PoolerKeepsStatements => keep_if_first(POOLER_KEEPS),
@@ -172,7 +172,7 @@ fn opened() -> bool {
 }
 
 /// How statements go, for the log: said by `open` once the engine is open.
-pub fn how_statements_go() -> &'static str {
+pub(super) fn how_statements_go() -> &'static str {
     OPENED.store(true, Ordering::SeqCst);
     match REACH.load(Ordering::SeqCst) {
         DIRECT => "PostgreSQL is reached directly: statements are prepared once per connection",
@@ -184,7 +184,7 @@ pub fn how_statements_go() -> &'static str {
 }
 
 /// Where statements run: a pooled connection, or a transaction on one.
-pub trait Session: Sync {
+pub(super) trait Session: Sync {
     fn session(&self) -> &(impl GenericClient + Sync);
     /// The connection's prepared statement for `sql`, prepared on first use and kept.
     fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a>;
@@ -195,7 +195,7 @@ pub trait Session: Sync {
     }
 }
 
-pub type Preparing<'a> =
+pub(super) type Preparing<'a> =
     futures_util::future::BoxFuture<'a, Result<Statement, tokio_postgres::Error>>;
 
 impl Session for Object {
@@ -217,20 +217,20 @@ impl Session for Transaction<'_> {
 }
 
 /// A transaction whose statements go out in the order they are asked for (`Conn::begin`).
-pub struct Tx<'a> {
+pub(super) struct Tx<'a> {
     inner: Transaction<'a>,
     order: SendOrder,
 }
 
 impl<'a> Tx<'a> {
-    pub fn new(inner: Transaction<'a>) -> Self {
+    pub(super) fn new(inner: Transaction<'a>) -> Self {
         Tx {
             inner,
             order: SendOrder::default(),
         }
     }
 
-    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+    pub(super) async fn commit(self) -> Result<(), tokio_postgres::Error> {
         self.inner.commit().await
     }
 }
@@ -266,7 +266,7 @@ fn untyped<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
 
 /// Why an operation did not complete.
 #[derive(Debug)]
-pub enum Fault {
+pub(crate) enum Fault {
     Db(tokio_postgres::Error),
     /// No connection could be had (the database is unreachable, or the pool is exhausted).
     Pool(String),
@@ -300,7 +300,7 @@ impl From<deadpool_postgres::PoolError> for Fault {
 }
 
 impl Fault {
-    pub fn code(&self) -> Option<&SqlState> {
+    pub(crate) fn code(&self) -> Option<&SqlState> {
         match self {
             Fault::Db(e) => e.code(),
             _ => None,
@@ -309,7 +309,7 @@ impl Fault {
 
     /// A transaction that lost a race and may succeed when run again: serialization failures,
     /// deadlocks, and a lock waited for longer than the lock timeout.
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         matches!(
             self.code(),
             Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -318,7 +318,7 @@ impl Fault {
         )
     }
 
-    pub fn is(&self, code: &SqlState) -> bool {
+    pub(crate) fn is(&self, code: &SqlState) -> bool {
         self.code() == Some(code)
     }
 }
@@ -326,7 +326,7 @@ impl Fault {
 /// Of the outcomes of statements sent together in one transaction, the fault that caused the
 /// others: once one statement fails, every later one fails with 25P02 ("current transaction
 /// is aborted"), which is neither the reason nor retryable. `None` when all succeeded.
-pub fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<Fault> {
+pub(super) fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<Fault> {
     let mut faults: Vec<Fault> = faults.into_iter().flatten().collect();
     let cause = faults
         .iter()
@@ -349,14 +349,18 @@ impl From<Fault> for StoreError {
 
 /// The server's SQLSTATE and message when there is one (tokio-postgres's own `Display`
 /// says only "db error").
-pub fn describe(e: &tokio_postgres::Error) -> String {
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("database error {}: {}", db.code().code(), db.message()),
         None => format!("the database connection: {e}"),
     }
 }
 
-pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+pub(super) async fn query<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
     let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
         Some(statement) => {
@@ -377,7 +381,7 @@ pub async fn query<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<V
 /// its key rows kept a hash join over a scan of the whole table (40 to 121 ms a batch, tens
 /// of thousands of rows later), and new orders through PgBouncer 1.25 fell from 5,578 to
 /// 3,151/s over three 10 s runs (`scripts/pooler-compare.sh`; half of the runs, by chance).
-pub async fn query_planned<C: Session>(
+pub(super) async fn query_planned<C: Session>(
     c: &C,
     sql: &str,
     params: Params<'_>,
@@ -388,7 +392,7 @@ pub async fn query_planned<C: Session>(
         .await?)
 }
 
-pub async fn query_opt<C: Session>(
+pub(super) async fn query_opt<C: Session>(
     c: &C,
     sql: &str,
     params: Params<'_>,
@@ -406,7 +410,11 @@ pub async fn query_opt<C: Session>(
     })
 }
 
-pub async fn execute<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<u64, Fault> {
+pub(super) async fn execute<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, Fault> {
     let turn = c.turn();
     Ok(match kept_statement(c, sql, params).await? {
         Some(statement) => {
@@ -434,7 +442,11 @@ static ALONE_BEGIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// COMMITTED (whatever the server's or the role's default), a bound on its lock waits and a
 /// COMMIT that waits for durability. BEGIN, the statement and COMMIT go out together: one round trip, like the
 /// statement alone. A failed statement makes the COMMIT a rollback, and its error is returned.
-pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<Vec<Row>, Fault> {
+pub(super) async fn alone<C: Session>(
+    c: &C,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
     let session = c.session();
     // Prepared (once per connection) before the transaction, so that its three parts still
     // go out together.
@@ -458,7 +470,7 @@ pub async fn alone<C: Session>(c: &C, sql: &str, params: Params<'_>) -> Result<V
 }
 
 /// The rows of `sql` as they arrive, for a reader that may stop early.
-pub async fn query_stream<C: Session>(
+pub(super) async fn query_stream<C: Session>(
     c: &C,
     sql: &str,
     params: Params<'_>,

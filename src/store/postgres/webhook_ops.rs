@@ -21,7 +21,7 @@ use crate::domain::webhook_secret::{retire, PreviousSecret};
 use crate::store::Redelivered;
 
 /// Serializes everything that moves one event's callback: redeliveries and settlings.
-pub async fn lock_callback<C: Session>(c: &C, event_id: &str) -> Result<(), Fault> {
+pub(super) async fn lock_callback<C: Session>(c: &C, event_id: &str) -> Result<(), Fault> {
     let name = format!("callback:{event_id}");
     execute(
         c,
@@ -34,7 +34,7 @@ pub async fn lock_callback<C: Session>(c: &C, event_id: &str) -> Result<(), Faul
 
 /// Replaces the secret; returns the one replaced and the change every instance's copies of
 /// the account must acknowledge (`shared_cache::bump`).
-pub async fn rotate_webhook_secret(
+pub(super) async fn rotate_webhook_secret(
     client: &mut Conn,
     account: &AccountId,
     secret: &str,
@@ -72,7 +72,7 @@ pub async fn rotate_webhook_secret(
 }
 
 /// Queues one attempt of event `id`'s callback at `now`; `owner` limits it to that account's.
-pub async fn redeliver(
+pub(super) async fn redeliver(
     client: &mut Conn,
     id: &Id,
     owner: Option<AccountId>,
@@ -99,7 +99,7 @@ pub async fn redeliver(
 }
 
 /// Redelivers every callback of `account` given up at or after `since`; returns how many.
-pub async fn recover(
+pub(super) async fn recover(
     client: &mut Conn,
     account: &AccountId,
     since: Millis,

@@ -16,7 +16,10 @@ use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
 
-pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxResult<Cents, R> {
+pub(super) fn read_balance<R>(
+    balances: &TransactionalTree,
+    account: &AccountId,
+) -> TxResult<Cents, R> {
     match tx(balances.get(account.bytes()))? {
         Some(bytes) => Ok(codec::decode(&bytes)?),
         None => Ok(Cents::ZERO),
@@ -24,7 +27,7 @@ pub fn read_balance<R>(balances: &TransactionalTree, account: &AccountId) -> TxR
 }
 
 /// Writes the new balance and its ledger entry: the one way money moves.
-pub fn move_money<R>(
+pub(super) fn move_money<R>(
     changes: &Changes,
     balances: &TransactionalTree,
     ledger: &TransactionalTree,
@@ -49,7 +52,7 @@ pub fn move_money<R>(
 }
 
 impl Trees {
-    pub fn create_account(&self, account: &Account) -> Result<(), StoreError> {
+    pub(super) fn create_account(&self, account: &Account) -> Result<(), StoreError> {
         self.changes.put(
             Spooled::Account,
             &self.accounts,
@@ -58,15 +61,19 @@ impl Trees {
         )
     }
 
-    pub fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
+    pub(super) fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
         Trees::get(&self.accounts, id.bytes())
     }
 
-    pub fn balance(&self, id: &AccountId) -> Result<Cents, StoreError> {
+    pub(super) fn balance(&self, id: &AccountId) -> Result<Cents, StoreError> {
         Ok(Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO))
     }
 
-    pub fn create_api_key(&self, hash: &[u8; 32], record: &ApiKeyRecord) -> Result<(), StoreError> {
+    pub(super) fn create_api_key(
+        &self,
+        hash: &[u8; 32],
+        record: &ApiKeyRecord,
+    ) -> Result<(), StoreError> {
         let key_id = Id::parse(IdKind::ApiKey, &record.id)
             .ok_or_else(|| StoreError::Corrupt("bad api key id".into()))?;
         let outcome = (&self.api_keys, &self.api_key_ids).transaction(
@@ -83,7 +90,7 @@ impl Trees {
 
     /// The live key and its account, or `None` for an unknown or revoked key.
     /// The hash of every API key stored, revoked ones too: what a store knows at open.
-    pub fn api_key_hashes(&self) -> Result<std::collections::HashSet<[u8; 32]>, StoreError> {
+    pub(super) fn api_key_hashes(&self) -> Result<std::collections::HashSet<[u8; 32]>, StoreError> {
         self.api_keys
             .iter()
             .keys()
@@ -95,7 +102,7 @@ impl Trees {
             .collect()
     }
 
-    pub fn authenticate(
+    pub(super) fn authenticate(
         &self,
         hash: &[u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
@@ -112,7 +119,10 @@ impl Trees {
     }
 
     /// The hash and record of a key by its id, if it exists.
-    pub fn api_key_by_id(&self, id: &Id) -> Result<Option<([u8; 32], ApiKeyRecord)>, StoreError> {
+    pub(super) fn api_key_by_id(
+        &self,
+        id: &Id,
+    ) -> Result<Option<([u8; 32], ApiKeyRecord)>, StoreError> {
         let Some(hash) = self.api_key_ids.get(id.bytes())? else {
             return Ok(None);
         };
@@ -124,7 +134,7 @@ impl Trees {
     }
 
     /// Marks the key revoked.
-    pub fn revoke_api_key(&self, hash: &[u8; 32]) -> Result<(), StoreError> {
+    pub(super) fn revoke_api_key(&self, hash: &[u8; 32]) -> Result<(), StoreError> {
         let outcome = self.api_keys.transaction(|by_hash| -> TxResult<(), ()> {
             let Some(bytes) = tx(by_hash.get(hash))? else {
                 return refuse(());
@@ -141,7 +151,7 @@ impl Trees {
 
     /// Adds money to an account: one ledger entry and the new balance, plus the key row
     /// when the credit is idempotent.
-    pub fn credit(
+    pub(super) fn credit(
         &self,
         credit: &NewCredit,
         now: Millis,

@@ -40,7 +40,7 @@ fn account_of(key: &[u8]) -> Result<AccountId, StoreError> {
 
 impl Trees {
     /// Nothing stored at all: a restore writes only into such a store.
-    pub fn holds_nothing(&self) -> bool {
+    pub(super) fn holds_nothing(&self) -> bool {
         [
             &self.accounts,
             &self.api_keys,
@@ -54,7 +54,7 @@ impl Trees {
     }
 
     /// Writes every record and the indexes it implies.
-    pub fn write_records(&self, records: &[Record]) -> Result<(), StoreError> {
+    pub(super) fn write_records(&self, records: &[Record]) -> Result<(), StoreError> {
         for record in records {
             match record {
                 Record::Account { account, balance } => {
@@ -155,7 +155,7 @@ impl Trees {
     }
 
     /// The rows of each kind of record, named as in a backup.
-    pub fn restored_counts(&self) -> [(&'static str, u64); 12] {
+    pub(super) fn restored_counts(&self) -> [(&'static str, u64); 12] {
         [
             ("account", &self.accounts),
             ("apiKey", &self.api_keys),
@@ -195,7 +195,7 @@ fn row_at_cut(spool: &mut Spool, cut: &mut Overridden) -> Result<Option<SpooledR
 
 /// Decodes the spool, as of the cut, record by record into `producer`, at the reader's pace.
 /// Stops when the reader goes away; an error ends the snapshot with it.
-pub fn stream_into(mut spool: Spool, mut cut: Overridden, producer: Producer) {
+pub(super) fn stream_into(mut spool: Spool, mut cut: Overridden, producer: Producer) {
     let mut balances: HashMap<Vec<u8>, Cents> = HashMap::new();
     loop {
         let record = match row_at_cut(&mut spool, &mut cut) {

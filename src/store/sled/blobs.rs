@@ -28,7 +28,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-pub struct BlobFiles {
+pub(super) struct BlobFiles {
     dir: PathBuf,
     watch: Option<Watch>,
     /// Each file's length when it was last fsynced, by listing; files sled has removed drop
@@ -40,7 +40,7 @@ pub struct BlobFiles {
 
 impl BlobFiles {
     /// The blob directory of the database at `data_dir`, watched from now on.
-    pub fn of(data_dir: PathBuf) -> Self {
+    pub(super) fn of(data_dir: PathBuf) -> Self {
         let dir = data_dir.join("blobs");
         let watch = match Watch::on(&dir) {
             Ok(watch) => Some(watch),
@@ -62,7 +62,7 @@ impl BlobFiles {
 
     /// Fsyncs every file finished since the last call, then the directory if there was one.
     /// Returns how many files it synced.
-    pub fn sync_new(&mut self) -> io::Result<usize> {
+    pub(super) fn sync_new(&mut self) -> io::Result<usize> {
         let mut finished = HashSet::new();
         let heard_all = match self.watch.as_mut() {
             Some(watch) => watch.finished(&mut finished)?,

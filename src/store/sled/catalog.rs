@@ -9,7 +9,7 @@ use crate::domain::product::Product;
 use crate::store::{Page, StoreError};
 
 impl Trees {
-    pub fn put_product(&self, product: &Product) -> Result<(), StoreError> {
+    pub(super) fn put_product(&self, product: &Product) -> Result<(), StoreError> {
         self.changes.put(
             Spooled::Product,
             &self.products,
@@ -18,12 +18,12 @@ impl Trees {
         )
     }
 
-    pub fn product(&self, id: &str) -> Result<Option<Product>, StoreError> {
+    pub(super) fn product(&self, id: &str) -> Result<Option<Product>, StoreError> {
         Trees::get(&self.products, id.as_bytes())
     }
 
     /// Active products in id order, strictly after the cursor (a product id).
-    pub fn active_products_page(
+    pub(super) fn active_products_page(
         &self,
         after: Option<&str>,
         limit: usize,

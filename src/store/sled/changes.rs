@@ -33,15 +33,15 @@ const MAX_NOTED_BYTES: usize = 32 << 20;
 const NOTE_OVERHEAD: usize = 64;
 
 /// A key's value before a write changed it (`None`: the key did not exist).
-pub struct Note {
-    pub tree: Spooled,
-    pub key: IVec,
-    pub before: Option<IVec>,
+pub(super) struct Note {
+    pub(crate) tree: Spooled,
+    pub(crate) key: IVec,
+    pub(crate) before: Option<IVec>,
 }
 
 /// The backups in flight whose notes the writer takes.
 #[derive(Default)]
-pub struct Changes {
+pub(super) struct Changes {
     /// Whether any backup is in flight: the one load a write pays otherwise.
     recording: AtomicBool,
     backups: Mutex<Vec<Weak<Noted>>>,
@@ -49,7 +49,7 @@ pub struct Changes {
 
 /// One backup's notes, from its instant until its walk ends.
 #[derive(Default)]
-pub struct Noted {
+pub(super) struct Noted {
     state: Mutex<NotedState>,
 }
 
@@ -70,14 +70,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Refused: the store changed faster than a backup could follow.
-pub fn too_busy() -> StoreError {
+pub(super) fn too_busy() -> StoreError {
     StoreError::Unavailable("the store changed faster than the backup could follow".into())
 }
 
 impl Changes {
     /// A backup's instant: run as a writer job, so that every write after it is noted and
     /// none before it. The notes are the backup's for as long as it holds them.
-    pub fn start(&self) -> Arc<Noted> {
+    pub(super) fn start(&self) -> Arc<Noted> {
         let noted = Arc::new(Noted::default());
         lock(&self.backups).push(Arc::downgrade(&noted));
         self.recording.store(true, Ordering::SeqCst);
@@ -109,7 +109,7 @@ impl Changes {
     /// value it replaces is not read (`set`): that read was a walk of the tree per write;
     /// these reads, with those of the index rows, were about a fifth of the writer's time
     /// under new orders.
-    pub fn insert<R>(
+    pub(super) fn insert<R>(
         &self,
         kind: Spooled,
         tree: &TransactionalTree,
@@ -127,7 +127,7 @@ impl Changes {
     }
 
     /// `tree.remove(key)` inside a transaction, noted; not read while no backup runs.
-    pub fn remove<R>(
+    pub(super) fn remove<R>(
         &self,
         kind: Spooled,
         tree: &TransactionalTree,
@@ -145,7 +145,7 @@ impl Changes {
 
     /// `tree.insert(key, value)` outside a transaction, noted before it is made (the writer
     /// is the only writer, so the value read is the one the insert replaces).
-    pub fn put(
+    pub(super) fn put(
         &self,
         kind: Spooled,
         tree: &sled::Tree,
@@ -161,7 +161,7 @@ impl Changes {
     }
 
     /// `tree.remove(key)` outside a transaction, noted before it is made.
-    pub fn delete(
+    pub(super) fn delete(
         &self,
         kind: Spooled,
         tree: &sled::Tree,
@@ -199,7 +199,7 @@ impl Noted {
     }
 
     /// The notes taken so far, in the order the writer made them.
-    pub fn take(&self) -> Result<Vec<Note>, StoreError> {
+    pub(super) fn take(&self) -> Result<Vec<Note>, StoreError> {
         let mut state = lock(&self.state);
         if state.overflowed {
             return Err(too_busy());
@@ -210,7 +210,7 @@ impl Noted {
 
     /// The last notes: the walk has ended, so no later write can change what it read. A
     /// write noted after this is one the walk did not see (it committed after the walk).
-    pub fn close(&self) -> Result<Vec<Note>, StoreError> {
+    pub(super) fn close(&self) -> Result<Vec<Note>, StoreError> {
         let notes = self.take();
         lock(&self.state).closed = true;
         notes

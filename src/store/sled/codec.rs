@@ -8,7 +8,7 @@ use serde::{de::DeserializeOwned, Serialize};
 const FORMAT_V1: u8 = 1;
 
 #[derive(Debug, thiserror::Error)]
-pub enum CodecError {
+pub(crate) enum CodecError {
     #[error("record has unknown format version {0}")]
     UnknownVersion(u8),
     #[error("record is empty")]
@@ -19,7 +19,7 @@ pub enum CodecError {
     Encode(#[from] bincode::error::EncodeError),
 }
 
-pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     let mut out = vec![FORMAT_V1];
     out.extend(bincode::serde::encode_to_vec(
         value,
@@ -28,7 +28,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+pub(super) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.split_first() {
         None => Err(CodecError::Empty),
         Some((&FORMAT_V1, rest)) => {

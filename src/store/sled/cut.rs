@@ -102,7 +102,7 @@ impl Overrides {
 
 /// Takes a backup's notes on a thread of its own, until the walk ends (`finish`). Dropped
 /// without `finish` (the walk failed), it stops, and the writer stops noting.
-pub struct Following {
+pub(super) struct Following {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<Overrides, StoreError>>>,
 }
@@ -110,7 +110,7 @@ pub struct Following {
 /// Starts taking the notes of the backup whose instant made `noted`, into files in `beside`.
 /// The thread runs at the normal priority: the writer's buffer must not fill while requests
 /// keep the CPU busy.
-pub fn follow(noted: Arc<Noted>, beside: &Path) -> Result<Following, StoreError> {
+pub(super) fn follow(noted: Arc<Noted>, beside: &Path) -> Result<Following, StoreError> {
     let mut overrides = Overrides::new(beside)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
@@ -137,7 +137,7 @@ pub fn follow(noted: Arc<Noted>, beside: &Path) -> Result<Following, StoreError>
 
 impl Following {
     /// The walk has ended: takes the last notes and returns what they override.
-    pub fn finish(mut self) -> Result<Overridden, StoreError> {
+    pub(super) fn finish(mut self) -> Result<Overridden, StoreError> {
         self.stop.store(true, Ordering::SeqCst);
         let thread = self.thread.take().expect("finished once");
         thread
@@ -154,13 +154,13 @@ impl Drop for Following {
 }
 
 /// The overrides, read back while the walk's spool is streamed.
-pub struct Overridden {
+pub(super) struct Overridden {
     file: File,
     index: Index,
 }
 
 /// What the cut says of a key the walk read.
-pub enum Verdict {
+pub(super) enum Verdict {
     /// Not changed since the instant: the walk's value stands.
     Walked,
     /// Changed since: this was its value at the instant.
@@ -171,7 +171,7 @@ pub enum Verdict {
 
 impl Overridden {
     /// The cut's word on `key` of `tree`; each override is given once.
-    pub fn verdict(&mut self, tree: Spooled, key: &[u8]) -> Result<Verdict, StoreError> {
+    pub(super) fn verdict(&mut self, tree: Spooled, key: &[u8]) -> Result<Verdict, StoreError> {
         if self.index.is_empty() {
             return Ok(Verdict::Walked);
         }
@@ -184,7 +184,7 @@ impl Overridden {
 
     /// The next key that existed at the instant and that the walk did not give before `tree`
     /// (or at all, with `None`): a key removed after the instant, before the walk reached it.
-    pub fn next_unwalked(
+    pub(super) fn next_unwalked(
         &mut self,
         before: Option<Spooled>,
     ) -> Result<Option<SpooledRow>, StoreError> {

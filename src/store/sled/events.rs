@@ -20,16 +20,16 @@ use crate::domain::time::Millis;
 use crate::store::{DeliveryFilter, DeliveryOutcome, DueDelivery, Page, StoreError};
 
 /// `due_at ‖ event id`: the outbox is scanned up to now.
-pub fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
+pub(super) fn outbox_key(due_at: Millis, event_id: &Id) -> Vec<u8> {
     child_key(&due_at.to_be_bytes(), &event_id.bytes())
 }
 
-pub fn event_id(id: &str) -> Result<Id, StoreError> {
+pub(super) fn event_id(id: &str) -> Result<Id, StoreError> {
     Id::parse(IdKind::Event, id).ok_or_else(|| StoreError::Corrupt(format!("bad event id {id:?}")))
 }
 
 /// Records a decided event (whose id is `id`) and its first callback, when it has one.
-pub fn record_event<R>(
+pub(super) fn record_event<R>(
     changes: &Changes,
     events: &TransactionalTree,
     outbox: &TransactionalTree,
@@ -55,7 +55,7 @@ pub fn record_event<R>(
 }
 
 impl Trees {
-    pub fn delivery_logs(
+    pub(super) fn delivery_logs(
         &self,
         event_ids: &[String],
     ) -> Result<Vec<Option<DeliveryLog>>, StoreError> {
@@ -66,7 +66,7 @@ impl Trees {
     }
 
     /// Accounts with their balances, oldest first (ids are time-ordered), after the cursor.
-    pub fn accounts_page(
+    pub(super) fn accounts_page(
         &self,
         after: Option<AccountId>,
         limit: usize,
@@ -97,7 +97,7 @@ impl Trees {
 }
 
 /// An outbox entry that is due.
-pub enum Due {
+pub(super) enum Due {
     Ready(Box<DueDelivery>),
     /// Its event or account is gone: the key to remove.
     Orphan(Vec<u8>),
@@ -105,7 +105,7 @@ pub enum Due {
 
 impl Trees {
     /// The account's events, oldest first, strictly after the cursor event.
-    pub fn events_page(
+    pub(super) fn events_page(
         &self,
         account: &AccountId,
         after: Option<Id>,
@@ -139,7 +139,7 @@ impl Trees {
     /// Up to `max` deliveries due at `now`, oldest first, with their events and secrets. An
     /// entry whose event or account is gone cannot be sent; it comes back as an orphan for
     /// the writer to remove.
-    pub fn due_deliveries(
+    pub(super) fn due_deliveries(
         &self,
         now: Millis,
         max: usize,
@@ -187,14 +187,14 @@ impl Trees {
         Ok(due)
     }
 
-    pub fn remove_outbox_entry(&self, key: &[u8]) -> Result<(), StoreError> {
+    pub(super) fn remove_outbox_entry(&self, key: &[u8]) -> Result<(), StoreError> {
         self.changes.delete(Spooled::Outbox, &self.outbox, key)
     }
 
     /// Removes the delivery from the outbox, or moves it to its next attempt. When its entry
     /// is gone (a redelivery took its place while the attempt was in flight), the attempt is
     /// only logged: what comes next is the redelivery's to say.
-    pub fn settle_delivery(
+    pub(super) fn settle_delivery(
         &self,
         due: &DueDelivery,
         outcome: DeliveryOutcome,

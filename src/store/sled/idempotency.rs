@@ -21,16 +21,16 @@ use crate::domain::time::Millis;
 use crate::store::{KeyClaim, KeyRecord, StoreError};
 
 /// The key trees as seen inside an operation's transaction.
-pub struct KeyTrees<'t> {
-    pub keys: &'t TransactionalTree,
-    pub expiry: &'t TransactionalTree,
-    pub changes: &'t Changes,
+pub(super) struct KeyTrees<'t> {
+    pub(crate) keys: &'t TransactionalTree,
+    pub(crate) expiry: &'t TransactionalTree,
+    pub(crate) changes: &'t Changes,
 }
 
 impl KeyTrees<'_> {
     /// Aborts with `taken` when another use already holds the key (the caller then replays
     /// or conflicts); a write without a key passes.
-    pub fn require_free<R>(
+    pub(super) fn require_free<R>(
         &self,
         account: &AccountId,
         claim: Option<&KeyClaim>,
@@ -44,7 +44,7 @@ impl KeyTrees<'_> {
     }
 
     /// A decided write's key row, when it had a key.
-    pub fn write_first_use<R>(
+    pub(super) fn write_first_use<R>(
         &self,
         account: &AccountId,
         claim: Option<&KeyClaim>,
@@ -57,7 +57,7 @@ impl KeyTrees<'_> {
     }
 
     /// Writes the key's row and its expiry entry.
-    pub fn write<R>(
+    pub(super) fn write<R>(
         &self,
         account: &AccountId,
         key: &IdempotencyKey,
@@ -77,12 +77,12 @@ impl KeyTrees<'_> {
 }
 
 impl Trees {
-    pub fn key_trees(&self) -> (&sled::Tree, &sled::Tree) {
+    pub(super) fn key_trees(&self) -> (&sled::Tree, &sled::Tree) {
         (&self.idem_keys, &self.idem_expiry)
     }
 
     /// The row of a key that has been used successfully, if any (expired or not).
-    pub fn replay_lookup(
+    pub(super) fn replay_lookup(
         &self,
         account: &AccountId,
         key: &IdempotencyKey,
@@ -91,7 +91,7 @@ impl Trees {
     }
 
     /// Whether any key row expired before `now` (so a sweep has work).
-    pub fn any_key_expired(&self, now: Millis) -> Result<bool, StoreError> {
+    pub(super) fn any_key_expired(&self, now: Millis) -> Result<bool, StoreError> {
         Ok(self
             .idem_expiry
             .range(..now.to_be_bytes().to_vec())
@@ -102,7 +102,7 @@ impl Trees {
 
     /// Deletes up to `max` keys whose rows expired before `now`, in one transaction.
     /// Returns how many expiry entries were consumed.
-    pub fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
+    pub(super) fn sweep_expired_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
         let due: Vec<sled::IVec> = self
             .idem_expiry
             .range(..now.to_be_bytes().to_vec())

@@ -4,7 +4,7 @@
 use crate::domain::idempotency_key::IdempotencyKey;
 
 /// `account ‖ idempotency key`: the per-account key namespace.
-pub fn scoped_key(account: &[u8; 16], key: &IdempotencyKey) -> Vec<u8> {
+pub(super) fn scoped_key(account: &[u8; 16], key: &IdempotencyKey) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + key.as_str().len());
     out.extend_from_slice(account);
     out.extend_from_slice(key.as_str().as_bytes());
@@ -12,7 +12,7 @@ pub fn scoped_key(account: &[u8; 16], key: &IdempotencyKey) -> Vec<u8> {
 }
 
 /// `expires_at ‖ account ‖ key`: the sweeper scans this up to now.
-pub fn expiry_key(expires_at: u64, scoped: &[u8]) -> Vec<u8> {
+pub(super) fn expiry_key(expires_at: u64, scoped: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + scoped.len());
     out.extend_from_slice(&expires_at.to_be_bytes());
     out.extend_from_slice(scoped);
@@ -20,7 +20,7 @@ pub fn expiry_key(expires_at: u64, scoped: &[u8]) -> Vec<u8> {
 }
 
 /// `prefix ‖ id`.
-pub fn child_key(prefix: &[u8], id: &[u8; 16]) -> Vec<u8> {
+pub(super) fn child_key(prefix: &[u8], id: &[u8; 16]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + 16);
     out.extend_from_slice(prefix);
     out.extend_from_slice(id);
@@ -28,7 +28,7 @@ pub fn child_key(prefix: &[u8], id: &[u8; 16]) -> Vec<u8> {
 }
 
 /// `account ‖ len(externalOrderId) ‖ externalOrderId`: the prefix of that id's orders.
-pub fn external_prefix(account: &[u8; 16], external_order_id: &str) -> Vec<u8> {
+pub(super) fn external_prefix(account: &[u8; 16], external_order_id: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(18 + external_order_id.len());
     out.extend_from_slice(account);
     out.extend_from_slice(&(external_order_id.len() as u16).to_be_bytes());

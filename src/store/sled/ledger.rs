@@ -8,7 +8,7 @@ use crate::store::{Page, StoreError};
 
 impl Trees {
     /// Entries strictly older than `before` (a `txn_` id), newest first.
-    pub fn ledger_page(
+    pub(super) fn ledger_page(
         &self,
         account: &AccountId,
         before: Option<Id>,

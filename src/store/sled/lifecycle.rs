@@ -22,9 +22,9 @@ use crate::store::writes::OrderChange;
 use crate::store::StoreError;
 
 /// A `processing` order whose fulfillment delay has passed.
-pub struct DueOrder {
-    pub order_id: OrderId,
-    pub account: AccountId,
+pub(super) struct DueOrder {
+    pub(crate) order_id: OrderId,
+    pub(crate) account: AccountId,
 }
 
 fn read_order<R>(orders: &TransactionalTree, id: &OrderId) -> TxResult<Option<Order>, R> {
@@ -131,7 +131,11 @@ impl<'a> ChangeView<'a> {
 impl Trees {
     /// Up to `max` `processing` orders created at or before `created_by`, oldest first: a
     /// read, done outside the writer so the writer only runs the transaction.
-    pub fn due_orders(&self, created_by: Millis, max: usize) -> Result<Vec<DueOrder>, StoreError> {
+    pub(super) fn due_orders(
+        &self,
+        created_by: Millis,
+        max: usize,
+    ) -> Result<Vec<DueOrder>, StoreError> {
         let mut due = Vec::new();
         for key in self.processing.iter().keys().take(max) {
             let key = key?;
@@ -157,7 +161,11 @@ impl Trees {
     /// Completes the given orders in one transaction (one per order would double the write
     /// load of the orders themselves), each with its `order.completed` event. Orders a cancel
     /// got to first are left as they are. Returns how many were completed.
-    pub fn complete_orders(&self, due: &[DueOrder], now: Millis) -> Result<usize, StoreError> {
+    pub(super) fn complete_orders(
+        &self,
+        due: &[DueOrder],
+        now: Millis,
+    ) -> Result<usize, StoreError> {
         let event_ids: Vec<Id> = due.iter().map(|_| Id::new(IdKind::Event)).collect();
         let outcome = (&self.orders, &self.processing, &self.events, &self.outbox).transaction(
             |(orders, processing, events, outbox)| -> TxResult<usize, ()> {
@@ -203,7 +211,7 @@ impl Trees {
 
     /// A cancel or a refund (`OrderChange`): the key checked free, the order and its balance
     /// read, decided, and the change with the key's row written, in one transaction.
-    pub fn change_order<C: OrderChange>(
+    pub(super) fn change_order<C: OrderChange>(
         &self,
         request: &C,
         now: Millis,

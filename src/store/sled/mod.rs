@@ -1,7 +1,13 @@
 //! The embedded engine: sled, one tree per keyspace, every write on one writer thread and
 //! made durable by a group commit, every read held back until what it saw is on disk.
 //!
-//! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port.
+//! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port. The
+//! flush hook's types also leave the crate, for the tests that stall or fail the flush.
+//!
+//! Two files here are test-only (`#[cfg(test)]`), and stay here rather than under tests/:
+//! `leaf_splits` tests the patched sled itself, through sled's own API, and only this folder
+//! may name sled (CI's port check); `reopen` serves it and the unit tests of `upgrade`, which
+//! need this module's private items.
 
 mod accounts;
 mod backup;
@@ -84,26 +90,29 @@ pub type FlushHook = Box<dyn Fn(FlushStep) -> std::io::Result<()> + Send + Sync>
 /// any step is that commit's failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushStep {
+    /// Before the flush starts.
     Flushing,
+    /// After sled's flush.
     Flushed,
+    /// After the `fdatasync` of the data file.
     Synced,
 }
 
-pub struct Options {
-    pub path: PathBuf,
+pub(crate) struct Options {
+    pub(crate) path: PathBuf,
     /// Bound on sled's page cache (its default of 1 GiB makes memory unpredictable).
-    pub cache_bytes: u64,
+    pub(crate) cache_bytes: u64,
     /// `--max-pending-writes`: writes queued for the writer or waiting for their flush.
-    pub max_pending_writes: usize,
-    pub metrics: Arc<Metrics>,
-    pub flush_hook: Option<FlushHook>,
+    pub(crate) max_pending_writes: usize,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) flush_hook: Option<FlushHook>,
     /// Called on a backup's walk thread before it walks, after the backup's instant: tests
     /// hold a backup in flight with it while writes go on. The shipped binary has none.
-    pub before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
+    pub(crate) before_walk: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 /// Opens (or creates) the database at `options.path` and starts its writer.
-pub fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
+pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
     upgrade::check_layout(&trees)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;

@@ -17,7 +17,7 @@ use crate::store::batch::{decide, Decisions, OrderView, Wants};
 use crate::store::{NewOrder, OrderRefusal, Page, StoreError};
 
 /// What placing one order decided: the 200 body, or a refusal that wrote nothing.
-pub type Placed = Result<Vec<u8>, OrderRefusal>;
+pub(super) type Placed = Result<Vec<u8>, OrderRefusal>;
 
 impl Trees {
     /// Places a batch of orders through the engine-neutral pipeline: the view read directly
@@ -27,7 +27,7 @@ impl Trees {
     /// lock, its batch marker in the log and, on a hot account, all but one write of the
     /// balance row. An error decides nothing and writes nothing; the writer then places the
     /// orders one by one so that one bad order cannot fail the others.
-    pub fn place_orders(
+    pub(super) fn place_orders(
         &self,
         orders: &[&NewOrder],
         now: Millis,
@@ -97,13 +97,13 @@ impl Trees {
         settle(outcome)?.map_err(|()| StoreError::Corrupt("a batch's write refused".into()))
     }
 
-    pub fn order(&self, order_id: &OrderId) -> Result<Option<Order>, StoreError> {
+    pub(super) fn order(&self, order_id: &OrderId) -> Result<Option<Order>, StoreError> {
         Trees::get(&self.orders, order_id.bytes())
     }
 
     /// The account's orders (only those with `external_order_id` when given), newest first,
     /// strictly older than the cursor order.
-    pub fn orders_page(
+    pub(super) fn orders_page(
         &self,
         account: &AccountId,
         external_order_id: Option<&str>,

@@ -16,15 +16,15 @@ use crate::domain::time::Millis;
 use crate::store::{ProviderCredit, ProviderRefusal, Recorded, StoreError};
 
 #[derive(Serialize, Deserialize)]
-pub struct ProviderPayment {
-    pub txn_id: String,
-    pub account_id: AccountId,
-    pub amount: Cents,
-    pub received_at: Millis,
+pub(super) struct ProviderPayment {
+    pub(crate) txn_id: String,
+    pub(crate) account_id: AccountId,
+    pub(crate) amount: Cents,
+    pub(crate) received_at: Millis,
 }
 
 /// `len(provider) ‖ provider ‖ provider's id`: no two pairs share a key.
-pub fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
+pub(super) fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(2 + provider.len() + external_id.len());
     key.extend_from_slice(&(provider.len() as u16).to_be_bytes());
     key.extend_from_slice(provider.as_bytes());
@@ -33,7 +33,7 @@ pub fn payment_key(provider: &str, external_id: &str) -> Vec<u8> {
 }
 
 impl Trees {
-    pub fn record_provider_payment(
+    pub(super) fn record_provider_payment(
         &self,
         credit: &ProviderCredit,
         now: Millis,

@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use crate::bounds::Deadline;
 use crate::store::StoreError;
 
-pub struct Readers {
+pub(super) struct Readers {
     /// Only its blocking pool is used; nothing drives the runtime itself. `None` once dropped.
     runtime: Option<Runtime>,
     /// Reads running or queued for a thread; one more is refused at once.
@@ -29,7 +29,7 @@ pub struct Readers {
 
 impl Readers {
     /// At most `threads` reads at once, and `places` running or waiting for a thread.
-    pub fn new(threads: usize, places: usize) -> std::io::Result<Readers> {
+    pub(super) fn new(threads: usize, places: usize) -> std::io::Result<Readers> {
         let runtime = Builder::new_current_thread()
             .max_blocking_threads(threads)
             .thread_name("orderly-read")
@@ -44,7 +44,7 @@ impl Readers {
     /// place is taken, `TimedOut` when the deadline comes first. A read the deadline cut short
     /// finishes on its own and keeps its place until then; one whose deadline passed while it
     /// waited for a thread is not run at all, so a backlog left by a stall drains at once.
-    pub async fn run<T: Send + 'static>(
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         deadline: Deadline,
         read: impl FnOnce() -> Result<T, StoreError> + Send + 'static,

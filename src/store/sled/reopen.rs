@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const RELEASE_BOUND: Duration = Duration::from_secs(10);
 
 /// Calls `open` until it does not fail on sled's file lock, for at most `RELEASE_BOUND`.
-pub fn once_released<T, E: Display>(mut open: impl FnMut() -> Result<T, E>) -> T {
+pub(crate) fn once_released<T, E: Display>(mut open: impl FnMut() -> Result<T, E>) -> T {
     let started = Instant::now();
     loop {
         match open() {

@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 /// Bytes handed to the disk at a time.
 const CHUNK: u64 = 8 << 20;
 
-pub struct SpoolOut {
+pub(super) struct SpoolOut {
     out: BufWriter<File>,
     written: u64,
     /// Where the bytes not yet handed to the disk begin, and the chunk handed over last.
@@ -23,7 +23,7 @@ pub struct SpoolOut {
 }
 
 impl SpoolOut {
-    pub fn new(file: File) -> Self {
+    pub(super) fn new(file: File) -> Self {
         SpoolOut {
             out: BufWriter::with_capacity(1 << 20, file),
             written: 0,
@@ -32,7 +32,7 @@ impl SpoolOut {
         }
     }
 
-    pub fn into_file(self) -> io::Result<File> {
+    pub(super) fn into_file(self) -> io::Result<File> {
         self.out.into_inner().map_err(|e| e.into_error())
     }
 

@@ -5,7 +5,7 @@
 /// carries its balance) and so of the backup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
-pub enum Spooled {
+pub(super) enum Spooled {
     Balance,
     Account,
     ApiKey,
@@ -21,7 +21,7 @@ pub enum Spooled {
     PreviousSecret,
 }
 
-pub const SPOOLED: [Spooled; 13] = [
+pub(super) const SPOOLED: [Spooled; 13] = [
     Spooled::Balance,
     Spooled::Account,
     Spooled::ApiKey,
@@ -38,4 +38,4 @@ pub const SPOOLED: [Spooled; 13] = [
 ];
 
 /// One row as spooled: its tree, key and value.
-pub type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);
+pub(super) type SpooledRow = (Spooled, Vec<u8>, Vec<u8>);

@@ -9,42 +9,42 @@ use super::keys;
 use crate::domain::time::Millis;
 use crate::store::StoreError;
 
-pub struct Trees {
-    pub db: sled::Db,
-    pub accounts: sled::Tree,
-    pub balances: sled::Tree,
-    pub api_keys: sled::Tree,
-    pub api_key_ids: sled::Tree,
-    pub products: sled::Tree,
-    pub orders: sled::Tree,
-    pub orders_by_account: sled::Tree,
-    pub orders_by_external: sled::Tree,
-    pub ledger: sled::Tree,
+pub(super) struct Trees {
+    pub(crate) db: sled::Db,
+    pub(crate) accounts: sled::Tree,
+    pub(crate) balances: sled::Tree,
+    pub(crate) api_keys: sled::Tree,
+    pub(crate) api_key_ids: sled::Tree,
+    pub(crate) products: sled::Tree,
+    pub(crate) orders: sled::Tree,
+    pub(crate) orders_by_account: sled::Tree,
+    pub(crate) orders_by_external: sled::Tree,
+    pub(crate) ledger: sled::Tree,
     /// `account ‖ key` → the key's one row (`KeyRecord`).
-    pub idem_keys: sled::Tree,
+    pub(crate) idem_keys: sled::Tree,
     /// `expires_at ‖ account ‖ key`: the sweeper scans this up to now.
-    pub idem_expiry: sled::Tree,
+    pub(crate) idem_expiry: sled::Tree,
     /// Orders still `processing`, in creation order: the fulfillment queue.
-    pub processing: sled::Tree,
-    pub refunds: sled::Tree,
-    pub events: sled::Tree,
+    pub(crate) processing: sled::Tree,
+    pub(crate) refunds: sled::Tree,
+    pub(crate) events: sled::Tree,
     /// Pending callbacks keyed by when they are due.
-    pub outbox: sled::Tree,
+    pub(crate) outbox: sled::Tree,
     /// The unique `(provider, provider's id)` index of inbound payments.
-    pub provider_payments: sled::Tree,
+    pub(crate) provider_payments: sled::Tree,
     /// `event id` → the callback's attempts and what comes next.
-    pub delivery_logs: sled::Tree,
+    pub(crate) delivery_logs: sled::Tree,
     /// `account id` → the webhook secret its last rotation replaced (`PreviousSecret`).
-    pub previous_secrets: sled::Tree,
+    pub(crate) previous_secrets: sled::Tree,
     /// What the writer changes while a backup is in flight (its only writer is the writer
     /// thread: every write to a record-holding tree goes through it).
-    pub changes: Changes,
+    pub(crate) changes: Changes,
 }
 
 impl Trees {
     /// Opens (or creates) the database. `cache_bytes` bounds sled's page cache, whose
     /// default of 1 GiB would make the resident size of a small server unpredictable.
-    pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+    pub(super) fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_bytes)
@@ -80,13 +80,13 @@ impl Trees {
         Ok(trees)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.accounts.is_empty() && self.products.is_empty()
     }
 
     /// Rows per keyspace: what grows with orders (orders, ledger, events) and what the
     /// sweeper keeps bounded (the idempotency rows).
-    pub fn row_counts(&self) -> Vec<(&'static str, u64)> {
+    pub(super) fn row_counts(&self) -> Vec<(&'static str, u64)> {
         [
             ("accounts", &self.accounts),
             ("api_keys", &self.api_keys),
@@ -112,7 +112,7 @@ impl Trees {
     /// The newest time the store's ids carry (UUIDv7: milliseconds in their first 6 bytes):
     /// the newest account and order, and each account's newest ledger entry and event. A few
     /// reads per account, at open.
-    pub fn newest_time(&self) -> Result<Millis, StoreError> {
+    pub(super) fn newest_time(&self) -> Result<Millis, StoreError> {
         let stamp = |key: &[u8]| -> Millis {
             key.get(..6).map_or(0, |b| {
                 b.iter().fold(0u64, |ms, byte| ms << 8 | u64::from(*byte))
@@ -135,13 +135,13 @@ impl Trees {
     }
 
     /// A cheap read that proves the storage answers.
-    pub fn probe(&self) -> Result<(), StoreError> {
+    pub(super) fn probe(&self) -> Result<(), StoreError> {
         self.accounts.first()?;
         Ok(())
     }
 
     /// A record by key, decoded.
-    pub fn get<T: serde::de::DeserializeOwned>(
+    pub(super) fn get<T: serde::de::DeserializeOwned>(
         tree: &sled::Tree,
         key: impl AsRef<[u8]>,
     ) -> Result<Option<T>, StoreError> {
@@ -154,7 +154,7 @@ impl Trees {
 
 /// Keys under `prefix`, newest (largest) first, strictly before `before` when given; one
 /// more than `limit` when there is a next page.
-pub fn newest_first(
+pub(super) fn newest_first(
     tree: &sled::Tree,
     prefix: &[u8],
     before: Option<&[u8; 16]>,
@@ -179,7 +179,7 @@ pub fn newest_first(
 }
 
 /// The trailing 16-byte id of an index key.
-pub fn trailing_id(key: &[u8]) -> Result<[u8; 16], StoreError> {
+pub(super) fn trailing_id(key: &[u8]) -> Result<[u8; 16], StoreError> {
     key.len()
         .checked_sub(16)
         .and_then(|start| key[start..].try_into().ok())

@@ -12,7 +12,7 @@ use crate::store::StoreError;
 /// What a transaction closure can fail with: a business refusal `R` (the transaction is
 /// rolled back and `R` returned as a value), or a record that does not decode.
 #[derive(Debug)]
-pub enum TxFailure<R> {
+pub(crate) enum TxFailure<R> {
     Refused(R),
     Codec(CodecError),
 }
@@ -35,10 +35,10 @@ impl From<CodecError> for StoreError {
     }
 }
 
-pub type TxResult<T, R> = Result<T, ConflictableTransactionError<TxFailure<R>>>;
+pub(super) type TxResult<T, R> = Result<T, ConflictableTransactionError<TxFailure<R>>>;
 
 /// Aborts the running transaction with a business refusal.
-pub fn refuse<T, R>(reason: R) -> TxResult<T, R> {
+pub(super) fn refuse<T, R>(reason: R) -> TxResult<T, R> {
     Err(ConflictableTransactionError::Abort(TxFailure::Refused(
         reason,
     )))
@@ -46,7 +46,7 @@ pub fn refuse<T, R>(reason: R) -> TxResult<T, R> {
 
 /// Unfolds a transaction's outcome: expected refusals become `Ok(Err(_))`, so callers match
 /// them as values; storage and codec failures stay errors.
-pub fn settle<T, R>(
+pub(super) fn settle<T, R>(
     outcome: Result<T, TransactionError<TxFailure<R>>>,
 ) -> Result<Result<T, R>, StoreError> {
     match outcome {
@@ -58,12 +58,12 @@ pub fn settle<T, R>(
 }
 
 /// Lets `?` on a transactional read/write work inside closures that use `TxFailure`.
-pub fn tx<T, R>(r: Result<T, UnabortableTransactionError>) -> TxResult<T, R> {
+pub(super) fn tx<T, R>(r: Result<T, UnabortableTransactionError>) -> TxResult<T, R> {
     r.map_err(ConflictableTransactionError::from)
 }
 
 /// Nine trees as one transaction sees them: an order's, a cancel's or a refund's.
-pub type NineTrees = (
+pub(super) type NineTrees = (
     TransactionalTree,
     TransactionalTree,
     TransactionalTree,

@@ -14,12 +14,12 @@ use crate::store::{KeyRecord, StoreError, StoredResponse};
 
 /// The layout this binary writes: bumped by a change an older orderly would misread. Kept
 /// in the `meta` tree under `layout` (none there: a store from before the mark, layout 1).
-pub const LAYOUT: u32 = 1;
+pub(super) const LAYOUT: u32 = 1;
 
 /// Refuses a store written by a newer orderly (its layout above `LAYOUT`), before anything is
 /// read or written; marks the layout of one that has none. The refusal is the only
 /// `StoreError::Refused` the opening of a store gives (`store/open.rs` reads it so).
-pub fn check_layout(trees: &Trees) -> Result<(), StoreError> {
+pub(super) fn check_layout(trees: &Trees) -> Result<(), StoreError> {
     let meta = trees.db.open_tree("meta")?;
     match meta.get(b"layout")? {
         Some(bytes) => {
@@ -44,7 +44,7 @@ pub fn check_layout(trees: &Trees) -> Result<(), StoreError> {
 
 /// The earlier layout kept a key's binding and its answer in two trees; a database written
 /// by it has them merged into the one row at open, once.
-pub fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
+pub(super) fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
     #[derive(Deserialize)]
     struct OldResponse {
         status: u16,

@@ -36,7 +36,7 @@ struct Durable {
 
 /// What a read saw can only have come from a write in this stripe.
 #[derive(Clone, Copy, Debug)]
-pub enum Stripe {
+pub(super) enum Stripe {
     /// The account's balance, orders, ledger and events.
     Account(usize),
     /// The account record and its API keys: what authenticating a request reads, which a
@@ -52,19 +52,19 @@ pub enum Stripe {
 }
 
 impl Stripe {
-    pub fn account(account: &AccountId) -> Self {
+    pub(super) fn account(account: &AccountId) -> Self {
         Stripe::Account(slot(account))
     }
 
-    pub fn profile(account: &AccountId) -> Self {
+    pub(super) fn profile(account: &AccountId) -> Self {
         Stripe::Profile(slot(account))
     }
 
-    pub fn key(account: &AccountId, key: &IdempotencyKey) -> Self {
+    pub(super) fn key(account: &AccountId, key: &IdempotencyKey) -> Self {
         Stripe::Key(slot(&(account, key)))
     }
 
-    pub fn credential(key_hash: &[u8; 32]) -> Self {
+    pub(super) fn credential(key_hash: &[u8; 32]) -> Self {
         Stripe::Credential(slot(key_hash))
     }
 }
@@ -76,7 +76,7 @@ fn slot(value: &impl Hash) -> usize {
     (KEYS.get_or_init(RandomState::new).hash_one(value) as usize) % STRIPES
 }
 
-pub struct Visibility {
+pub(super) struct Visibility {
     /// The newest batch the writer has started (its marks may already be visible).
     started: AtomicU64,
     /// The newest batch on disk.
@@ -120,31 +120,31 @@ impl Visibility {
     }
 
     /// The writer starts batch `batch`.
-    pub fn start_batch(&self, batch: u64) {
+    pub(super) fn start_batch(&self, batch: u64) {
         self.started.store(batch, Ordering::SeqCst);
     }
 
     /// The writer is about to change data in `stripe` within batch `batch`. Called before
     /// the transaction runs, so any reader that sees its effect sees this mark too.
-    pub fn mark(&self, stripe: Stripe, batch: u64) {
+    pub(super) fn mark(&self, stripe: Stripe, batch: u64) {
         self.cell(stripe).fetch_max(batch, Ordering::SeqCst);
     }
 
     /// The commit thread has batches up to `batch` on disk.
-    pub fn published(&self, batch: u64) {
+    pub(super) fn published(&self, batch: u64) {
         self.durable.fetch_max(batch, Ordering::SeqCst);
         self.changes.send_modify(|d| d.batch = d.batch.max(batch));
     }
 
     /// Records the first storage failure (later ones add nothing) and wakes every waiter.
-    pub fn fail(&self, why: &str) {
+    pub(super) fn fail(&self, why: &str) {
         if self.failure.set(why.to_string()).is_ok() {
             log::error!("storage failed, stopping: {why}");
         }
         self.changes.send_modify(|d| d.failed = true);
     }
 
-    pub fn failed(&self) -> Result<(), StoreError> {
+    pub(super) fn failed(&self) -> Result<(), StoreError> {
         match self.failure.get() {
             Some(why) => Err(StoreError::Failed(why.clone())),
             None => Ok(()),
@@ -152,13 +152,13 @@ impl Visibility {
     }
 
     /// Whether a write in `stripe` is applied and not yet on disk (a collision says yes).
-    pub fn pending(&self, stripe: Stripe) -> bool {
+    pub(super) fn pending(&self, stripe: Stripe) -> bool {
         self.cell(stripe).load(Ordering::SeqCst) > self.durable.load(Ordering::SeqCst)
     }
 
     /// Call after reading: resolves once whatever the read may have seen in `stripe` is on
     /// disk, at once when no write there is in flight.
-    pub async fn settled(&self, stripe: Stripe) -> Result<(), StoreError> {
+    pub(super) async fn settled(&self, stripe: Stripe) -> Result<(), StoreError> {
         let needed = self.cell(stripe).load(Ordering::SeqCst);
         self.until_durable(needed).await
     }
@@ -183,7 +183,7 @@ impl Visibility {
     }
 
     /// Resolves with the reason once storage has failed.
-    pub async fn failure(&self) -> String {
+    pub(super) async fn failure(&self) -> String {
         let mut changes = self.changes.subscribe();
         let _ = changes.wait_for(|d| d.failed).await;
         self.failure

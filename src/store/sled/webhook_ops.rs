@@ -19,7 +19,7 @@ use crate::domain::webhook_secret::{retire, PreviousSecret};
 use crate::store::{Redelivered, StoreError};
 
 impl Trees {
-    pub fn previous_secret(
+    pub(super) fn previous_secret(
         &self,
         account: &AccountId,
     ) -> Result<Option<PreviousSecret>, StoreError> {
@@ -28,7 +28,7 @@ impl Trees {
 
     /// Makes `secret` the account's; the one it replaces signs beside it until the overlap
     /// ends. `None`: no such account.
-    pub fn rotate_webhook_secret(
+    pub(super) fn rotate_webhook_secret(
         &self,
         account: &AccountId,
         secret: String,
@@ -65,7 +65,7 @@ impl Trees {
     /// The event `id`, with its account: the owner's when given, else found by looking under
     /// each account (events are keyed by account; deployments have a few hundred accounts,
     /// and only the operator's redelivery asks without naming one).
-    pub fn event_by_id(
+    pub(super) fn event_by_id(
         &self,
         id: &Id,
         owner: Option<AccountId>,
@@ -83,7 +83,7 @@ impl Trees {
     }
 
     /// Queues one attempt of `event`'s callback at `now` (`domain::event::redelivery`).
-    pub fn redeliver(&self, event: &Event, now: Millis) -> Result<Redelivered, StoreError> {
+    pub(super) fn redeliver(&self, event: &Event, now: Millis) -> Result<Redelivered, StoreError> {
         let id = event_id(&event.id)?;
         let log: Option<DeliveryLog> = Trees::get(&self.delivery_logs, id.bytes())?;
         // The callback's outbox entry, if it is still queued: due at its first attempt
@@ -134,7 +134,7 @@ impl Trees {
     }
 
     /// The account's events whose callback was given up at or after `since`, oldest first.
-    pub fn given_up_since(
+    pub(super) fn given_up_since(
         &self,
         account: &AccountId,
         since: Millis,
@@ -154,7 +154,12 @@ impl Trees {
 
     /// Redelivers those of `events` still given up at or after `since` (looked at again on
     /// the writer: one may have been redelivered since the scan); returns how many.
-    pub fn recover(&self, events: &[Event], since: Millis, now: Millis) -> Result<u64, StoreError> {
+    pub(super) fn recover(
+        &self,
+        events: &[Event],
+        since: Millis,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
         let mut requeued = 0;
         for event in events {
             let log: Option<DeliveryLog> =

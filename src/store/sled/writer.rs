@@ -57,15 +57,15 @@ use crate::store::NewOrder;
 use crate::store::StoreError;
 
 /// What a job sees while it runs: the trees, and the batch it belongs to.
-pub struct Batch<'a> {
-    pub trees: &'a Trees,
+pub(super) struct Batch<'a> {
+    pub(crate) trees: &'a Trees,
     number: u64,
     visibility: &'a Visibility,
 }
 
 impl Batch<'_> {
     /// Declares that the job is about to change data in `stripe`: call before writing.
-    pub fn touches(&self, stripe: Stripe) {
+    pub(super) fn touches(&self, stripe: Stripe) {
         self.visibility.mark(stripe, self.number);
     }
 }
@@ -115,7 +115,7 @@ enum Finished {
     Stop,
 }
 
-pub struct Writer {
+pub(super) struct Writer {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     visibility: Arc<Visibility>,
@@ -123,20 +123,20 @@ pub struct Writer {
 }
 
 /// What the writer needs besides the trees.
-pub struct WriterParts {
-    pub data_file: File,
-    pub blobs: BlobFiles,
-    pub metrics: Arc<Metrics>,
-    pub visibility: Arc<Visibility>,
-    pub hook: Option<FlushHook>,
+pub(super) struct WriterParts {
+    pub(crate) data_file: File,
+    pub(crate) blobs: BlobFiles,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) visibility: Arc<Visibility>,
+    pub(crate) hook: Option<FlushHook>,
     /// The batch being applied and the flush running, for readiness.
-    pub commits: Arc<InFlight>,
+    pub(crate) commits: Arc<InFlight>,
     /// `--max-pending-writes`.
-    pub max_pending: usize,
+    pub(crate) max_pending: usize,
 }
 
 impl Writer {
-    pub fn start(trees: Arc<Trees>, parts: WriterParts) -> Self {
+    pub(super) fn start(trees: Arc<Trees>, parts: WriterParts) -> Self {
         let WriterParts {
             data_file,
             blobs,
@@ -190,7 +190,7 @@ impl Writer {
     /// Runs `work` on the writer thread and resolves with its result once its batch is on
     /// disk. A refused transaction wrote nothing; its answer waits for the same flush, which
     /// costs it a little latency and keeps this path single.
-    pub async fn write<T: Send + 'static>(
+    pub(super) async fn write<T: Send + 'static>(
         &self,
         deadline: Deadline,
         work: impl FnOnce(&Batch) -> Result<T, StoreError> + Send + 'static,
@@ -221,7 +221,7 @@ impl Writer {
 
     /// Places an order, batched with the orders queued beside it, and resolves once its
     /// batch is on disk.
-    pub async fn place_order(
+    pub(super) async fn place_order(
         &self,
         deadline: Deadline,
         new: NewOrder,
@@ -264,19 +264,19 @@ impl Writer {
     }
 
     /// Writes admitted and not yet answered after their flush (or dropped).
-    pub fn pending(&self) -> usize {
+    pub(super) fn pending(&self) -> usize {
         self.admission.pending()
     }
 
     /// How long the oldest of them has waited.
-    pub fn oldest(&self) -> Option<std::time::Duration> {
+    pub(super) fn oldest(&self) -> Option<std::time::Duration> {
         self.admission.oldest()
     }
 
     /// Finishes what is queued (the jobs whose deadline has not passed), flushes one last
     /// time and joins both threads, giving up at `deadline` (a flush that hangs on a stalled
     /// disk): then the threads are left to the process's exit.
-    pub async fn stop(&self, deadline: Deadline) -> Stopped {
+    pub(super) async fn stop(&self, deadline: Deadline) -> Stopped {
         if let Some(jobs) = self.jobs.lock().ok().and_then(|mut j| j.take()) {
             let _ = jobs.send(Job::Stop);
         }
