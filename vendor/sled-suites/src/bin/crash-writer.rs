@@ -1,0 +1,48 @@
+//! The child process of tests/kill_model.rs: applies `queue_ops(seed, ops, queues, keep)`
+//! from operation START on (the store at DIR holds the state after the first START) to the
+//! store, flushing after every `flush_each` operations and then printing `flushed N`
+//! (operations 0..N are durable), until it is killed.
+//!
+//! usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS(0: none) START
+
+use std::io::Write;
+
+use sled_suites::workload::{apply_to_tree, queue_ops};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    assert_eq!(
+        args.len(),
+        8,
+        "usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS START"
+    );
+    let n = |i: usize| -> u64 { args[i].parse().unwrap() };
+    let ops = queue_ops(n(1), n(2) as usize, n(3), n(4));
+    let flush_each = n(5) as usize;
+    let flush_every_ms = if n(6) == 0 { None } else { Some(n(6)) };
+    let db = sled::Config::new()
+        .path(&args[0])
+        .flush_every_ms(flush_every_ms)
+        .open()
+        .unwrap();
+    let tree = db.open_tree("queue").unwrap();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    writeln!(out, "opened").unwrap();
+    out.flush().unwrap();
+    let start = n(7) as usize;
+    for (i, op) in ops.iter().enumerate().skip(start) {
+        apply_to_tree(&tree, i, op).unwrap();
+        if (i + 1) % flush_each == 0 {
+            tree.flush().unwrap();
+            writeln!(out, "flushed {}", i + 1).unwrap();
+            out.flush().unwrap();
+        }
+    }
+    tree.flush().unwrap();
+    writeln!(out, "flushed {}", ops.len()).unwrap();
+    writeln!(out, "done").unwrap();
+    out.flush().unwrap();
+    // Wait to be killed, as if more work were coming.
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
