@@ -1,5 +1,6 @@
 //! The processes of a run: orderly instances (start, kill -9, pause, restart, under libfaketime
-//! or a file-size limit, on either build of a rolling upgrade), the cluster of them with its storage (pg.rs, lazyfs.rs), and the
+//! or a file-size limit, on either build of a rolling upgrade, in a network namespace of its
+//! own), the cluster of them with its storage (pg.rs, lazyfs.rs), and the
 //! cleanup that removes everything on any exit (normal, Ctrl-C, SIGTERM, a panic).
 
 use crate::lazyfs::LazyFs;
@@ -26,6 +27,8 @@ pub enum Cleanup {
         mnt: PathBuf,
     },
     RemoveDir(PathBuf),
+    /// A network namespace (netns.rs): `ip netns del NAME`, which takes its veth pairs along.
+    NetNs(String),
 }
 
 static CLEANUPS: Mutex<Vec<Cleanup>> = Mutex::new(Vec::new());
@@ -103,6 +106,12 @@ pub fn run_cleanup() {
             }
             Cleanup::RemoveDir(d) => {
                 let _ = std::fs::remove_dir_all(d);
+            }
+            Cleanup::NetNs(name) => {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &name])
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
     }
@@ -185,6 +194,32 @@ pub async fn script(
 // ---------------------------------------------------------------------------------------------
 // Instances.
 
+/// Where an instance runs when it has a network namespace of its own (netns.rs): the
+/// namespace, the address it listens on (the harness's clients reach it there), and the
+/// address of the host that its database URL names instead of 127.0.0.1 (the proxies listen
+/// there too).
+#[derive(Clone, Debug)]
+pub struct NetPlace {
+    pub ns_path: PathBuf,
+    pub addr: std::net::Ipv4Addr,
+    pub db_host: std::net::Ipv4Addr,
+}
+
+/// The serve flags for an instance at `place`: its database URL names the host's address the
+/// namespace reaches instead of 127.0.0.1 (the namespace's own loopback has no proxy).
+pub fn args_for(args: &[String], place: Option<&NetPlace>) -> Vec<String> {
+    let Some(place) = place else {
+        return args.to_vec();
+    };
+    let mut out = args.to_vec();
+    for k in 1..out.len() {
+        if out[k - 1] == "--database-url" {
+            out[k] = out[k].replace("127.0.0.1", &place.db_host.to_string());
+        }
+    }
+    out
+}
+
 /// How an instance is started this time (a clock step, a full disk).
 #[derive(Clone, Debug, Default)]
 pub struct LaunchMods {
@@ -262,6 +297,8 @@ pub struct Instance {
     refusals: Mutex<Vec<String>>,
     /// How many starts were refused so (the summary's count).
     pub refused: AtomicU64,
+    /// Its network namespace, when it has one (set once, before its first start).
+    place: std::sync::OnceLock<NetPlace>,
 }
 
 impl Instance {
@@ -287,6 +324,7 @@ impl Instance {
             build: Mutex::new(Build::New),
             refusals: Mutex::new(Vec::new()),
             refused: AtomicU64::new(0),
+            place: std::sync::OnceLock::new(),
         })
     }
 
@@ -347,7 +385,24 @@ impl Instance {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port.load(Ordering::SeqCst))
+        format!(
+            "http://{}:{}",
+            self.host(),
+            self.port.load(Ordering::SeqCst)
+        )
+    }
+
+    /// The address it listens on: its namespace's, or 127.0.0.1.
+    fn host(&self) -> std::net::Ipv4Addr {
+        self.place
+            .get()
+            .map(|p| p.addr)
+            .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// Puts the instance in a network namespace for all its starts (before the first).
+    pub fn set_place(&self, place: NetPlace) {
+        let _ = self.place.set(place);
     }
 
     pub fn pid(&self) -> i32 {
@@ -523,8 +578,8 @@ impl Instance {
             let mut cmd = tokio::process::Command::new(bin);
             cmd.arg("serve")
                 .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .args(&sp.args);
+                .arg(format!("{}:{port}", self.host()))
+                .args(args_for(&sp.args, self.place.get()));
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::from(log))
                 .stderr(Stdio::from(log2));
@@ -541,10 +596,24 @@ impl Instance {
                 cmd.env("FAKETIME_NO_CACHE", "1");
             }
             let limit = mods.fsize_limit;
-            // SAFETY: only async-signal-safe calls (prctl, setrlimit, signal) between fork and
-            // exec.
+            // Opened here, entered in the child (the file closes at exec: O_CLOEXEC).
+            let ns = match self.place.get() {
+                Some(p) => Some(
+                    std::fs::File::open(&p.ns_path)
+                        .map_err(|e| format!("{}: {e}", p.ns_path.display()))?,
+                ),
+                None => None,
+            };
+            let ns_fd = ns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+            // SAFETY: only async-signal-safe calls (prctl, setns, setrlimit, signal) between
+            // fork and exec; ns_fd stays open in the parent until the spawn returned.
             unsafe {
                 cmd.pre_exec(move || {
+                    if let Some(fd) = ns_fd {
+                        if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
                     // Dies with the harness, even a harness killed with -9.
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                     // A group of its own, as under a service manager: a signal it sends to
@@ -562,6 +631,7 @@ impl Instance {
                 });
             }
             let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
+            drop(ns);
             let pid = child.id().unwrap_or(0) as i32;
             live_add(pid);
             let gen = {
@@ -649,7 +719,7 @@ impl Instance {
                     return Err(format!("instance {} exited at start: {tail}", self.idx));
                 }
                 if let Ok(r) = client
-                    .get(format!("http://127.0.0.1:{port}/healthz"))
+                    .get(format!("http://{}:{port}/healthz", self.host()))
                     .send()
                     .await
                 {

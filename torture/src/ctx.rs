@@ -95,6 +95,8 @@ pub struct Ctx {
     /// explains (a 500, writes that stop) are not judged until then.
     pub quiet_after_ms: AtomicU64,
     pub receiver: Arc<Receiver>,
+    /// The instances' network namespaces (net-slow, partition), when the run has them.
+    pub net: Option<crate::netns::Net>,
 }
 
 /// See `Ctx::window`.

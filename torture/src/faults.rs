@@ -33,9 +33,11 @@ pub enum FaultKind {
     RestoreSwap,
     HistoryRewind,
     RollingUpgrade,
+    NetSlow,
+    Partition,
 }
 
-pub const ALL: [FaultKind; 15] = [
+pub const ALL: [FaultKind; 17] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::ReceiverStall,
@@ -51,6 +53,8 @@ pub const ALL: [FaultKind; 15] = [
     FaultKind::RestoreSwap,
     FaultKind::HistoryRewind,
     FaultKind::RollingUpgrade,
+    FaultKind::NetSlow,
+    FaultKind::Partition,
 ];
 
 impl FaultKind {
@@ -71,6 +75,8 @@ impl FaultKind {
             FaultKind::RestoreSwap => "restore-swap",
             FaultKind::HistoryRewind => "history-rewind",
             FaultKind::RollingUpgrade => "rolling-upgrade",
+            FaultKind::NetSlow => "net-slow",
+            FaultKind::Partition => "partition",
         }
     }
 
@@ -86,7 +92,9 @@ impl FaultKind {
             | FaultKind::RowsHeld
             | FaultKind::ConnCut
             | FaultKind::Failover
-            | FaultKind::HistoryRewind => Some(Engine::Postgres),
+            | FaultKind::HistoryRewind
+            | FaultKind::NetSlow
+            | FaultKind::Partition => Some(Engine::Postgres),
             _ => None,
         }
     }
@@ -104,6 +112,11 @@ impl FaultKind {
                 | FaultKind::GracefulRestart
                 | FaultKind::RollingUpgrade
         )
+    }
+
+    /// Needs the instances in network namespaces of their own (netns.rs).
+    pub fn in_netns(self) -> bool {
+        matches!(self, FaultKind::NetSlow | FaultKind::Partition)
     }
 
     /// Drawn in the main sequence (the receiver's stalls have their track, restore-swap runs
@@ -128,6 +141,8 @@ impl FaultKind {
             FaultKind::HistoryRewind => 1,
             FaultKind::GracefulRestart => 2,
             FaultKind::RollingUpgrade => 2,
+            FaultKind::NetSlow => 3,
+            FaultKind::Partition => 2,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
     }
@@ -165,6 +180,8 @@ impl FaultKind {
             // How long the receiver takes to answer while the instance stops.
             FaultKind::GracefulRestart | FaultKind::RollingUpgrade => (3_000, 9_000),
             FaultKind::ReceiverStall => (5_000, 30_000),
+            FaultKind::NetSlow => (5_000, 20_000),
+            FaultKind::Partition => (2_000, 15_000),
             _ => (0, 0),
         }
     }
@@ -191,6 +208,10 @@ impl FaultKind {
             // A graceful restart's, and a start refused by a newer store or schema before the
             // newer build's (a migration on the first start of the new build).
             FaultKind::RollingUpgrade => 20_000,
+            // The readiness watch's end; after a partition, connections whose retransmissions
+            // backed off while their packets went nowhere.
+            FaultKind::NetSlow => 6_000,
+            FaultKind::Partition => 10_000,
             FaultKind::ReceiverStall | FaultKind::RestoreSwap => 0,
         }
     }
@@ -682,10 +703,64 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
         }
         FaultKind::GracefulRestart => graceful_restart(ctx, &inst, p).await,
         FaultKind::RollingUpgrade => rolling_upgrade(ctx, &inst, p).await,
+        FaultKind::NetSlow | FaultKind::Partition => network(ctx, inst.idx, p).await,
         FaultKind::HistoryRewind => history_rewind(ctx, p).await,
         FaultKind::ReceiverStall => ("receiver".into(), "on its own track".into()),
         FaultKind::RestoreSwap => ("backups".into(), "among the end's restores".into()),
     }
+}
+
+/// net-slow and partition (docs/contract.md "When the storage is slow": for the instance, its
+/// database is slow or silent): instance `idx`'s link to PostgreSQL shaped, or its packets to
+/// PostgreSQL dropped without a word, for the drawn time, then healed, with the readiness
+/// watch on every instance meanwhile (the other instances may wait on rows the cut one holds).
+/// Deadlines, the watchdog and the end's checks judge the rest as always.
+async fn network(ctx: &Arc<Ctx>, idx: usize, p: &Planned) -> (String, String) {
+    let target = format!("instance {idx} <-> PostgreSQL");
+    let Some(net) = &ctx.net else {
+        return (target, "no network namespaces".into());
+    };
+    let cut = p.kind == FaultKind::Partition;
+    let shape = crate::netns::Shape::draw(p.variant);
+    let what = if cut {
+        "packets to PostgreSQL dropped".to_string()
+    } else {
+        format!(
+            "link shaped to {} kbit/s, {} ms of queue",
+            shape.rate_kbit, shape.latency_ms
+        )
+    };
+    let on = if cut {
+        net.partition(idx, true).await
+    } else {
+        net.slow(idx, Some(shape)).await
+    };
+    if let Err(e) = on {
+        ctx.violation(
+            "harness",
+            &format!("{} could not start: {e}", p.kind.name()),
+        );
+        return (target, format!("failed: {e}"));
+    }
+    let watch = ReadyWatch::start(ctx);
+    let t = Instant::now();
+    nap(ctx, p.dur_ms).await;
+    let healed = if cut {
+        net.partition(idx, false).await
+    } else {
+        net.slow(idx, None).await
+    };
+    watch.ended();
+    let mut note = format!(
+        "{what} for {:.1} s; {}",
+        t.elapsed().as_secs_f64(),
+        watch.finish().await
+    );
+    if let Err(e) = healed {
+        ctx.violation("harness", &format!("{} could not end: {e}", p.kind.name()));
+        note.push_str(&format!("; not healed: {e}"));
+    }
+    (target, note)
 }
 
 /// The two ways a database goes back in time under running instances (docs/contract.md "When the

@@ -12,6 +12,7 @@ mod http;
 mod lazyfs;
 mod model;
 mod monitor;
+mod netns;
 mod pg;
 mod proxy;
 mod receiver;
@@ -66,8 +67,8 @@ struct Args {
     seed: Option<u64>,
     /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
     /// lost-standby, rows-held, conn-cut, clock-step, failover, graceful-restart,
-    /// restore-swap, history-rewind, rolling-upgrade), `all`, or `none`. Default: every fault
-    /// the engine and the machine support.
+    /// restore-swap, history-rewind, rolling-upgrade, net-slow, partition), `all`, or `none`.
+    /// Default: every fault the engine and the machine support.
     #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
     faults: Option<String>,
     /// Concurrent clients.
@@ -146,6 +147,26 @@ fn cannot_run(msg: &str) -> ! {
     println!("torture: the harness could not run: {msg}");
     cluster::run_cleanup();
     std::process::exit(2);
+}
+
+/// net-slow and partition cannot run here: SKIPPED, with why.
+fn skip_network(faults: &mut Vec<FaultKind>, skipped: &mut Vec<(String, String)>, why: &str) {
+    for k in faults.iter().filter(|k| k.in_netns()) {
+        skipped.push((k.name().into(), why.to_string()));
+    }
+    faults.retain(|k| !k.in_netns());
+}
+
+/// A network namespace per instance (netns.rs), and PostgreSQL's proxies listening where the
+/// namespaces reach the host.
+async fn network(p: &Pg, instances: usize) -> Result<netns::Net, String> {
+    let n = netns::Net::build(instances, std::process::id()).await?;
+    for px in &p.proxies {
+        px.listen_also(n.db_host())
+            .await
+            .map_err(|e| format!("a proxy on {}: {e}", n.db_host()))?;
+    }
+    Ok(n)
 }
 
 fn random_seed() -> u64 {
@@ -342,6 +363,11 @@ async fn main() {
     }
     // The earlier build serves only when its fault runs.
     let old_bin = old_bin.filter(|_| faults.contains(&FaultKind::RollingUpgrade));
+    if faults.iter().any(|k| k.in_netns()) {
+        if let Some(why) = netns::missing().await {
+            skip_network(&mut faults, &mut skipped, &why);
+        }
+    }
     if engine == Engine::Sled && args.lazyfs.is_none() {
         for k in [FaultKind::PowerLoss, FaultKind::DiskStall] {
             if let Some(p) = faults.iter().position(|x| *x == k) {
@@ -502,6 +528,7 @@ async fn main() {
     let mut lazyfs = None;
     let mut data_dir = None;
     let mut pg = None;
+    let mut net = None;
     let storage_args: Vec<String>;
     let wants_lazy = faults
         .iter()
@@ -596,6 +623,12 @@ async fn main() {
                         "--database-pool-size".into(),
                         drawn.pool_size.to_string(),
                     ];
+                    if faults.iter().any(|k| k.in_netns()) {
+                        match network(&p, instances).await {
+                            Ok(n) => net = Some(n),
+                            Err(e) => skip_network(&mut faults, &mut skipped, &e),
+                        }
+                    }
                     pg = Some(p);
                 }
                 Err(e) => cannot_run(&format!("PostgreSQL: {e}")),
@@ -686,6 +719,14 @@ async fn main() {
     let instances_v: Vec<Arc<Instance>> = (0..instances)
         .map(|i| Instance::new(i, hist.start()))
         .collect();
+    if let Some(n) = &net {
+        if let Err(e) = receiver.listen_also(n.receiver_host()).await {
+            cannot_run(&format!("webhook receiver on {}: {e}", n.receiver_host()));
+        }
+        for i in &instances_v {
+            i.set_place(n.place(i.idx));
+        }
+    }
     // rolling-upgrade: the run starts on the earlier build.
     if old_bin.is_some() {
         for i in &instances_v {
@@ -715,6 +756,7 @@ async fn main() {
         window: std::sync::Mutex::new(ctx::Window::default()),
         quiet_after_ms: AtomicU64::new(0),
         receiver: receiver.clone(),
+        net,
     });
     receiver.attach(&ctx);
     for (k, why) in &skipped {

@@ -35,19 +35,28 @@ impl Proxy {
             blackhole,
             connections: AtomicU64::new(0),
         });
-        let me = p.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                me.connections.fetch_add(1, Ordering::Relaxed);
-                let me2 = me.clone();
-                tokio::spawn(async move { me2.serve(client).await });
-            }
-        });
+        tokio::spawn(p.clone().accept(listener));
         Ok(p)
+    }
+
+    /// Listens on `ip` too, on the same port (instances in network namespaces reach the host
+    /// there: netns.rs).
+    pub async fn listen_also(self: &Arc<Self>, ip: std::net::Ipv4Addr) -> std::io::Result<()> {
+        let listener = TcpListener::bind((ip, self.port)).await?;
+        tokio::spawn(self.clone().accept(listener));
+        Ok(())
+    }
+
+    async fn accept(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            self.connections.fetch_add(1, Ordering::Relaxed);
+            let me = self.clone();
+            tokio::spawn(async move { me.serve(client).await });
+        }
     }
 
     pub fn upstream(&self) -> u16 {

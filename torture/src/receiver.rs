@@ -82,6 +82,9 @@ pub struct Unverified {
 
 pub struct Receiver {
     pub port: u16,
+    /// The address callback URLs name: 127.0.0.1, or one every instance's network namespace
+    /// reaches (netns.rs).
+    host: Mutex<std::net::Ipv4Addr>,
     mode: watch::Sender<Modes>,
     /// POSTs on the wire now (arrived, not answered, sender still there), by sender process.
     on_wire: Mutex<HashMap<(usize, u64), u32>>,
@@ -106,6 +109,7 @@ impl Receiver {
         });
         let r = Arc::new(Receiver {
             port,
+            host: Mutex::new(std::net::Ipv4Addr::LOCALHOST),
             mode,
             on_wire: Mutex::new(HashMap::new()),
             posts: Mutex::new(HashMap::new()),
@@ -116,18 +120,28 @@ impl Receiver {
             rng: Mutex::new(Rng::stream(seed, "receiver", 0)),
             ctx: Mutex::new(Weak::new()),
         });
-        let me = r.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((sock, peer)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                let me2 = me.clone();
-                tokio::spawn(async move { me2.connection(sock, peer).await });
-            }
-        });
+        tokio::spawn(r.clone().accept(listener));
         Ok(r)
+    }
+
+    /// Listens on `ip` too, on the same port, and callback URLs name it from now on (before
+    /// any is given out: instances in network namespaces reach the host there).
+    pub async fn listen_also(self: &Arc<Self>, ip: std::net::Ipv4Addr) -> std::io::Result<()> {
+        let listener = TcpListener::bind((ip, self.port)).await?;
+        tokio::spawn(self.clone().accept(listener));
+        *self.host.lock().unwrap() = ip;
+        Ok(())
+    }
+
+    async fn accept(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let Ok((sock, peer)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let me = self.clone();
+            tokio::spawn(async move { me.connection(sock, peer).await });
+        }
     }
 
     pub fn attach(&self, ctx: &Arc<Ctx>) {
@@ -169,7 +183,11 @@ impl Receiver {
     }
 
     pub fn url_for(&self, account: usize) -> String {
-        format!("http://127.0.0.1:{}/hook/{account}", self.port)
+        format!(
+            "http://{}:{}/hook/{account}",
+            self.host.lock().unwrap(),
+            self.port
+        )
     }
 
     pub fn received_ids(&self) -> HashSet<String> {
@@ -615,8 +633,9 @@ pub fn verify(secrets: &[String], id: &str, ts: &str, body: &[u8], signatures: &
 }
 
 /// The process (instance index, process generation) that owns the other end of a connection
-/// the receiver accepted: /proc/net/tcp names the socket's inode, /proc/PID/fd of each
-/// instance says who holds it.
+/// the receiver accepted: the TCP table of each instance's network namespace
+/// (/proc/PID/net/tcp: the harness's own, or the instance's namespace's) names the socket's
+/// inode, /proc/PID/fd says whether that process holds it.
 fn owner_process(
     peer: SocketAddr,
     local: SocketAddr,
@@ -637,16 +656,20 @@ fn owner_process(
         )
     };
     let (want_local, want_rem) = (hex(&peer), hex(&local));
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let inode = table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 9 && f[1] == want_local && f[2] == want_rem).then(|| f[9].to_string())
-    })?;
-    let needle = format!("socket:[{inode}]");
     for (idx, pid, gen) in pids {
         if *pid <= 0 {
             continue;
         }
+        let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
+            continue;
+        };
+        let Some(inode) = table.lines().skip(1).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[1] == want_local && f[2] == want_rem).then(|| f[9].to_string())
+        }) else {
+            continue;
+        };
+        let needle = format!("socket:[{inode}]");
         let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
