@@ -299,7 +299,7 @@ def check_flags(flags, overlay=None):
 def route_table(overlay=None):
     """"METHOD /path" of every route `routes()` registers."""
     text = read(ROUTE_TABLE, overlay or {})
-    body = text[text.index("pub fn routes("):]
+    body = text[re.search(r"\bfn routes\(", text).start():]
     body = body[: body.index("\n}\n")]
     routes = []
     for resource in re.split(r"web::resource\(", body)[1:]:

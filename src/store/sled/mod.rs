@@ -15,7 +15,6 @@ mod blobs;
 mod catalog;
 mod changes;
 mod codec;
-mod cut;
 mod events;
 mod idempotency;
 mod keys;
@@ -28,8 +27,6 @@ mod providers;
 mod readers;
 #[cfg(test)]
 mod reopen;
-mod spool;
-mod spool_out;
 mod spooled;
 mod trees;
 mod tx;
@@ -752,7 +749,7 @@ impl Store for SledStore {
             .writer
             .write(deadline, |b| Ok(b.trees.changes.start()))
             .await?;
-        let following = cut::follow(noted, &self.spool_dir)?;
+        let following = backup::cut::follow(noted, &self.spool_dir)?;
         let (producer, snapshot) = Snapshot::channel();
         let (trees, beside) = (Arc::clone(&self.trees), self.spool_dir.clone());
         let before_walk = self.before_walk.clone();

@@ -1,20 +1,27 @@
-//! A backup's stream and a restore, on sled.
+//! A backup's stream and a restore, on sled. A backup, in the order it happens:
 //!
-//! sled has no snapshots. A backup's records are the walk's spool (`spool`) as of the backup's
-//! instant (`cut`): decoded and streamed at the reader's pace, holding a few records in memory
-//! whatever the store's size.
+//! 1. its instant (`cut.rs`): one writer job that starts the writer's notes of what it changes
+//!    (`../changes.rs`), while writes go on;
+//! 2. its walk (`spool.rs`): every tree that holds records (`../spooled.rs`) copied into a spool
+//!    file beside the data directory, handed to the disk a few MiB at a time (`spool_out.rs`);
+//! 3. its stream (here): the spool read back row by row, each key the writer changed since the
+//!    instant replaced by its value at the instant, decoded and streamed at the reader's pace,
+//!    holding a few records in memory whatever the store's size.
 //!
-//! A restore writes every record and the indexes they imply (the backup checked whole first,
-//! `records::checked_counts`), then checks that each kind's rows are as many as its records.
+//! sled has no snapshots: that is why the three steps. A restore writes every record and the
+//! indexes they imply (the backup checked whole first, `records::checked_counts`), then checks
+//! that each kind's rows are as many as its records.
+
+pub(super) mod cut;
+mod spool;
+mod spool_out;
 
 use std::collections::HashMap;
 
 use super::codec;
-use super::cut::{Overridden, Verdict};
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
-use super::spool::Spool;
 use super::spooled::{Spooled, SpooledRow};
 use super::trees::Trees;
 use crate::domain::account::{Account, ApiKeyRecord};
@@ -27,6 +34,8 @@ use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::product::Product;
 use crate::domain::webhook_secret::PreviousSecret;
 use crate::store::{KeyRecord, Producer, ProviderPaymentRecord, Record, StoreError};
+use cut::{Overridden, Verdict};
+use spool::Spool;
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("{what} has a malformed key"))

@@ -7,24 +7,24 @@ use std::io::{self, BufReader, Read, Seek, Write};
 use std::path::Path;
 
 use super::spool_out::SpoolOut;
-use super::spooled::{Spooled, SpooledRow, SPOOLED};
-use super::trees::Trees;
+use crate::store::sled::spooled::{Spooled, SpooledRow, SPOOLED};
+use crate::store::sled::trees::Trees;
 use crate::store::StoreError;
 
 /// A walk on disk: `tree ‖ len(key) ‖ key ‖ len(value) ‖ value` per row, lengths as u32 LE.
-pub(super) struct Spool {
+pub(in crate::store::sled) struct Spool {
     file: BufReader<File>,
     /// The next row, read to know which tree comes next.
     peeked: Option<SpooledRow>,
 }
 
 /// Spool trouble is the backup's, not the database's: refused, and the store goes on.
-pub(super) fn spool_error(e: io::Error) -> StoreError {
+pub(in crate::store::sled) fn spool_error(e: io::Error) -> StoreError {
     StoreError::Unavailable(format!("spooling the backup: {e}"))
 }
 
 /// A file for spooling, created in `beside` and unlinked at once: a crash leaves nothing.
-pub(super) fn unlinked_spool(beside: &Path) -> Result<File, StoreError> {
+pub(in crate::store::sled) fn unlinked_spool(beside: &Path) -> Result<File, StoreError> {
     let name = format!(".orderly-backup-{}.spool", crate::domain::ids::random_hex());
     let path = beside.join(name);
     let file = File::options()
@@ -38,7 +38,7 @@ pub(super) fn unlinked_spool(beside: &Path) -> Result<File, StoreError> {
 }
 
 impl Trees {
-    pub(super) fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
+    pub(in crate::store::sled) fn spooled_tree(&self, tree: Spooled) -> &sled::Tree {
         match tree {
             Spooled::Balance => &self.balances,
             Spooled::Account => &self.accounts,
@@ -59,7 +59,7 @@ impl Trees {
     /// Copies every record-holding tree into a spool file in `beside`, while writes go on:
     /// a key may be read before or after a write to it, which the backup's notes then settle
     /// (`cut`).
-    pub(super) fn spool_walk(&self, beside: &Path) -> Result<Spool, StoreError> {
+    pub(in crate::store::sled) fn spool_walk(&self, beside: &Path) -> Result<Spool, StoreError> {
         let mut out = SpoolOut::new(unlinked_spool(beside)?);
         for tree in SPOOLED {
             for row in self.spooled_tree(tree).iter() {
@@ -91,7 +91,7 @@ fn write_row(out: &mut impl Write, tree: Spooled, key: &[u8], value: &[u8]) -> i
 
 impl Spool {
     /// The tree of the next row, `None` at the end of the spool.
-    pub(super) fn next_tree(&mut self) -> Result<Option<Spooled>, StoreError> {
+    pub(in crate::store::sled) fn next_tree(&mut self) -> Result<Option<Spooled>, StoreError> {
         if self.peeked.is_none() {
             self.peeked = self.read_row()?;
         }
@@ -99,7 +99,7 @@ impl Spool {
     }
 
     /// The next row, `None` at the end of the spool.
-    pub(super) fn next_row(&mut self) -> Result<Option<SpooledRow>, StoreError> {
+    pub(in crate::store::sled) fn next_row(&mut self) -> Result<Option<SpooledRow>, StoreError> {
         match self.peeked.take() {
             Some(row) => Ok(Some(row)),
             None => self.read_row(),

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::changes::{too_busy, Note, Noted};
 use super::spool::{spool_error, unlinked_spool};
-use super::spooled::{Spooled, SpooledRow};
+use crate::store::sled::changes::{too_busy, Note, Noted};
+use crate::store::sled::spooled::{Spooled, SpooledRow};
 use crate::store::StoreError;
 
 /// Keys changed during one walk that a backup keeps track of, counted with their overhead in
@@ -102,7 +102,7 @@ impl Overrides {
 
 /// Takes a backup's notes on a thread of its own, until the walk ends (`finish`). Dropped
 /// without `finish` (the walk failed), it stops, and the writer stops noting.
-pub(super) struct Following {
+pub(in crate::store::sled) struct Following {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<Overrides, StoreError>>>,
 }
@@ -110,7 +110,10 @@ pub(super) struct Following {
 /// Starts taking the notes of the backup whose instant made `noted`, into files in `beside`.
 /// The thread runs at the normal priority: the writer's buffer must not fill while requests
 /// keep the CPU busy.
-pub(super) fn follow(noted: Arc<Noted>, beside: &Path) -> Result<Following, StoreError> {
+pub(in crate::store::sled) fn follow(
+    noted: Arc<Noted>,
+    beside: &Path,
+) -> Result<Following, StoreError> {
     let mut overrides = Overrides::new(beside)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
@@ -137,7 +140,7 @@ pub(super) fn follow(noted: Arc<Noted>, beside: &Path) -> Result<Following, Stor
 
 impl Following {
     /// The walk has ended: takes the last notes and returns what they override.
-    pub(super) fn finish(mut self) -> Result<Overridden, StoreError> {
+    pub(in crate::store::sled) fn finish(mut self) -> Result<Overridden, StoreError> {
         self.stop.store(true, Ordering::SeqCst);
         let thread = self.thread.take().expect("finished once");
         thread
@@ -154,13 +157,13 @@ impl Drop for Following {
 }
 
 /// The overrides, read back while the walk's spool is streamed.
-pub(super) struct Overridden {
+pub(in crate::store::sled) struct Overridden {
     file: File,
     index: Index,
 }
 
 /// What the cut says of a key the walk read.
-pub(super) enum Verdict {
+pub(in crate::store::sled) enum Verdict {
     /// Not changed since the instant: the walk's value stands.
     Walked,
     /// Changed since: this was its value at the instant.
@@ -171,7 +174,11 @@ pub(super) enum Verdict {
 
 impl Overridden {
     /// The cut's word on `key` of `tree`; each override is given once.
-    pub(super) fn verdict(&mut self, tree: Spooled, key: &[u8]) -> Result<Verdict, StoreError> {
+    pub(in crate::store::sled) fn verdict(
+        &mut self,
+        tree: Spooled,
+        key: &[u8],
+    ) -> Result<Verdict, StoreError> {
         if self.index.is_empty() {
             return Ok(Verdict::Walked);
         }
@@ -184,7 +191,7 @@ impl Overridden {
 
     /// The next key that existed at the instant and that the walk did not give before `tree`
     /// (or at all, with `None`): a key removed after the instant, before the walk reached it.
-    pub(super) fn next_unwalked(
+    pub(in crate::store::sled) fn next_unwalked(
         &mut self,
         before: Option<Spooled>,
     ) -> Result<Option<SpooledRow>, StoreError> {
