@@ -39,8 +39,8 @@ mod outbox;
 mod rate_limit;
 mod reads;
 mod rows;
-mod send_order;
 mod shared_cache;
+mod statement_order;
 mod tx;
 mod webhook_ops;
 

@@ -17,7 +17,7 @@ use tokio_postgres::types::{Json, ToSql, Type};
 
 use tokio_postgres::{GenericClient, Row, RowStream, Statement};
 
-use super::send_order::{SendOrder, Turn};
+use super::statement_order::{SendOrder, Turn};
 use crate::domain::money::Cents;
 use crate::store::StoreError;
 
@@ -189,7 +189,7 @@ pub(super) trait Session: Sync {
     /// The connection's prepared statement for `sql`, prepared on first use and kept.
     fn prepared<'a>(&'a self, sql: &'a str, types: &'a [Type]) -> Preparing<'a>;
     /// The place of a statement asked for now in the order statements go out
-    /// (`send_order`): kept within a transaction, whose pipelines rely on it.
+    /// (`statement_order`): kept within a transaction, whose pipelines rely on it.
     fn turn(&self) -> Turn<'_> {
         Turn::free()
     }
