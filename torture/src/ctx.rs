@@ -3,30 +3,17 @@
 //! violation.
 
 use crate::cluster::Cluster;
-use crate::faults::FaultKind;
+pub use crate::engine::Engine;
+use crate::fault_kind::FaultKind;
 use crate::history::History;
-use crate::receiver::Receiver;
+use crate::model::SenderEnd;
+use crate::receiver::{Judge, Receiver};
 use crate::state::State;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    Sled,
-    Postgres,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Sled => "sled",
-            Engine::Postgres => "postgres",
-        }
-    }
-}
 
 /// A run's settings once flags, the seed's draws and `--replay` are resolved.
 #[derive(Clone, Debug)]
@@ -237,5 +224,52 @@ impl Ctx {
 
     pub fn receiver_url(&self, account: usize) -> String {
         self.receiver.url_for(account)
+    }
+}
+
+impl Judge for Ctx {
+    fn now_ms(&self) -> u64 {
+        Ctx::now_ms(self)
+    }
+    fn senders(&self) -> Vec<(usize, i32, u64)> {
+        self.cluster
+            .instances
+            .iter()
+            .map(|i| {
+                let (pid, gen) = i.pid_gen();
+                (i.idx, pid, gen)
+            })
+            .collect()
+    }
+    fn secrets_of(&self, account: usize) -> Vec<String> {
+        self.state.secrets_of(account)
+    }
+    fn check(&self) {
+        Ctx::check(self)
+    }
+    fn violation(&self, check: &str, detail: &str) {
+        Ctx::violation(self, check, detail)
+    }
+    fn note(&self, text: &str) {
+        Ctx::note(self, text)
+    }
+    fn record(&self, op: serde_json::Value) {
+        self.hist.op(op)
+    }
+    fn end_of(&self, instance: usize, gen: u64) -> Option<SenderEnd> {
+        self.cluster.instances[instance].end_of(gen)
+    }
+    fn paused_during(&self, instance: Option<usize>, from: u64, to: u64) -> bool {
+        match instance {
+            Some(i) => self.cluster.instances[i].paused_during(from, to),
+            None => self
+                .cluster
+                .instances
+                .iter()
+                .any(|x| x.paused_during(from, to)),
+        }
+    }
+    fn on_sled(&self) -> bool {
+        self.cfg.engine == Engine::Sled
     }
 }

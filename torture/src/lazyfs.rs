@@ -1,7 +1,7 @@
 //! LazyFS under the sled data directory: a disk whose unsynced writes a power cut drops
 //! (`lazyfs::clear-cache`) and which can stop answering (its process stopped).
 
-use crate::cluster::{alive, register, signal, Cleanup};
+use crate::procs::{alive, register, signal, Cleanup};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -6,6 +6,8 @@ mod backup;
 mod checks;
 mod cluster;
 mod ctx;
+mod engine;
+mod fault_kind;
 mod faults;
 mod history;
 mod http;
@@ -14,6 +16,7 @@ mod model;
 mod monitor;
 mod netns;
 mod pg;
+mod procs;
 mod proxy;
 mod receiver;
 mod rng;
@@ -758,7 +761,7 @@ async fn main() {
         receiver: receiver.clone(),
         net,
     });
-    receiver.attach(&ctx);
+    receiver.attach(ctx.clone());
     for (k, why) in &skipped {
         ctx.skip(k, why);
     }
@@ -907,7 +910,7 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
         }
     }
     // Every process has ended: the POSTs whose senders went away can all be judged now.
-    let judged = ctx.receiver.judge_cut_posts(ctx);
+    let judged = ctx.receiver.judge_cut_posts(ctx.as_ref());
     if judged > 0 {
         ctx.note(&format!(
             "end: {judged} POSTs whose sender went away judged against its process's end"

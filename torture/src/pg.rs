@@ -4,7 +4,7 @@
 //! two ways the history-rewind fault sends the database back in time: an asynchronous standby
 //! cut off, then promoted; the primary restored from a base backup to a restore point.
 
-use crate::cluster::{register, script, Cleanup};
+use crate::procs::{register, script, Cleanup};
 use crate::proxy::Proxy;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -8,10 +8,9 @@
 //! answered (at most 10 s after its start, the server's attempt timeout). Two POSTs of one
 //! webhook-id from two senders that overlap in time are reported as they end (model.rs).
 
-use crate::ctx::Ctx;
 use crate::history::excerpt;
 use crate::model::{
-    cut_by_graceful_stop, overlapping_posts, same_process_overlaps, Post, CUT_BEFORE_MS,
+    cut_by_graceful_stop, overlapping_posts, same_process_overlaps, Post, SenderEnd, CUT_BEFORE_MS,
 };
 use crate::rng::Rng;
 use base64::Engine as _;
@@ -80,6 +79,32 @@ pub struct Unverified {
     pub signatures: String,
 }
 
+/// What the receiver asks of the run it belongs to, to attribute and judge each POST
+/// (`ctx::Ctx` implements it). A trait, so that the receiver does not depend on the run's
+/// context, which holds it.
+pub trait Judge: Send + Sync {
+    /// Milliseconds since the run started.
+    fn now_ms(&self) -> u64;
+    /// Every instance's (index, pid, process generation) now.
+    fn senders(&self) -> Vec<(usize, i32, u64)>;
+    /// The webhook secrets an account's deliveries may be signed with.
+    fn secrets_of(&self, account: usize) -> Vec<String>;
+    /// Counts one check.
+    fn check(&self);
+    /// Reports a violation of `check`.
+    fn violation(&self, check: &str, detail: &str);
+    /// A line for the summary that is not a violation.
+    fn note(&self, text: &str);
+    /// Appends an operation to the history file.
+    fn record(&self, op: serde_json::Value);
+    /// How process generation `gen` of instance `instance` ended, if it has.
+    fn end_of(&self, instance: usize, gen: u64) -> Option<SenderEnd>;
+    /// Whether the instance (any, for `None`) was paused at some point within [from, to].
+    fn paused_during(&self, instance: Option<usize>, from: u64, to: u64) -> bool;
+    /// Whether the run is on sled (a crash there may cut a POST on the wire).
+    fn on_sled(&self) -> bool;
+}
+
 pub struct Receiver {
     pub port: u16,
     /// The address callback URLs name: 127.0.0.1, or one every instance's network namespace
@@ -96,7 +121,7 @@ pub struct Receiver {
     /// which are answered 200 and not judged.
     pub recording: std::sync::atomic::AtomicBool,
     rng: Mutex<Rng>,
-    ctx: Mutex<Weak<Ctx>>,
+    ctx: Mutex<Option<Weak<dyn Judge>>>,
 }
 
 impl Receiver {
@@ -118,7 +143,7 @@ impl Receiver {
             same_instance_overlaps: AtomicU64::new(0),
             recording: std::sync::atomic::AtomicBool::new(true),
             rng: Mutex::new(Rng::stream(seed, "receiver", 0)),
-            ctx: Mutex::new(Weak::new()),
+            ctx: Mutex::new(None),
         });
         tokio::spawn(r.clone().accept(listener));
         Ok(r)
@@ -144,8 +169,8 @@ impl Receiver {
         }
     }
 
-    pub fn attach(&self, ctx: &Arc<Ctx>) {
-        *self.ctx.lock().unwrap() = Arc::downgrade(ctx);
+    pub fn attach(&self, ctx: Arc<dyn Judge>) {
+        *self.ctx.lock().unwrap() = Some(Arc::downgrade(&ctx));
     }
 
     /// The stall track's mode.
@@ -195,21 +220,14 @@ impl Receiver {
     }
 
     async fn connection(self: Arc<Self>, mut sock: TcpStream, peer: SocketAddr) {
-        let Some(ctx) = self.ctx.lock().unwrap().upgrade() else {
+        let judge = self.ctx.lock().unwrap().as_ref().and_then(Weak::upgrade);
+        let Some(ctx) = judge else {
             return;
         };
         let local = sock.local_addr().ok();
         // Which process holds the other end (read from /proc once per connection): the
         // instance and its process generation, read with the pid when the connection came.
-        let pids: Vec<(usize, i32, u64)> = ctx
-            .cluster
-            .instances
-            .iter()
-            .map(|i| {
-                let (pid, gen) = i.pid_gen();
-                (i.idx, pid, gen)
-            })
-            .collect();
+        let pids: Vec<(usize, i32, u64)> = ctx.senders();
         let sender: Option<(usize, u64)> = match local {
             Some(l) => tokio::task::spawn_blocking(move || owner_process(peer, l, &pids))
                 .await
@@ -288,7 +306,7 @@ impl Receiver {
             let account: Option<usize> = path.strip_prefix("/hook/").and_then(|a| a.parse().ok());
             let sig_ok = match (account, get("webhook-timestamp"), get("webhook-signature")) {
                 (Some(acc), Some(ts), Some(sigs)) => {
-                    let ok = verify(&ctx.state.secrets_of(acc), &id, &ts, &body, &sigs);
+                    let ok = verify(&ctx.secrets_of(acc), &id, &ts, &body, &sigs);
                     if !ok {
                         let mut u = self.unverified.lock().unwrap();
                         if u.len() < 10_000 {
@@ -395,11 +413,11 @@ impl Receiver {
             }
             let gone = gone_ms.is_some();
             let end_ms = ctx.now_ms();
-            ctx.hist.op(serde_json::json!({
+            ctx.record(serde_json::json!({
                 "t": "post", "id": id, "acc": account, "i": instance, "g": gen, "s": start_ms,
                 "e": end_ms, "st": status, "sig": sig_ok, "gone": gone, "gone_at": gone_ms,
             }));
-            self.finish(&ctx, &id, slot, end_ms, status);
+            self.finish(ctx.as_ref(), &id, slot, end_ms, status);
             if gone || close {
                 return;
             }
@@ -419,7 +437,7 @@ impl Receiver {
     }
 
     /// The posts of one webhook-id as model.rs judges them (a POST still open ends `now`).
-    fn view(ctx: &Ctx, v: &[PostRec], now: u64) -> Vec<Post> {
+    fn view(ctx: &dyn Judge, v: &[PostRec], now: u64) -> Vec<Post> {
         v.iter()
             .map(|p| Post {
                 instance: p.instance,
@@ -427,7 +445,7 @@ impl Receiver {
                 start_ms: p.start_ms,
                 end_ms: p.end_ms.unwrap_or(now.max(p.start_ms + 1)),
                 sender_end: match (p.instance, p.gen) {
-                    (Some(i), Some(g)) => ctx.cluster.instances[i].end_of(g),
+                    (Some(i), Some(g)) => ctx.end_of(i, g),
                     _ => None,
                 },
             })
@@ -435,7 +453,7 @@ impl Receiver {
     }
 
     /// The graceful-stop rule for one POST whose sender went away (once known, once judged).
-    fn judge_cut(ctx: &Ctx, id: &str, p: &mut PostRec) -> Option<String> {
+    fn judge_cut(ctx: &dyn Judge, id: &str, p: &mut PostRec) -> Option<String> {
         let gone = p.gone_ms?;
         if p.cut_judged {
             return None;
@@ -444,7 +462,7 @@ impl Receiver {
             p.cut_judged = true;
             return None;
         };
-        let end = ctx.cluster.instances[i].end_of(g);
+        let end = ctx.end_of(i, g);
         let cut = cut_by_graceful_stop(p.start_ms, gone, end.as_ref())?;
         p.cut_judged = true;
         ctx.check();
@@ -466,7 +484,7 @@ impl Receiver {
 
     /// At the end of the run (every process ended): the POSTs the graceful-stop rule could not
     /// judge when they ended. Returns how many were judged.
-    pub fn judge_cut_posts(&self, ctx: &Arc<Ctx>) -> usize {
+    pub fn judge_cut_posts(&self, ctx: &dyn Judge) -> usize {
         let mut lines = Vec::new();
         let mut judged = 0;
         {
@@ -487,7 +505,7 @@ impl Receiver {
     }
 
     /// Records a POST's end and judges it against the other POSTs of its webhook-id.
-    fn finish(&self, ctx: &Arc<Ctx>, id: &str, slot: usize, end_ms: u64, status: u16) {
+    fn finish(&self, ctx: &dyn Judge, id: &str, slot: usize, end_ms: u64, status: u16) {
         let mut posts = self.posts.lock().unwrap();
         let Some(v) = posts.get_mut(id) else { return };
         v[slot].end_ms = Some(end_ms);
@@ -513,17 +531,9 @@ impl Receiver {
         ctx.check();
         let now = end_ms;
         let view = Self::view(ctx, v, now);
-        let paused = |inst: Option<usize>, from: u64, to: u64| -> bool {
-            match inst {
-                Some(i) => ctx.cluster.instances[i].paused_during(from, to),
-                None => ctx
-                    .cluster
-                    .instances
-                    .iter()
-                    .any(|x| x.paused_during(from, to)),
-            }
-        };
-        let sled = ctx.cfg.engine == crate::ctx::Engine::Sled;
+        let paused =
+            |inst: Option<usize>, from: u64, to: u64| -> bool { ctx.paused_during(inst, from, to) };
+        let sled = ctx.on_sled();
         let pairs = overlapping_posts(&view, &paused, sled);
         let mut lines = Vec::new();
         for (a, b) in pairs {
