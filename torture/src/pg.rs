@@ -525,6 +525,14 @@ impl Pg {
             let s = 1 - self.primary.load(Ordering::SeqCst);
             (s, nodes[s].dir.clone())
         };
+        self.standby_in(slot, &old_dir).await?;
+        Ok(Some(t.elapsed().as_secs_f64()))
+    }
+
+    /// Stops the node whose data directory is `old_dir`, builds a fresh standby of the primary
+    /// in its slot (its proxy retargeted), waits until it streams, and makes replication
+    /// synchronous again.
+    async fn standby_in(&self, slot: usize, old_dir: &Path) -> Result<(), String> {
         let _ = script(
             &self.scripts,
             "pg-cluster.sh",
@@ -553,7 +561,7 @@ impl Pg {
         wait_streaming(&primary).await?;
         set_sync_names(&primary, "*").await?;
         *self.sync_names.lock().unwrap() = "*".into();
-        Ok(Some(t.elapsed().as_secs_f64()))
+        Ok(())
     }
 
     /// A maintenance URL of the current primary, direct (not through a proxy).
@@ -598,34 +606,7 @@ impl Pg {
         self.primary.store(1 - old_slot, Ordering::SeqCst);
         let promoted = std::time::Instant::now();
         // The old primary's directory goes; a fresh standby of the new primary takes its slot.
-        let _ = script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["stop", &old_dir.display().to_string()],
-            &[],
-        )
-        .await;
-        let n = self.next_dir.fetch_add(1, Ordering::SeqCst);
-        let dir = self.work.join(format!("pg-{n}"));
-        register(Cleanup::Script(vec![
-            self.scripts.join("pg-cluster.sh").display().to_string(),
-            "stop".into(),
-            dir.display().to_string(),
-        ]));
-        let primary = self.primary_maint_url();
-        let url = script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["standby", &dir.display().to_string(), &primary],
-            &[],
-        )
-        .await?;
-        let port = port_of(&url).ok_or_else(|| format!("pg-cluster.sh printed {url}"))?;
-        self.nodes.lock().unwrap()[old_slot] = PgNode { dir, port };
-        self.proxies[old_slot].retarget(port);
-        wait_streaming(&primary).await?;
-        set_sync_names(&primary, "*").await?;
-        *self.sync_names.lock().unwrap() = "*".into();
+        self.standby_in(old_slot, &old_dir).await?;
         Ok(format!(
             "primary in slot {old_slot} killed, slot {} promoted; new standby rebuilt in {:.1} s",
             1 - old_slot,
