@@ -36,7 +36,7 @@ pub use logging::{flush as flush_log, init as init_log};
 pub use edge::rate_limit::{Decision, RateLimits};
 pub use startup::demo::DemoError;
 pub use startup::{Application, RunError, StartupError};
-pub use store::sled::{FlushHook, FlushStep};
+pub use store::{FlushHook, FlushStep};
 pub use tls::TlsError;
 
 // The storage port, as the conformance suite and the benchmarks drive it: an engine opened,

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use crate::bounds::Deadline;
 
 pub(crate) use open::open_embedded;
-pub use open::{open, Engine, OpenError};
+pub use open::{open, Engine, FlushHook, FlushStep, OpenError};
 
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};

@@ -9,8 +9,11 @@ use std::sync::Arc;
 // tokio-postgres (CI checks it).
 use super::postgres as shared;
 use super::sled as embedded;
+
 use super::{Store, StoreError};
 use crate::metrics::Metrics;
+/// The embedded engine's flush hook, which the tests use to fail or stall a flush.
+pub use embedded::{FlushHook, FlushStep};
 
 /// Where the data lives, and what opening it needs.
 pub enum Engine {
