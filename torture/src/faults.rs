@@ -936,23 +936,7 @@ async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize
         KeyRecord::new(acc, "order", "POST", "/b2b/orders".into(), b)
     });
     let r = crate::http::send(ctx, http, &req).await;
-    let (object, amount) = if r.ok() {
-        crate::workload::object_of("order", &r, &key)
-    } else {
-        (String::new(), 0)
-    };
-    ctx.check();
-    let rw = ctx.state.rewinds();
-    let f = ctx.state.keys.lock().unwrap().on_answer(
-        &key,
-        &r.outcome(),
-        &object,
-        amount,
-        r.start_ms,
-        r.end_ms,
-        &rw,
-    );
-    crate::setup::report(ctx, f);
+    crate::workload::judge_keyed(ctx, &key, &r, "order");
 }
 
 fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> String {

@@ -389,7 +389,7 @@ impl Pg {
         let data = dir.join("data");
         let old = dir.join("data.before-rewind");
         let t = std::time::Instant::now();
-        script(&self.scripts, "pg-cluster.sh", &["kill", &d], &[]).await?;
+        self.pg_cluster(&["kill", &d]).await?;
         let killed = std::time::Instant::now();
         // The killed postmaster's children notice and exit: none may still write in there.
         let orphans = wait_no_process_in(&data, Duration::from_secs(10)).await;
@@ -416,7 +416,7 @@ impl Pg {
         let replaced = t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         let started = match setup {
-            Ok(()) => match script(&self.scripts, "pg-cluster.sh", &["up", &d], &[]).await {
+            Ok(()) => match self.pg_cluster(&["up", &d]).await {
                 Ok(_) => wait_out_of_recovery(&self.primary_maint_url()).await,
                 Err(e) => Err(e),
             },
@@ -424,13 +424,13 @@ impl Pg {
         };
         if let Err(e) = started {
             let log = tail_file(&dir.join("log"), 6);
-            let _ = script(&self.scripts, "pg-cluster.sh", &["down", &d], &[]).await;
+            let _ = self.pg_cluster(&["down", &d]).await;
             let _ = wait_no_process_in(&data, Duration::from_secs(10)).await;
             remove_socket_lock(&dir, port);
             let _ = std::fs::remove_dir_all(&data);
             let _ = std::fs::remove_file(old.join("postmaster.pid"));
             let back = match std::fs::rename(&old, &data) {
-                Ok(()) => match script(&self.scripts, "pg-cluster.sh", &["up", &d], &[]).await {
+                Ok(()) => match self.pg_cluster(&["up", &d]).await {
                     Ok(_) => "the old data put back and started".to_string(),
                     Err(e2) => format!("the old data put back, not started: {e2}"),
                 },
@@ -482,24 +482,14 @@ impl Pg {
             (p, nodes[p].dir.clone(), nodes[1 - p].dir.clone())
         };
         let t = std::time::Instant::now();
-        script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["kill", &old_dir.display().to_string()],
-            &[],
-        )
-        .await?;
+        self.pg_cluster(&["kill", &old_dir.display().to_string()])
+            .await?;
         let killed = std::time::Instant::now();
         let orphans = wait_no_process_in(&old_dir.join("data"), Duration::from_secs(10)).await;
         let gone = t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
-        script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["promote", &new_dir.display().to_string()],
-            &[],
-        )
-        .await?;
+        self.pg_cluster(&["promote", &new_dir.display().to_string()])
+            .await?;
         self.primary.store(1 - old_slot, Ordering::SeqCst);
         Ok((
             format!(
@@ -533,13 +523,9 @@ impl Pg {
     /// in its slot (its proxy retargeted), waits until it streams, and makes replication
     /// synchronous again.
     async fn standby_in(&self, slot: usize, old_dir: &Path) -> Result<(), String> {
-        let _ = script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["stop", &old_dir.display().to_string()],
-            &[],
-        )
-        .await;
+        let _ = self
+            .pg_cluster(&["stop", &old_dir.display().to_string()])
+            .await;
         let n = self.next_dir.fetch_add(1, Ordering::SeqCst);
         let dir = self.work.join(format!("pg-{n}"));
         register(Cleanup::Script(vec![
@@ -548,13 +534,9 @@ impl Pg {
             dir.display().to_string(),
         ]));
         let primary = self.primary_maint_url();
-        let url = script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["standby", &dir.display().to_string(), &primary],
-            &[],
-        )
-        .await?;
+        let url = self
+            .pg_cluster(&["standby", &dir.display().to_string(), &primary])
+            .await?;
         let port = port_of(&url).ok_or_else(|| format!("pg-cluster.sh printed {url}"))?;
         self.nodes.lock().unwrap()[slot] = PgNode { dir, port };
         self.proxies[slot].retarget(port);
@@ -562,6 +544,11 @@ impl Pg {
         set_sync_names(&primary, "*").await?;
         *self.sync_names.lock().unwrap() = "*".into();
         Ok(())
+    }
+
+    /// `scripts/pg-cluster.sh ARGS…` on this run's nodes: what it printed last, or why it failed.
+    async fn pg_cluster(&self, args: &[&str]) -> Result<String, String> {
+        script(&self.scripts, "pg-cluster.sh", args, &[]).await
     }
 
     /// A maintenance URL of the current primary, direct (not through a proxy).
@@ -589,20 +576,10 @@ impl Pg {
             let p = self.primary.load(Ordering::SeqCst);
             (p, nodes[p].dir.clone(), nodes[1 - p].dir.clone())
         };
-        script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["kill", &old_dir.display().to_string()],
-            &[],
-        )
-        .await?;
-        script(
-            &self.scripts,
-            "pg-cluster.sh",
-            &["promote", &new_dir.display().to_string()],
-            &[],
-        )
-        .await?;
+        self.pg_cluster(&["kill", &old_dir.display().to_string()])
+            .await?;
+        self.pg_cluster(&["promote", &new_dir.display().to_string()])
+            .await?;
         self.primary.store(1 - old_slot, Ordering::SeqCst);
         let promoted = std::time::Instant::now();
         // The old primary's directory goes; a fresh standby of the new primary takes its slot.

@@ -151,23 +151,7 @@ impl Client {
     }
 
     fn judge(&self, key: &str, r: &Resp, op: &str) {
-        let (object, amount) = if r.ok() {
-            object_of(op, r, key)
-        } else {
-            (String::new(), 0)
-        };
-        self.ctx.check();
-        let rw = self.ctx.state.rewinds();
-        let f = self.ctx.state.keys.lock().unwrap().on_answer(
-            key,
-            &r.outcome(),
-            &object,
-            amount,
-            r.start_ms,
-            r.end_ms,
-            &rw,
-        );
-        report(&self.ctx, f);
+        judge_keyed(&self.ctx, key, r, op);
         self.quiet_500(r);
     }
 
@@ -1415,6 +1399,28 @@ impl Client {
             );
         }
     }
+}
+
+/// Judges the answer to a keyed write against what the model knows of its key (the object it
+/// made and its amount, when it succeeded), and reports what the model finds.
+pub fn judge_keyed(ctx: &Ctx, key: &str, r: &Resp, op: &str) {
+    let (object, amount) = if r.ok() {
+        object_of(op, r, key)
+    } else {
+        (String::new(), 0)
+    };
+    ctx.check();
+    let rw = ctx.state.rewinds();
+    let f = ctx.state.keys.lock().unwrap().on_answer(
+        key,
+        &r.outcome(),
+        &object,
+        amount,
+        r.start_ms,
+        r.end_ms,
+        &rw,
+    );
+    report(ctx, f);
 }
 
 /// What a 200 of a keyed write names: (object id, amount).
