@@ -103,12 +103,33 @@ pub(crate) const EDGE_MARGIN: Duration = Duration::from_millis(500);
 /// before another instance may take it over.
 pub(crate) const WORKER_CALL: Duration = Duration::from_secs(10);
 
+/// How long a connection to PostgreSQL may go without a sign of life from the other end
+/// before the kernel drops it (`TCP_USER_TIMEOUT`, and keepalive probes from
+/// `DEAD_LINK_PROBE_AFTER` of silence, one a second): a network that drops packets silently
+/// otherwise leaves a connection waiting on TCP's retransmission backoff, which doubles from
+/// 0.2 s and, after a 7-second partition, sends its next try only at 12.6 s. At 6 s, a
+/// partition up to 6 s heals by a retransmission at most 3.2 s after it ends, and a longer one
+/// has dropped the connection already (the pool opens another), so readiness comes back within
+/// its 5 s either way. A link that is merely slow still acknowledges within a second, and a
+/// database that is slow to answer (a commit waiting for a standby) acknowledges at once.
+pub(crate) const DEAD_LINK_AFTER: Duration = Duration::from_secs(6);
+
+/// The silence after which a PostgreSQL connection is probed (see `DEAD_LINK_AFTER`).
+pub(crate) const DEAD_LINK_PROBE_AFTER: Duration = Duration::from_secs(3);
+
 /// How long a backup's stream waits for its reader to take the next records before it gives
 /// the snapshot up (the stream then ends without its end record, which a restore refuses): a
 /// reader that stopped reading must not pin a PostgreSQL snapshot and connection, or a sled
 /// backup's spool files and threads, for as long as it likes. A reader writing to a disk
 /// that stalls for a minute is not taking a backup anyone can use either.
 pub(crate) const BACKUP_READER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long a PostgreSQL backup waits for the next page of rows from its snapshot before it
+/// gives the backup up (the stream ends without its end record, which a restore refuses): a
+/// page of 512 rows crosses even a 256 kbit/s link in well under a minute, and a database
+/// replaced under the backup (a failover, a restore) must end it with an error, never leave it
+/// open.
+pub(crate) const BACKUP_DATABASE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// How long an instance may take at start to read every API key that can authenticate
 /// (PostgreSQL: `known_keys.rs`): about a second per million keys on a loaded database, so a

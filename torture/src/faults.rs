@@ -235,9 +235,11 @@ fn aimed(ctx: &Ctx, p: &Planned) -> Planned {
     p
 }
 
-/// The longest a process fault waits for a backup streaming from its instance (a backup is
-/// bounded by 120 s).
-const WINDOW_WAIT: Duration = Duration::from_secs(130);
+/// The longest a process fault waits for a backup streaming from its instance: as long as a
+/// backup may take (one that stalls is given up after `backup::STALL_BOUND` and lets it go
+/// sooner). A sled backup of an hour's store on LazyFS takes minutes, and a fault that cut
+/// every one of them would leave no backup under load to restore.
+const WINDOW_WAIT: Duration = crate::backup::BOUND.saturating_add(Duration::from_secs(10));
 
 /// The main sequence: first the round (every kind once, fitted to the run; a round running
 /// late takes its gaps at their shortest), then the weighted draws until the run's end (none

@@ -16,7 +16,7 @@ use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
 use super::tx::{query_opt, Fault, Tx};
-use crate::bounds::BACKUP_READER_PATIENCE;
+use crate::bounds::{BACKUP_DATABASE_PATIENCE, BACKUP_READER_PATIENCE};
 use crate::store::records::{verify_counts, Tally};
 use crate::store::{Producer, Record, RestoreCounts, Snapshot, StoreError};
 
@@ -172,7 +172,17 @@ async fn stream_tables(client: &mut Object, producer: &Producer) -> Result<bool,
     for table in tables() {
         let portal = tx.bind(table.sql.as_str(), &[]).await?;
         loop {
-            let rows = tx.query_portal(&portal, FETCH).await?;
+            // A database replaced or silent under the snapshot ends the backup with an
+            // error rather than holding it open.
+            let rows =
+                tokio::time::timeout(BACKUP_DATABASE_PATIENCE, tx.query_portal(&portal, FETCH))
+                    .await
+                    .map_err(|_| {
+                        StoreError::TimedOut(format!(
+                            "the database gave no rows for {} s",
+                            BACKUP_DATABASE_PATIENCE.as_secs()
+                        ))
+                    })??;
             if rows.is_empty() {
                 break;
             }

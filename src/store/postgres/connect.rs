@@ -24,7 +24,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::tx::Reach;
-use crate::bounds::CONNECT_TIMEOUT;
+use crate::bounds::{CONNECT_TIMEOUT, DEAD_LINK_AFTER, DEAD_LINK_PROBE_AFTER};
 
 /// What stops orderly before it has tried to connect: the URL, or this process's machinery.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +56,13 @@ pub(super) fn config(
     let mut config = tokio_postgres::Config::from_str(url).map_err(ConnectError::Url)?;
     config
         .connect_timeout(CONNECT_TIMEOUT)
+        // A peer gone silent (packets dropped, a machine lost) is given up at
+        // DEAD_LINK_AFTER rather than after TCP's minutes of retransmissions.
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30))
+        .keepalives_idle(DEAD_LINK_PROBE_AFTER)
+        .keepalives_interval(Duration::from_secs(1))
+        .keepalives_retries(3)
+        .tcp_user_timeout(DEAD_LINK_AFTER)
         // Nothing else is set for the session: behind a pooler a setting would stay with the
         // server session, not with orderly (and PgBouncer refuses `options` at the door).
         // What orderly relies on, each transaction sets for itself (`db::Gate::limit_waits`,
