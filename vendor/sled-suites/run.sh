@@ -66,6 +66,7 @@ suite concurrent_split --nocapture
 suite queue_merge --nocapture
 suite split_crash --nocapture
 suite kill_model --nocapture
+suite leaf_splits
 
 # (--quiet prints a dot per test, without a newline: the lines may follow dots.)
 grep -oE '(SPLIT-CRASH|KILL-MODEL) .*' "$log" | cut -c1-200

@@ -4,10 +4,8 @@
 //! Only `open` (and its `Options`) leave this module: the rest of orderly sees the port. The
 //! flush hook's types also leave the crate, for the tests that stall or fail the flush.
 //!
-//! Two files here are test-only (`#[cfg(test)]`), and stay here rather than under tests/:
-//! `leaf_splits` tests the patched sled itself, through sled's own API, and only this folder
-//! may name sled (CI's port check); `reopen` serves it and the unit tests of `upgrade`, which
-//! need this module's private items.
+//! The patched sled itself is tested by its own crate, vendor/sled-suites (upstream's suites
+//! and ours); the tests here are of orderly's use of it.
 
 mod accounts;
 mod backup;
@@ -18,15 +16,11 @@ mod codec;
 mod events;
 mod idempotency;
 mod keys;
-#[cfg(test)]
-mod leaf_splits;
 mod ledger;
 mod lifecycle;
 mod orders;
 mod providers;
 mod readers;
-#[cfg(test)]
-mod reopen;
 mod spooled;
 mod trees;
 mod tx;

@@ -1,16 +1,37 @@
-//! Property tests of the patched sled (vendor/sled): leaves of 32 rows, split at the end
+//! A property test of the patched sled: leaves of 32 rows, split at the end
 //! when the insert that filled them was an append, rewritten after 5 deltas, an inserted row's
 //! leaf copied once; appends, overwrites and removals are made as orderly's writer makes them,
 //! in transactions without reading. Whatever the mix
 //! of appends under several prefixes (as orders, ledger entries and events arrive per
 //! account), inserts between keys and removals, a tree reads back exactly what a sorted map
 //! holds, forwards, backwards per prefix, and after the store is closed and opened again.
+//!
+//! PROPTEST_CASES sets the number of cases (24 unless set).
 
 use std::collections::BTreeMap;
 
-use proptest::prelude::*;
+use std::time::{Duration, Instant};
 
-use super::reopen;
+use proptest::prelude::*;
+use sled_suites::workload::TempDir;
+
+/// Opens the store at `dir` again, waiting (at most 10 s) while the closed one's file lock is
+/// still held: dropping a `sled::Db` does not wait for its I/O threads to let the file go.
+fn reopen(dir: &TempDir) -> sled::Db {
+    let started = Instant::now();
+    loop {
+        match sled::Config::new().path(&dir.0).cache_capacity(1 << 16).open() {
+            Ok(db) => return db,
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("opening the store again failed: {e}"),
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -112,28 +133,25 @@ fn assert_same(tree: &sled::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(24)
+    ))]
 
     #[test]
     fn a_tree_reads_back_what_a_sorted_map_holds_across_splits_and_a_reopen(
         ops in prop::collection::vec(op(), 1..1500),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        // A small cache, so that pages are also evicted and read back from the log.
-        let open = || {
-            reopen::once_released(|| {
-                sled::Config::new().path(dir.path()).cache_capacity(1 << 16).open()
-            })
-        };
+        let dir = TempDir::new("leaf-splits");
+        // A small cache (in reopen), so that pages are also evicted and read back from the log.
         let mut model = BTreeMap::new();
         {
-            let db = open();
+            let db = reopen(&dir);
             let tree = db.open_tree("t").unwrap();
             apply(&tree, &mut model, &ops);
             assert_same(&tree, &model);
             db.flush().unwrap();
         }
-        let db = open();
+        let db = reopen(&dir);
         assert_same(&db.open_tree("t").unwrap(), &model);
     }
 }
