@@ -63,7 +63,10 @@ fn key(prefix: u8, suffix: u64) -> Vec<u8> {
 }
 
 /// One write in a transaction, made as orderly's writer makes it: without reading the old value.
-fn in_transaction(tree: &sled::Tree, write: impl Fn(&sled::transaction::TransactionalTree)) {
+fn in_transaction(
+    tree: &sled::Tree,
+    write: impl Fn(&sled::transaction::TransactionalTree),
+) {
     tree.transaction(|t| {
         write(t);
         Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
@@ -71,14 +74,19 @@ fn in_transaction(tree: &sled::Tree, write: impl Fn(&sled::transaction::Transact
     .unwrap();
 }
 
-fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) {
+fn apply(
+    tree: &sled::Tree,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    ops: &[Op],
+) {
     let mut next_append = [u64::MAX / 2; 4];
     for (n, op) in ops.iter().enumerate() {
         match op {
             Op::Append { prefix, value_len } => {
                 let slot = &mut next_append[*prefix as usize];
                 *slot += 1;
-                let (key, value) = (key(*prefix, *slot), vec![n as u8; *value_len]);
+                let (key, value) =
+                    (key(*prefix, *slot), vec![n as u8; *value_len]);
                 in_transaction(tree, |t| t.set(&key[..], &value[..]));
                 model.insert(key, value);
             }
@@ -89,13 +97,17 @@ fn apply(tree: &sled::Tree, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) 
                 model.insert(key, value);
             }
             Op::Remove { nth } => {
-                if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
+                if let Some(key) =
+                    model.keys().nth(nth % model.len().max(1)).cloned()
+                {
                     in_transaction(tree, |t| t.delete(&key[..]));
                     model.remove(&key);
                 }
             }
             Op::Overwrite { nth } => {
-                if let Some(key) = model.keys().nth(nth % model.len().max(1)).cloned() {
+                if let Some(key) =
+                    model.keys().nth(nth % model.len().max(1)).cloned()
+                {
                     let value = (n as u64 | 1 << 63).to_be_bytes().to_vec();
                     in_transaction(tree, |t| t.set(&key[..], &value[..]));
                     model.insert(key, value);
@@ -119,13 +131,12 @@ fn assert_same(tree: &sled::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
             .rev()
             .map(|item| item.unwrap().0.to_vec())
             .collect();
-        let expected: Vec<Vec<u8>> = model
-            .keys()
-            .filter(|k| k[1] == prefix)
-            .rev()
-            .cloned()
-            .collect();
-        assert_eq!(newest_first, expected, "a backward walk of prefix {prefix}");
+        let expected: Vec<Vec<u8>> =
+            model.keys().filter(|k| k[1] == prefix).rev().cloned().collect();
+        assert_eq!(
+            newest_first, expected,
+            "a backward walk of prefix {prefix}"
+        );
     }
     for (key, value) in model {
         assert_eq!(tree.get(key).unwrap().as_deref(), Some(&value[..]));
