@@ -89,15 +89,24 @@ def expect(status, data, what):
 
 
 LARGE = "-L"  # a key ending so orders prd_large with 300 KB of delivery data
+MEDIUM = "-M"  # a key ending so orders prd_large with 3 to 8 KiB of delivery data
 
 
 def body_for(idem_key):
-    """The order a key stands for, the same every time it is sent: a bench order, or for a key
+    """The order a key stands for, the same every time it is sent: a bench order; for a key
     ending in LARGE one with 300 KB of delivery data drawn from the key (sled keeps such values
-    in files of their own)."""
+    in files of their own); for one ending in MEDIUM one whose delivery data is 3 to 8 KiB
+    (its stored answer and order row as large: 33 rows of such pages pass sled's blob
+    threshold)."""
+    digest = hashlib.sha256(idem_key.encode()).hexdigest()
+    if idem_key.endswith(MEDIUM):
+        size = 3 * 1024 + int(digest[:8], 16) % (5 * 1024)
+        filler = (digest * (size // 64 + 1))[:size]
+        return json.dumps({"items": [{"productId": "prd_large", "quantity": 1,
+                                      "deliveryData": {"username": filler}}]}).encode()
     if not idem_key.endswith(LARGE):
         return ORDER_BODY
-    filler = hashlib.sha256(idem_key.encode()).hexdigest() * (300 * 1024 // 64)
+    filler = digest * (300 * 1024 // 64)
     return json.dumps({"items": [{"productId": "prd_large", "quantity": 1,
                                   "deliveryData": {"username": filler}}]}).encode()
 
@@ -235,7 +244,9 @@ def cmd_crash_load(a):
                             print(f"live replay of {key}: HTTP {s} replayed={replayed} {got} != {oid}",
                                   file=sys.stderr)
                     continue
-                key = f"{a.prefix}-{t}-{i}" + (LARGE if random.random() < a.large_ratio else "")
+                draw = random.random()
+                key = f"{a.prefix}-{t}-{i}" + (LARGE if draw < a.large_ratio else
+                                               MEDIUM if draw < a.large_ratio + a.medium_ratio else "")
                 with lock:
                     sent.append(key)
                 s, _, oid, digest = order_answer(a.base, a.api_key, key)
@@ -494,7 +505,8 @@ def main():
         ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 16}),
         ("--seconds", {"type": float, "default": 8}), ("--max-per-thread", {"type": int, "default": 2000}),
         ("--replay-ratio", {"type": float, "default": 0.2}),
-        ("--large-ratio", {"type": float, "default": 0.0}))
+        ("--large-ratio", {"type": float, "default": 0.0}),
+        ("--medium-ratio", {"type": float, "default": 0.0}))
     add("crash-verify", cmd_crash_verify, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--credit", {"type": int, "default": 10**12}))
     add("large-fill", cmd_large_fill, ("--api-key", {"required": True}), ("--count", {"type": int, "required": True}),

@@ -4,6 +4,12 @@
 #
 #   LAZYFS_BIN=path/to/lazyfs ORDERLY_BIN=path/to/orderly scripts/power-loss.sh [N]
 #                                   (N order trials, default 5; LazyFS from scripts/lazyfs.sh build)
+#   VALUES=medium ...               every order 3-8 KiB (its answer and rows as large: sled's
+#                                   pages of them pass its blob threshold at 33 rows)
+#   INOTIFY_QUEUE=1 ...             fs.inotify.max_queued_events set so low for the run (as
+#                                   root; put back at the end) that the blob watch overflows
+#                                   and commits find sled's blob files by listing instead;
+#                                   each trial says how often its server's log said so
 #
 # The data directories live on a LazyFS mount: written data stays in LazyFS's memory until it
 # is fsynced, and `lazyfs::clear-cache` drops the rest, as a power cut does.
@@ -23,10 +29,23 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 N=${1:-5}
 CREDIT=1000000000000
+case "${VALUES:-mixed}" in
+  mixed) ratios=(--large-ratio 0.1) ;;
+  medium) ratios=(--medium-ratio 1) ;;
+  *) die "VALUES is mixed (default) or medium" ;;
+esac
 [ -n "${LAZYFS_BIN:-}" ] || die "set LAZYFS_BIN (scripts/lazyfs.sh build DIR prints it)"
 [ -e /dev/fuse ] || die "no /dev/fuse: LazyFS cannot mount here"
 resolve_bin
 make_work
+if [ -n "${INOTIFY_QUEUE:-}" ]; then
+  queue_before=$(cat /proc/sys/fs/inotify/max_queued_events)
+  # make_work's EXIT trap stops what the run started; the queue's limit goes back after it.
+  trap 'cleanup; echo "$queue_before" >/proc/sys/fs/inotify/max_queued_events' EXIT
+  echo "$INOTIFY_QUEUE" >/proc/sys/fs/inotify/max_queued_events ||
+    die "cannot set fs.inotify.max_queued_events (run as root)"
+  echo "fs.inotify.max_queued_events: $INOTIFY_QUEUE for this run (was $queue_before)"
+fi
 
 # mount_lazyfs: a fresh LazyFS mount (the first, or the next after one died).
 mounts=0
@@ -143,7 +162,7 @@ while [ "$i" -le "$N" ]; do
     --out "$dir/accounts.tsv"
   api_key=$(cut -f2 "$dir/accounts.tsv")
   "${CLIENT[@]}" crash-load --base "$BASE_URL" --api-key "$api_key" --dir "$dir" \
-    --prefix "p$i-$$" --threads 16 --seconds 8 --large-ratio 0.1 &
+    --prefix "p$i-$$" --threads 16 --seconds 8 "${ratios[@]}" &
   load_pid=$!
   BG_PIDS+=("$load_pid")
   kill_ms=$(random_pause)
@@ -162,7 +181,12 @@ while [ "$i" -le "$N" ]; do
   BG_PIDS=("$lazy_pid")
 
   start_server "$data" "$dir/server-2"
-  verify "$dir" "trial $i: kill -9 and power cut at ${kill_ms} ms"
+  overflowed=""
+  if [ -n "${INOTIFY_QUEUE:-}" ]; then
+    said=$(grep -ho 'lost events ([0-9]* times' "$dir"/server-1.err "$dir"/server-2.err 2>/dev/null | grep -oE '[0-9]+' | sort -n | tail -1)
+    overflowed=" (blob watch lost events at least ${said:-0} times; each time a commit listed)"
+  fi
+  verify "$dir" "trial $i: kill -9 and power cut at ${kill_ms} ms$overflowed"
   if [ "$i" -lt "$N" ]; then
     stop_server "$SERVER_PID"
     # Each trial on a mount of its own: LazyFS keeps what it cached of the trials before.

@@ -1,7 +1,7 @@
 //! sled's large values, made as durable as the rest of a commit.
 //!
 //! sled writes any page over a quarter of its segment (about 128 KiB: one large value, or a
-//! leaf of sixteen 8 KiB ones) to a file of its own under `blobs/`, created with
+//! leaf of 33 rows of about 3.9 KiB) to a file of its own under `blobs/`, created with
 //! `create_new`, written whole and closed before its log points at it, and never synced. Its
 //! own flush and our `fdatasync` of `db` cover the pointer, not the file: after a power loss
 //! the pointer can outlive the bytes, and that page (every key on it) is unreadable.
@@ -36,6 +36,8 @@ pub(super) struct BlobFiles {
     listed: HashMap<OsString, u64>,
     /// Whether the next commit must list: at the first, and after the watch lost events.
     must_list: bool,
+    /// How many times the watch lost events, said in the log at 1, 2, 4, 8, ...
+    overflows: u64,
 }
 
 impl BlobFiles {
@@ -57,6 +59,7 @@ impl BlobFiles {
             watch,
             listed: HashMap::new(),
             must_list: true,
+            overflows: 0,
         }
     }
 
@@ -69,6 +72,15 @@ impl BlobFiles {
             None => false,
         };
         if !heard_all {
+            if self.watch.is_some() {
+                self.overflows += 1;
+                if self.overflows.is_power_of_two() {
+                    log::info!(
+                        "blob files: the watch lost events ({} times so far: its queue overflowed, fs.inotify.max_queued_events); that commit lists the directory",
+                        self.overflows
+                    );
+                }
+            }
             self.watch = self.watch.take().filter(|w| w.alive);
             self.must_list = true;
         }
