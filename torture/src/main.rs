@@ -133,6 +133,10 @@ struct Args {
     /// Backups taken during the run (default: drawn by the seed).
     #[arg(long, env = "ORDERLY_TORTURE_BACKUPS")]
     backups: Option<u32>,
+    /// sled: the instance's --cache-mb (default: the server's own, 32). At 1 a store of a
+    /// few hundred thousand orders is read back from disk page by page under the faults.
+    #[arg(long, env = "ORDERLY_TORTURE_CACHE_MB")]
+    cache_mb: Option<u64>,
     /// The operation mix: balanced, orders, keys, admin, webhooks (default: drawn by the seed).
     #[arg(long, env = "ORDERLY_TORTURE_PROFILE")]
     profile: Option<String>,
@@ -263,6 +267,7 @@ async fn main() {
         args.database_pool_size = get_u("pool_size").map(|x| x as u32);
         args.prefill = get_u("prefill");
         args.backups = get_u("backups").map(|x| x as u32);
+        args.cache_mb = get_u("cache_mb");
         args.profile = first["profile"].as_str().map(str::to_string);
         if args.bin == Path::new("target/release/orderly") {
             if let Some(b) = first["bin"].as_str() {
@@ -532,7 +537,7 @@ async fn main() {
     let mut data_dir = None;
     let mut pg = None;
     let mut net = None;
-    let storage_args: Vec<String>;
+    let mut storage_args: Vec<String>;
     let wants_lazy = faults
         .iter()
         .any(|k| matches!(k, FaultKind::PowerLoss | FaultKind::DiskStall));
@@ -560,6 +565,9 @@ async fn main() {
                 }
             }
             storage_args = vec!["--data-dir".into(), dir.display().to_string()];
+            if let Some(mb) = args.cache_mb {
+                storage_args.extend(["--cache-mb".into(), mb.to_string()]);
+            }
             data_dir = Some(dir);
         }
         Engine::Postgres => {
@@ -664,12 +672,13 @@ async fn main() {
         "clients": args.clients, "bin": bin.display().to_string(), "pooler": args.pooler,
         "old_bin": old_bin.as_ref().map(|o| o.display().to_string()),
         "pool_size": drawn.pool_size, "prefill": drawn.prefill, "backups": drawn.backups, "profile": drawn.profile,
+        "cache_mb": args.cache_mb,
         "skipped": skipped.iter().map(|(k, w)| json!({"fault": k, "why": w})).collect::<Vec<_>>(),
     });
     let hist = History::create(&history_path, &first)
         .unwrap_or_else(|e| usage(&format!("{}: {e}", history_path.display())));
     println!(
-        "torture: seed={seed} engine={} instances={instances} duration={} profile={} clients={} faults=[{}] pool={} prefill={} backups={}",
+        "torture: seed={seed} engine={} instances={instances} duration={} profile={} clients={} faults=[{}] pool={} prefill={} backups={}{}",
         engine.name(),
         humantime::format_duration(duration),
         drawn.profile,
@@ -678,6 +687,7 @@ async fn main() {
         if engine == Engine::Postgres { drawn.pool_size.to_string() } else { "-".into() },
         drawn.prefill,
         drawn.backups,
+        args.cache_mb.map_or(String::new(), |mb| format!(" cache-mb={mb}")),
     );
     if let Some(old) = &old_bin {
         println!(
