@@ -55,11 +55,16 @@ pub(crate) const KEY_WAIT: Duration = Duration::from_secs(5);
 pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long PostgreSQL keeps a transaction whose client has gone quiet. orderly never pauses
-/// inside a transaction (its statements are pipelined), so a quiet one belongs to an instance
-/// that died without closing its socket (a lost machine): ending it releases the rows it had
-/// claimed (`FOR UPDATE SKIP LOCKED` in fulfillment and the sweeper) for the other instances,
-/// within the 30 s of docs/contract.md "6. Many instances". A kill -9 closes the socket and releases them at once.
-pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// inside a request's or a worker's transaction (its statements are pipelined), so a quiet one
+/// belongs to an instance that died without closing its socket (a lost machine) or that the
+/// network cut off: ending it releases the rows it holds (a hot balance, the rows fulfillment
+/// and the sweeper claimed with `FOR UPDATE SKIP LOCKED`) for the other instances. As long as
+/// `DEAD_LINK_AFTER`: an instance cut off for longer has given its connection up by then, and
+/// the others should not wait on its locks longer than it waits on its own connection (at 15 s
+/// an instance cut off for 8.6 s kept another instance's writes on a hot account waiting 6.3 s
+/// after the network came back). A kill -9 closes the socket and releases them at once. A
+/// restore, whose transaction waits for the source's records, sets its own.
+pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// How long opening one database connection may take: a server that accepts no connection in
 /// 5 s is down for the requests waiting on it, which get their answer from their deadline.

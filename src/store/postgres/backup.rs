@@ -237,6 +237,15 @@ pub(super) async fn restore(
     let (tx, gate) = client.begin().await?;
     let ((), counted) =
         futures_util::future::try_join(gate.limit_waits(&tx), row_counts(&tx)).await?;
+    // Between batches the transaction waits for the source's next records (a file, another
+    // store's walk), which may pause longer than a request's transaction ever does.
+    let idle = BACKUP_READER_PATIENCE.as_millis().to_string();
+    query_opt(
+        &tx,
+        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+        &[&idle],
+    )
+    .await?;
     if counted.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
     }
