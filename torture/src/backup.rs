@@ -244,7 +244,17 @@ async fn take(ctx: &Arc<Ctx>, n: usize, instance: usize) -> Backup {
         let mut since = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = (streamed.load(Ordering::Relaxed), spool_bytes(inst.pid()));
+            // Off the async workers and bounded: a stat through a stopped LazyFS blocks.
+            let pid = inst.pid();
+            let spooled = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::task::spawn_blocking(move || spool_bytes(pid)),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(seen.1);
+            let now = (streamed.load(Ordering::Relaxed), spooled);
             if now != seen {
                 seen = now;
                 since = Instant::now();
