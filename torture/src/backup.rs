@@ -11,7 +11,7 @@
 use crate::checks::{direct_replay, list_all, ReplayItem};
 use crate::cluster::{Instance, Spawner};
 use crate::ctx::{Ctx, Engine, Holder};
-use crate::faults::FaultKind;
+use crate::fault_kind::FaultKind;
 use crate::pg::with_db;
 use crate::rng::Rng;
 use serde_json::Value;
