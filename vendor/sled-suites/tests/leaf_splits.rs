@@ -28,7 +28,7 @@ fn reopen(dir: &TempDir) -> sled::Db {
             {
                 std::thread::sleep(Duration::from_millis(10))
             }
-            Err(e) => panic!("opening the store again failed: {e}"),
+            Err(e) => panic!("opening the store again failed: {}", e),
         }
     }
 }
