@@ -37,6 +37,9 @@ pub struct Config {
     pub work: PathBuf,
     /// The mix of operations, drawn from the seed (weights per kind).
     pub profile: String,
+    /// The share of orders whose delivery data is 3 to 8 KiB (`--medium-orders`): answers and
+    /// rows of that size fill sled's pages past its blob threshold at 33 rows.
+    pub medium_orders: f64,
 }
 
 impl Config {

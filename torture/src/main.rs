@@ -137,6 +137,11 @@ struct Args {
     /// few hundred thousand orders is read back from disk page by page under the faults.
     #[arg(long, env = "ORDERLY_TORTURE_CACHE_MB")]
     cache_mb: Option<u64>,
+    /// The share of orders (0 to 1) whose delivery data is 3 to 8 KiB rather than a few bytes:
+    /// their answers and rows are that large, and pages of them pass sled's blob threshold
+    /// (default 0: the draws of a seed are those of a run without it).
+    #[arg(long, env = "ORDERLY_TORTURE_MEDIUM_ORDERS", default_value_t = 0.0)]
+    medium_orders: f64,
     /// The operation mix: balanced, orders, keys, admin, webhooks (default: drawn by the seed).
     #[arg(long, env = "ORDERLY_TORTURE_PROFILE")]
     profile: Option<String>,
@@ -268,6 +273,7 @@ async fn main() {
         args.prefill = get_u("prefill");
         args.backups = get_u("backups").map(|x| x as u32);
         args.cache_mb = get_u("cache_mb");
+        args.medium_orders = first["medium_orders"].as_f64().unwrap_or(0.0);
         args.profile = first["profile"].as_str().map(str::to_string);
         if args.bin == Path::new("target/release/orderly") {
             if let Some(b) = first["bin"].as_str() {
@@ -299,6 +305,9 @@ async fn main() {
     }
     if args.pooler && engine != Engine::Postgres {
         usage("--pooler is for --engine postgres");
+    }
+    if !(0.0..=1.0).contains(&args.medium_orders) {
+        usage("--medium-orders: a share from 0 to 1");
     }
     let duration = humantime::parse_duration(&args.duration)
         .unwrap_or_else(|e| usage(&format!("--duration: {e}")));
@@ -664,6 +673,7 @@ async fn main() {
         backups: drawn.backups,
         work: work.clone(),
         profile: drawn.profile.clone(),
+        medium_orders: args.medium_orders,
     };
     let first = json!({
         "torture": 1, "seed": seed, "engine": engine.name(), "instances": instances,
@@ -672,7 +682,7 @@ async fn main() {
         "clients": args.clients, "bin": bin.display().to_string(), "pooler": args.pooler,
         "old_bin": old_bin.as_ref().map(|o| o.display().to_string()),
         "pool_size": drawn.pool_size, "prefill": drawn.prefill, "backups": drawn.backups, "profile": drawn.profile,
-        "cache_mb": args.cache_mb,
+        "cache_mb": args.cache_mb, "medium_orders": args.medium_orders,
         "skipped": skipped.iter().map(|(k, w)| json!({"fault": k, "why": w})).collect::<Vec<_>>(),
     });
     let hist = History::create(&history_path, &first)
@@ -687,7 +697,8 @@ async fn main() {
         if engine == Engine::Postgres { drawn.pool_size.to_string() } else { "-".into() },
         drawn.prefill,
         drawn.backups,
-        args.cache_mb.map_or(String::new(), |mb| format!(" cache-mb={mb}")),
+        args.cache_mb.map_or(String::new(), |mb| format!(" cache-mb={mb}"))
+            + &if args.medium_orders > 0.0 { format!(" medium-orders={}", args.medium_orders) } else { String::new() },
     );
     if let Some(old) = &old_bin {
         println!(

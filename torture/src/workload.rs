@@ -257,7 +257,7 @@ impl Client {
     fn basket(&mut self, account: usize) -> Vec<Value> {
         let lines = self.rng.range(1, 5);
         let us = self.ctx.state.account(account).region == "US";
-        (0..lines)
+        let mut items: Vec<Value> = (0..lines)
             .map(|_| {
                 let choices: &[&str] = if us { &["tp-uc", "tp-gem", "tp-card", "tp-us"] } else { &["tp-uc", "tp-gem", "tp-card"] };
                 let p = *self.rng.pick(choices);
@@ -270,7 +270,18 @@ impl Client {
                     _ => json!({"productId": p, "quantity": q, "deliveryData": {}}),
                 }
             })
-            .collect()
+            .collect();
+        // Drawn only when asked for, so a seed without --medium-orders draws what it always did.
+        let medium = self.ctx.cfg.medium_orders;
+        if medium > 0.0 && self.rng.chance(medium) {
+            let size = self.rng.range(3 * 1024, 8 * 1024) as usize;
+            let seed = self.rng.next_u64();
+            let note: String = (0..size)
+                .map(|i| char::from(b'a' + ((seed >> (i % 60)) as u8 ^ i as u8) % 26))
+                .collect();
+            items[0]["deliveryData"]["note"] = json!(note);
+        }
+        items
     }
 
     fn order_body(&mut self, key: &str, items: Vec<Value>, account: usize) -> Value {
