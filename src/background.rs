@@ -60,9 +60,10 @@ impl Pace {
     }
 
     pub(crate) fn rest(&mut self) {
-        let busy = thread_cpu_time().saturating_sub(self.since);
-        std::thread::sleep(busy.mul_f64(self.rest_per_busy));
-        self.since = thread_cpu_time();
+        // A sleeping thread uses no CPU time: the reading before the sleep starts the next span.
+        let now = thread_cpu_time();
+        std::thread::sleep(now.saturating_sub(self.since).mul_f64(self.rest_per_busy));
+        self.since = now;
     }
 }
 

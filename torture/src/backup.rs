@@ -242,18 +242,23 @@ async fn take(ctx: &Arc<Ctx>, n: usize, instance: usize) -> Backup {
     let stalled = async {
         let mut seen = (u64::MAX, u64::MAX);
         let mut since = Instant::now();
+        // One read of the spool's size at a time, off the async workers: a stat through a
+        // stopped LazyFS blocks until it resumes, and a new one each second would pile up
+        // blocked threads. One still blocked counts as no change and is waited on next time.
+        let mut probe: Option<tokio::task::JoinHandle<u64>> = None;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            // Off the async workers and bounded: a stat through a stopped LazyFS blocks.
-            let pid = inst.pid();
-            let spooled = tokio::time::timeout(
-                Duration::from_secs(2),
-                tokio::task::spawn_blocking(move || spool_bytes(pid)),
-            )
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or(seen.1);
+            let pending = probe.get_or_insert_with(|| {
+                let pid = inst.pid();
+                tokio::task::spawn_blocking(move || spool_bytes(pid))
+            });
+            let spooled = match tokio::time::timeout(Duration::from_secs(2), pending).await {
+                Ok(done) => {
+                    probe = None;
+                    done.unwrap_or(seen.1)
+                }
+                Err(_) => seen.1,
+            };
             let now = (streamed.load(Ordering::Relaxed), spooled);
             if now != seen {
                 seen = now;
