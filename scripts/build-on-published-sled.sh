@@ -8,7 +8,9 @@
 # folder, the root Cargo.toml's [patch.crates-io] removed, and the one API the patched copy adds
 # given back in terms of the published one: `TransactionalTree::set` and `delete`
 # (ORDERLY-PATCHES.md, change 6) become `insert` and `remove`, which read the value they replace
-# as the published crate always does. The build shares the repository's target directory
+# as the published crate always does. Stores are compressed from the commit that made them so,
+# and the published crate refuses zstd levels under 1, which the patched copy allows: such a
+# commit's level (src/store/sled/compression.rs) becomes 1. The build shares the repository's target directory
 # (cargo keeps the two sleds apart); the binary is copied to OUT at once, since both builds
 # write target/release/orderly.
 set -euo pipefail
@@ -24,6 +26,10 @@ cd "$tree"
 sed -i '/^\[patch.crates-io\]/,/^sled = { path = "vendor\/sled" }/d' Cargo.toml
 ! grep -q 'path = "vendor/sled"' Cargo.toml || { echo "Cargo.toml still names vendor/sled" >&2; exit 1; }
 
+if [ -f src/store/sled/compression.rs ]; then
+  sed -i 's/^pub(super) const LEVEL: i32 = .*;/pub(super) const LEVEL: i32 = 1;/' src/store/sled/compression.rs
+  grep -q '^pub(super) const LEVEL: i32 = 1;' src/store/sled/compression.rs || { echo "compression.rs has no LEVEL to set" >&2; exit 1; }
+fi
 cat > src/store/sled/published.rs <<'EOF'
 //! Built only by scripts/build-on-published-sled.sh: the patched sled's writes that do not read
 //! what they replace, as the published crate has them (a read, then the write).

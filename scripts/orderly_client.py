@@ -92,21 +92,28 @@ LARGE = "-L"  # a key ending so orders prd_large with 300 KB of delivery data
 MEDIUM = "-M"  # a key ending so orders prd_large with 3 to 8 KiB of delivery data
 
 
+def incompressible(seed, size):
+    """`size` hex characters drawn from `seed`, each 64 a digest of the seed and their place."""
+    chunks = (hashlib.sha256(f"{seed}/{n}".encode()).hexdigest() for n in range(size // 64 + 1))
+    return "".join(chunks)[:size]
+
+
 def body_for(idem_key):
     """The order a key stands for, the same every time it is sent: a bench order; for a key
     ending in LARGE one with 300 KB of delivery data drawn from the key (sled keeps such values
     in files of their own); for one ending in MEDIUM one whose delivery data is 3 to 8 KiB
     (its stored answer and order row as large: 33 rows of such pages pass sled's blob
-    threshold)."""
+    threshold). The filler does not compress (sled compresses the pages of a store it
+    creates): a chain of digests, not one repeated."""
     digest = hashlib.sha256(idem_key.encode()).hexdigest()
     if idem_key.endswith(MEDIUM):
         size = 3 * 1024 + int(digest[:8], 16) % (5 * 1024)
-        filler = (digest * (size // 64 + 1))[:size]
+        filler = incompressible(digest, size)
         return json.dumps({"items": [{"productId": "prd_large", "quantity": 1,
                                       "deliveryData": {"username": filler}}]}).encode()
     if not idem_key.endswith(LARGE):
         return ORDER_BODY
-    filler = digest * (300 * 1024 // 64)
+    filler = incompressible(digest, 300 * 1024)
     return json.dumps({"items": [{"productId": "prd_large", "quantity": 1,
                                   "deliveryData": {"username": filler}}]}).encode()
 

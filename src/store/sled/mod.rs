@@ -13,6 +13,7 @@ mod blobs;
 mod catalog;
 mod changes;
 mod codec;
+mod compression;
 mod events;
 mod idempotency;
 mod keys;

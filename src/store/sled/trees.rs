@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::changes::Changes;
 use super::codec;
+use super::compression;
 use super::keys;
 use crate::domain::time::Millis;
 use crate::store::StoreError;
@@ -45,9 +46,16 @@ impl Trees {
     /// Opens (or creates) the database. `cache_bytes` bounds sled's page cache, whose
     /// default of 1 GiB would make the resident size of a small server unpredictable.
     pub(super) fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let compressed = compression::of_store(path)?;
+        let cache_bytes = match compressed {
+            true => cache_bytes / compression::CACHE_SHRINK,
+            false => cache_bytes,
+        };
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_bytes)
+            .use_compression(compressed)
+            .compression_factor(compression::LEVEL)
             .mode(sled::Mode::HighThroughput)
             // sled's own flusher (every 500 ms by default) is off: it could make a page that
             // points at a blob file durable before the writer's group commit syncs that file

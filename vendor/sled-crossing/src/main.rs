@@ -7,6 +7,8 @@
 //! `write` adds rows `F..N`, removes the ledger rows below `R` and rewrites the balances at `G`;
 //! `check` reads everything and requires exactly what those passes wrote (`rows.rs`), then
 //! prints a line of figures: rows read, bytes on disk, segments' file and blob files.
+//! With CROSSING_COMPRESSED set, every open compresses pages with zstd (a store orderly's server
+//! creates is compressed).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,11 +18,16 @@ mod rows;
 
 mod published_ops {
     use published as sled;
+    /// zstd's level for pages written with CROSSING_COMPRESSED set: published sled refuses
+    /// levels under 1.
+    const ZSTD_LEVEL: i32 = 1;
     include!("ops.rs");
 }
 
 mod patched_ops {
     use patched as sled;
+    /// The level orderly's server writes every page of a new store at.
+    const ZSTD_LEVEL: i32 = -3;
     include!("ops.rs");
 }
 

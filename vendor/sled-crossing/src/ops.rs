@@ -7,6 +7,8 @@ fn open(dir: &Path, cache_mb: u64) -> Result<sled::Db, String> {
     sled::Config::new()
         .path(dir)
         .cache_capacity(cache_mb << 20)
+        .use_compression(std::env::var_os("CROSSING_COMPRESSED").is_some())
+        .compression_factor(ZSTD_LEVEL)
         .open()
         .map_err(|e| format!("open: {e}"))
 }

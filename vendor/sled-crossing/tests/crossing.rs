@@ -1,5 +1,6 @@
 //! Both directions, through the binary, one process per open as an upgrade and a downgrade
 //! would be: CROSSING_ROWS rows (100,000 unless set; a million for the figures in README.md).
+//! CROSSING_COMPRESSED set: every page compressed, as in a store orderly's server creates.
 
 use std::path::Path;
 use std::process::Command;
@@ -93,10 +94,13 @@ fn a_store_sled_as_published_wrote_is_read_whole_and_extended_by_the_patched_cop
         ],
         &dir.0,
     );
-    assert!(
-        blobs(&extended) > 0,
-        "the patched copy's pages of medium rows make blob files"
-    );
+    // Compressed, the same pages stay under sled's blob threshold.
+    if std::env::var_os("CROSSING_COMPRESSED").is_none() {
+        assert!(
+            blobs(&extended) > 0,
+            "the patched copy's pages of medium rows make blob files"
+        );
+    }
     step(
         &[
             "check",
@@ -145,10 +149,12 @@ fn a_store_the_patched_copy_wrote_is_read_whole_and_extended_by_sled_as_publishe
     let (n, more) = (rows(), rows() * 3 / 2);
     let (to, more_s, removed) = (n.to_string(), more.to_string(), (n / 5).to_string());
     let written = step(&["write", "patched", "--to", &to], &dir.0);
-    assert!(
-        blobs(&written) > 0,
-        "the patched copy's pages of medium rows make blob files"
-    );
+    if std::env::var_os("CROSSING_COMPRESSED").is_none() {
+        assert!(
+            blobs(&written) > 0,
+            "the patched copy's pages of medium rows make blob files"
+        );
+    }
     step(&["check", "published", "--rows", &to], &dir.0);
     step(
         &[

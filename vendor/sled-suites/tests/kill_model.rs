@@ -8,6 +8,9 @@
 //! must be whole (its shape, both scans, every key, reads around every leaf bound); then a
 //! new child goes on from the recovered prefix and is killed again.
 //!
+//! Half the cases compress every page with zstd (at orderly's level, -3, or at 1), as orderly's
+//! server does for every store it creates.
+//!
 //! PROPTEST_CASES sets the number of cases (8 unless set).
 
 use std::io::{BufRead, BufReader};
@@ -28,6 +31,8 @@ struct Params {
     keep: u64,
     flush_each: u64,
     flush_every_ms: u64,
+    /// zstd's level for every page; 0: uncompressed.
+    level: i32,
 }
 
 /// Runs a child from operation `start` until it is killed `kill_after_ms` after it opened
@@ -48,6 +53,7 @@ fn run_child(
             p.flush_each.to_string(),
             p.flush_every_ms.to_string(),
             start.to_string(),
+            p.level.to_string(),
         ])
         .stdout(Stdio::piped())
         .spawn()
@@ -109,7 +115,11 @@ fn kill_and_check(p: &Params, kills: &[u64]) {
     let mut prefixes = Vec::new();
     for (round, kill_after_ms) in kills.iter().enumerate() {
         let flushed = run_child(&dir, p, start, *kill_after_ms);
-        let db = sled::Config::new().path(&dir.0).open().unwrap();
+        let db = sled::Config::new()
+            .path(&dir.0)
+            .use_compression(p.level != 0)
+            .open()
+            .unwrap();
         let tree = db.open_tree("queue").unwrap();
         Shape::of(&tree).check();
         let recovered = contents(&tree);
@@ -138,8 +148,8 @@ fn kill_and_check(p: &Params, kills: &[u64]) {
         start = at;
     }
     println!(
-        "KILL-MODEL seed={} (flushed, recovered prefix, leaves) per kill: {:?}",
-        p.seed, prefixes
+        "KILL-MODEL seed={} level={} (flushed, recovered prefix, leaves) per kill: {:?}",
+        p.seed, p.level, prefixes
     );
 }
 
@@ -159,7 +169,8 @@ proptest! {
         flush_each in prop::sample::select(vec![1u64, 7, 64, 500]),
         flush_every_ms in prop::sample::select(vec![0u64, 1, 20, 500]),
         kills in prop::collection::vec(0u64..150, 2..5),
+        level in prop::sample::select(vec![0i32, 0, -3, 1]),
     ) {
-        kill_and_check(&Params { seed, queues, keep, flush_each, flush_every_ms }, &kills);
+        kill_and_check(&Params { seed, queues, keep, flush_each, flush_every_ms, level }, &kills);
     }
 }

@@ -3,7 +3,9 @@
 //! store, flushing after every `flush_each` operations and then printing `flushed N`
 //! (operations 0..N are durable), until it is killed.
 //!
-//! usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS(0: none) START
+//! usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS(0: none) START LEVEL
+//!
+//! LEVEL is zstd's level for every page (0: pages uncompressed; orderly's server writes -3).
 
 use std::io::Write;
 
@@ -13,16 +15,19 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     assert_eq!(
         args.len(),
-        8,
-        "usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS START"
+        9,
+        "usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS START LEVEL"
     );
     let n = |i: usize| -> u64 { args[i].parse().unwrap() };
     let ops = queue_ops(n(1), n(2) as usize, n(3), n(4));
     let flush_each = n(5) as usize;
     let flush_every_ms = if n(6) == 0 { None } else { Some(n(6)) };
+    let level: i32 = args[8].parse().unwrap();
     let db = sled::Config::new()
         .path(&args[0])
         .flush_every_ms(flush_every_ms)
+        .use_compression(level != 0)
+        .compression_factor(if level == 0 { 5 } else { level })
         .open()
         .unwrap();
     let tree = db.open_tree("queue").unwrap();

@@ -29,6 +29,11 @@ pub(crate) const BATCH_MANIFEST_PID: PageId = PageId::max_value() - 666;
 // most of what brought a store from about 3,400 to under 2,000 bytes per order
 // (ORDERLY-PATCHES.md).
 pub(crate) const PAGE_CONSOLIDATION_THRESHOLD: usize = 5;
+// orderly: 6 when pages are compressed. A rewrite compresses the whole page on the writer's
+// thread, where 5 cost new orders about 15 % of their rate; each delta is compressed alone,
+// so more of them cost bytes: 5, 6, 7 and 10 deltas kept 1,784, 1,850, 1,937 and 2,054 bytes
+// per order (ORDERLY-PATCHES.md, change 8).
+pub(crate) const COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD: usize = 6;
 pub(crate) const SEGMENT_CLEANUP_THRESHOLD: usize = 50;
 
 // Allows for around 1 trillion items to be stored

@@ -38,7 +38,8 @@ use self::{
     blob_io::{gc_blobs, read_blob, remove_blob, write_blob},
     constants::{
         BATCH_MANIFEST_PID, COUNTER_PID, META_PID,
-        PAGE_CONSOLIDATION_THRESHOLD, SEGMENT_CLEANUP_THRESHOLD,
+        COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD, PAGE_CONSOLIDATION_THRESHOLD,
+        SEGMENT_CLEANUP_THRESHOLD,
     },
     header::Header,
     iobuf::{roll_iobuf, IoBuf, IoBufs},
@@ -260,16 +261,52 @@ pub(crate) fn u32_to_arr(number: u32) -> [u8; 4] {
 }
 
 #[allow(clippy::needless_pass_by_value)]
+// orderly: sled made a zstd context for every message it compressed or read back, and a
+// context costs far more to make than a page of a few KiB costs to compress: 42 % of a
+// server's time under load went to `ZSTD_createCCtx`. One context of each kind per thread,
+// reused, makes the same frames (ORDERLY-PATCHES.md, change 8).
+#[cfg(feature = "compression")]
+thread_local! {
+    static COMPRESSOR: std::cell::RefCell<zstd::block::Compressor> =
+        std::cell::RefCell::new(zstd::block::Compressor::new());
+    static DECOMPRESSOR: std::cell::RefCell<zstd::block::Decompressor> =
+        std::cell::RefCell::new(zstd::block::Decompressor::new());
+}
+
+/// One zstd frame holding `buf`, its size in its header, as `zstd::block::compress` makes it.
+#[cfg(feature = "compression")]
+pub(crate) fn compress_message(buf: &[u8], level: i32) -> Vec<u8> {
+    COMPRESSOR
+        .with(|compressor| compressor.borrow_mut().compress(buf, level))
+        .expect("zstd compresses any input into a buffer of compress_bound")
+}
+
 pub(crate) fn maybe_decompress(in_buf: Vec<u8>) -> std::io::Result<Vec<u8>> {
     #[cfg(feature = "compression")]
     {
         use zstd::stream::decode_all;
 
+        // A frame whose header states a size past this is read by the streaming decoder,
+        // which grows its buffer as it goes, rather than trusting the header with one
+        // allocation.
+        const MOST_TRUSTED_FRAME: u64 = 1 << 28;
+
         let scootable_in_buf = &mut &*in_buf;
         let _ivec_varint = u64::deserialize(scootable_in_buf)
             .expect("this had to be serialized with an extra length frame");
         let _measure = Measure::new(&M.decompress);
-        let out_buf = decode_all(scootable_in_buf).expect(
+        let frame: &[u8] = scootable_in_buf;
+        let stated = zstd::zstd_safe::get_frame_content_size(frame);
+        let out_buf = if stated <= MOST_TRUSTED_FRAME {
+            DECOMPRESSOR.with(|decompressor| {
+                decompressor
+                    .borrow_mut()
+                    .decompress(frame, usize::try_from(stated).unwrap())
+            })
+        } else {
+            decode_all(frame)
+        }
+        .expect(
             "failed to decompress data. \
              This is not expected, please open an issue on \
              https://github.com/spacejam/sled so we can \
@@ -1035,7 +1072,12 @@ impl PageCache {
         let node: Node = old.as_node().applied(&new);
 
         // see if we should short-circuit replace
-        if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD {
+        let consolidation_threshold = if self.config.use_compression {
+            COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD
+        } else {
+            PAGE_CONSOLIDATION_THRESHOLD
+        };
+        if old.cache_infos.len() >= consolidation_threshold {
             let short_circuit = self.replace(pid, old, node, guard)?;
             return Ok(short_circuit.map_err(|a| a.map(|b| (b.0, new))));
         }
