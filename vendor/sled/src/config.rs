@@ -678,6 +678,13 @@ impl Config {
         io_fail!(self, "write_config crc");
         f.write_all(&crc_arr)?;
         io_fail!(self, "write_config post");
+        // orderly: durable before the store's first page (sled never synced it). A power cut
+        // that emptied it left sled to write it again from the setting it was opened with,
+        // which for compression need not be the store's (ORDERLY-PATCHES.md, change 8).
+        f.sync_all()?;
+        if let Some(dir) = self.config_path().parent() {
+            fs::File::open(dir)?.sync_all()?;
+        }
         Ok(())
     }
 
