@@ -111,6 +111,15 @@ fn setting(conf: &[u8]) -> Option<bool> {
 mod tests {
     use super::*;
 
+    /// sled opened on `dir`, compressed or not.
+    fn open(dir: &Path, compressed: bool) -> sled::Db {
+        sled::Config::new()
+            .path(dir)
+            .use_compression(compressed)
+            .open()
+            .unwrap()
+    }
+
     #[test]
     fn a_conf_file_says_whether_its_store_is_compressed() {
         let conf = |c: &str| {
@@ -132,11 +141,7 @@ mod tests {
     fn a_store_whose_conf_a_power_cut_emptied_is_known_by_its_snapshot() {
         for created in [false, true] {
             let dir = tempfile::tempdir().unwrap();
-            let db = sled::Config::new()
-                .path(dir.path())
-                .use_compression(created)
-                .open()
-                .unwrap();
+            let db = open(dir.path(), created);
             let tree = db.open_tree("orders").unwrap();
             for i in 0u32..2_000 {
                 let row = format!("{{\"order\":{i},\"status\":\"processing\"}}");
@@ -145,21 +150,11 @@ mod tests {
             db.flush().unwrap();
             drop((tree, db));
             // sled writes a snapshot when it opens a store whose log went past the last one.
-            drop(
-                sled::Config::new()
-                    .path(dir.path())
-                    .use_compression(created)
-                    .open()
-                    .unwrap(),
-            );
+            drop(open(dir.path(), created));
             std::fs::write(dir.path().join("conf"), b"").unwrap();
             assert_eq!(of_store(dir.path()).unwrap(), created, "created {created}");
             // And sled, told so, opens it and reads every row.
-            let db = sled::Config::new()
-                .path(dir.path())
-                .use_compression(created)
-                .open()
-                .unwrap();
+            let db = open(dir.path(), created);
             assert_eq!(db.open_tree("orders").unwrap().len(), 2_000);
         }
     }
@@ -175,12 +170,7 @@ mod tests {
     fn a_store_keeps_the_setting_it_was_created_with() {
         for created in [false, true] {
             let dir = tempfile::tempdir().unwrap();
-            let db = sled::Config::new()
-                .path(dir.path())
-                .use_compression(created)
-                .open()
-                .unwrap();
-            drop(db);
+            drop(open(dir.path(), created));
             assert_eq!(of_store(dir.path()).unwrap(), created);
         }
     }
