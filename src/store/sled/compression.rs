@@ -8,8 +8,9 @@ use crate::store::StoreError;
 
 /// zstd's level for every page sled writes. A negative level leaves literals unencoded, which
 /// is where zstd spends its time on messages of a few KiB: at -3 a store of partner-shaped
-/// orders keeps 1,796 bytes per order against 4,432 uncompressed, at the same rate of new
-/// orders; level 1 kept 1,509 but placed 24 % fewer (docs/benchmarks.md).
+/// orders keeps 1,796 bytes per order against 4,432 uncompressed in a 40 s fill; level 1 kept
+/// 1,509 but placed 24 % fewer orders. Even at -3, `perf/compare.sh` places 14 to 17 % fewer
+/// new orders than an uncompressed store (docs/benchmarks.md).
 pub(super) const LEVEL: i32 = -3;
 
 /// sled's page cache counts a page at its size in the log, which compression makes about a
