@@ -183,8 +183,11 @@ fn concurrent_tree_ops() {
         }
 
         drop(t);
-        let t =
-            Arc::new(config.open().expect("should be able to restart Tree"));
+        // orderly: retried while the dropped instance's file lock is held (common/mod.rs).
+        let t = Arc::new(
+            common::retry_while_locked(|| config.open())
+                .expect("should be able to restart Tree"),
+        );
 
         let n_scanned = t.iter().count();
         if n_scanned != N {
@@ -208,8 +211,11 @@ fn concurrent_tree_ops() {
         }};
 
         drop(t);
-        let t =
-            Arc::new(config.open().expect("should be able to restart Tree"));
+        // orderly: retried while the dropped instance's file lock is held (common/mod.rs).
+        let t = Arc::new(
+            common::retry_while_locked(|| config.open())
+                .expect("should be able to restart Tree"),
+        );
 
         debug!("========== CAS test in test {} ==========", i);
         par! {t, |tree: &Tree, k: Vec<u8>| {
@@ -220,8 +226,11 @@ fn concurrent_tree_ops() {
         }};
 
         drop(t);
-        let t =
-            Arc::new(config.open().expect("should be able to restart Tree"));
+        // orderly: retried while the dropped instance's file lock is held (common/mod.rs).
+        let t = Arc::new(
+            common::retry_while_locked(|| config.open())
+                .expect("should be able to restart Tree"),
+        );
 
         par! {t, |tree: &Tree, k: Vec<u8>| {
             let k1 = k.clone();
@@ -231,8 +240,11 @@ fn concurrent_tree_ops() {
         }};
 
         drop(t);
-        let t =
-            Arc::new(config.open().expect("should be able to restart Tree"));
+        // orderly: retried while the dropped instance's file lock is held (common/mod.rs).
+        let t = Arc::new(
+            common::retry_while_locked(|| config.open())
+                .expect("should be able to restart Tree"),
+        );
 
         debug!("========== deleting in test {} ==========", i);
         par! {t, |tree: &Tree, k: Vec<u8>| {
@@ -240,8 +252,11 @@ fn concurrent_tree_ops() {
         }};
 
         drop(t);
-        let t =
-            Arc::new(config.open().expect("should be able to restart Tree"));
+        // orderly: retried while the dropped instance's file lock is held (common/mod.rs).
+        let t = Arc::new(
+            common::retry_while_locked(|| config.open())
+                .expect("should be able to restart Tree"),
+        );
 
         par! {t, |tree: &Tree, k: Vec<u8>| {
             assert_eq!(tree.get(&*k), Ok(None));
@@ -618,7 +633,7 @@ fn tree_subdir() {
 
     let config = Config::new().path(&path);
 
-    let t = config.open().unwrap();
+    let t = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
 
     let res = t.get(&*vec![1]);
 
@@ -744,7 +759,7 @@ fn tree_subscribers_and_keyspaces() -> Result<()> {
     drop(t1);
     drop(t2);
 
-    let db = config.open().unwrap();
+    let db = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
 
     let t1 = db.open_tree(b"1".to_vec())?;
     let mut s1 = t1.watch_prefix(b"".to_vec());
@@ -770,7 +785,7 @@ fn tree_subscribers_and_keyspaces() -> Result<()> {
     drop(t1);
     drop(t2);
 
-    let db = config.open().unwrap();
+    let db = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
 
     let t1 = db.open_tree(b"1".to_vec())?;
     let t2 = db.open_tree(b"2".to_vec())?;
@@ -794,7 +809,7 @@ fn tree_subscribers_and_keyspaces() -> Result<()> {
     drop(t1);
     drop(t2);
 
-    let db = config.open().unwrap();
+    let db = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
 
     let t1 = db.open_tree(b"1".to_vec())?;
     let t2 = db.open_tree(b"2".to_vec())?;
@@ -872,7 +887,7 @@ fn recover_tree() {
     }
     drop(t);
 
-    let t = config.open().unwrap();
+    let t = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
     for i in 0..N_PER_THREAD {
         let k = kv(i as usize);
         assert_eq!(t.get(&*k).unwrap().unwrap(), k);
@@ -880,7 +895,7 @@ fn recover_tree() {
     }
     drop(t);
 
-    let t = config.open().unwrap();
+    let t = common::retry_while_locked(|| config.open()).unwrap(); // orderly: common/mod.rs
     for i in 0..N_PER_THREAD {
         let k = kv(i as usize);
         assert_eq!(t.get(&*k), Ok(None));
@@ -926,7 +941,7 @@ fn tree_import_export() -> Result<()> {
 
     drop(db);
 
-    let exporter = config_1.open()?;
+    let exporter = common::retry_while_locked(|| config_1.open())?; // orderly: common/mod.rs
     let importer = config_2.open()?;
 
     let export = exporter.export();
@@ -936,7 +951,7 @@ fn tree_import_export() -> Result<()> {
     drop(config_1);
     drop(importer);
 
-    let db = config_2.open()?;
+    let db = common::retry_while_locked(|| config_2.open())?; // orderly: common/mod.rs
 
     let checksum_b = db.checksum().unwrap();
     assert_eq!(checksum_a, checksum_b);
@@ -956,7 +971,7 @@ fn tree_import_export() -> Result<()> {
 
     drop(db);
 
-    let db = config_2.open()?;
+    let db = common::retry_while_locked(|| config_2.open())?; // orderly: common/mod.rs
     for db_id in 0..N_THREADS {
         let tree_id = format!("tree_{}", db_id);
         let tree = db.open_tree(tree_id.as_bytes())?;

@@ -222,23 +222,12 @@ fn run_tree_crashes_nicely(ops: Vec<Op>, flusher: bool) -> bool {
     macro_rules! restart {
         () => {
             drop(tree);
-            // orderly: the reopen is retried for a second while it finds the dropped
-            // instance's file lock still held (a background thread of sled's lets go of the
-            // file last), as tests/tree/mod.rs does. Without `testing` the 35 failpoints_bug_*
-            // cases failed so in about one suite run of six here (README.md).
-            let mut tries = 0;
-            let tree_res = loop {
-                match config.global_error().and_then(|_| config.open()) {
-                    Err(Error::Io(e))
-                        if tries < 100
-                            && e.to_string().contains("could not acquire lock") =>
-                    {
-                        tries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    other => break other,
-                }
-            };
+            // orderly: the reopen is retried while it finds the dropped instance's file lock
+            // still held (tests/common/mod.rs). Without `testing` the 35 failpoints_bug_* cases
+            // failed so in about one suite run of six here (README.md).
+            let tree_res = common::retry_while_locked(|| {
+                config.global_error().and_then(|_| config.open())
+            });
             tree = match tree_res {
                 Err(Error::FailPoint) => return true,
                 Err(e) => {

@@ -40,3 +40,26 @@ pub fn cleanup(dir: &str) {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// orderly: a reopen right after a drop can find the dropped instance's file lock still held
+/// (a background thread of sled's holds the file last and lets go a moment later, on sled as
+/// published as on orderly's copy). Opens through `open`, retrying while the error is that lock,
+/// for at most 5 seconds (CI's machines are loaded, and the lock was seen held past a second).
+#[allow(dead_code)]
+pub fn retry_while_locked<T>(
+    mut open: impl FnMut() -> sled::Result<T>,
+) -> sled::Result<T> {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match open() {
+            Err(sled::Error::Io(e))
+                if std::time::Instant::now() < deadline
+                    && e.to_string().contains("could not acquire lock") =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}

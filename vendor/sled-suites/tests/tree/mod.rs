@@ -379,26 +379,11 @@ fn prop_tree_matches_btreemap_inner(
             }
             Restart => {
                 drop(tree);
-                // orderly: the reopen is retried for a second while it finds the dropped
-                // instance's file lock still held (a background thread of sled's lets go of
-                // the file last). Without `testing` it failed now and then, on sled as
-                // published as on orderly's (README.md).
-                let mut tries = 0;
-                tree = loop {
-                    match config.open() {
-                        Err(Error::Io(e))
-                            if tries < 100
-                                && e.to_string()
-                                    .contains("could not acquire lock") =>
-                        {
-                            tries += 1;
-                            std::thread::sleep(
-                                std::time::Duration::from_millis(10),
-                            );
-                        }
-                        other => break other.unwrap(),
-                    }
-                };
+                // orderly: the reopen is retried while it finds the dropped instance's file
+                // lock still held (tests/common/mod.rs). Without `testing` it failed now and
+                // then, on sled as published as on orderly's (README.md).
+                tree = crate::common::retry_while_locked(|| config.open())
+                    .unwrap();
                 tree.set_merge_operator(test_merge_operator);
             }
         }
