@@ -9,7 +9,6 @@
 
 mod accounts;
 mod backup;
-mod blobs;
 mod catalog;
 mod changes;
 mod codec;
@@ -61,7 +60,6 @@ use crate::store::{
     ProviderRefusal, Record, Recorded, Redelivered, RefundRefusal, RefundRequest, RestoreCounts,
     Snapshot, Stopped, Store, StoreError,
 };
-use blobs::BlobFiles;
 use events::Due;
 use readers::Readers;
 use trees::Trees;
@@ -122,7 +120,6 @@ pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         Arc::clone(&trees),
         WriterParts {
             data_file,
-            blobs: BlobFiles::of(options.path.clone()),
             metrics: options.metrics,
             visibility: Arc::clone(&visibility),
             hook: options.flush_hook,

@@ -57,9 +57,9 @@ impl Trees {
             .use_compression(compressed)
             .compression_factor(compression::LEVEL)
             .mode(sled::Mode::HighThroughput)
-            // sled's own flusher (every 500 ms by default) is off: it could make a page that
-            // points at a blob file durable before the writer's group commit syncs that file
-            // (`blobs.rs`). Every write here is followed by that commit's flush.
+            // sled's own flusher (every 500 ms by default) is off: every write here is
+            // followed by the writer's group commit, whose flush and fdatasync are the
+            // durability a 200 waits for (`writer.rs`).
             .flush_every_ms(None)
             .open()?;
         let tree = |name: &str| db.open_tree(name);

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::blobs::BlobFiles;
 use super::codec;
 use super::trees::Trees;
 use crate::domain::fingerprint::{Fingerprint, Operation};
@@ -96,14 +95,11 @@ pub(super) fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(),
     Ok(())
 }
 
-/// Makes what the upgrade wrote durable as a group commit does (`writer.rs`): sled's blob
-/// files first, then sled's flush, then the data file's fdatasync (sled's flush alone does not
-/// reach the disk's cache).
+/// Makes what the upgrade wrote durable as a group commit does (`writer.rs`): sled's flush,
+/// then the data file's fdatasync (sled's flush alone does not reach the disk's cache; sled
+/// synced its blob files as it wrote them).
 fn durable(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
     let failed = |what: &str, e: std::io::Error| StoreError::Failed(format!("{what}: {e}"));
-    BlobFiles::of(data_dir.to_path_buf())
-        .sync_new()
-        .map_err(|e| failed("syncing sled's blob files", e))?;
     trees.db.flush()?;
     File::open(data_dir.join("db"))
         .and_then(|file| file.sync_data())

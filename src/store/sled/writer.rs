@@ -25,8 +25,8 @@
 //! goes on. The job's place is given back once its flush answered, so writes a stalled disk
 //! holds keep counting against `--max-pending-writes`.
 //!
-//! Before the flush the commit thread fsyncs the files sled keeps large values in (see
-//! `blobs`): a 200 depends on them as much as on the log.
+//! The files sled keeps large values in (`blobs/`) need nothing here: sled fsyncs each, and
+//! the directory, before its log points at it (vendor/sled, ORDERLY-PATCHES.md change 9).
 //!
 //! `Db::flush_async` is not used: it hangs under concurrency in sled 0.34.7 (sled#1412).
 //! The extra `sync_data` exists because sled's own flush uses `sync_file_range`, which leaves
@@ -45,7 +45,6 @@ use crate::bounds::Deadline;
 use crate::store::admission::{self, Admission, Admitted, InFlight};
 use crate::store::Stopped;
 
-use super::blobs::BlobFiles;
 use super::orders::Placed;
 use super::trees::Trees;
 use super::visibility::{Stripe, Visibility};
@@ -125,7 +124,6 @@ pub(super) struct Writer {
 /// What the writer needs besides the trees.
 pub(super) struct WriterParts {
     pub(crate) data_file: File,
-    pub(crate) blobs: BlobFiles,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) visibility: Arc<Visibility>,
     pub(crate) hook: Option<FlushHook>,
@@ -139,7 +137,6 @@ impl Writer {
     pub(super) fn start(trees: Arc<Trees>, parts: WriterParts) -> Self {
         let WriterParts {
             data_file,
-            blobs,
             metrics,
             visibility,
             hook,
@@ -170,10 +167,10 @@ impl Writer {
                 .name("orderly-commit".into())
                 .spawn(move || {
                     let mut flush = Flush {
-                        blobs,
                         trees,
                         data_file,
                         hook,
+                        blob_files_counted: 0,
                     };
                     run_commits(&mut flush, finished, &metrics, &visibility, &commits)
                 })
@@ -434,8 +431,6 @@ fn place_orders(batch: &Batch, orders: Vec<OrderJob>, done: &mut Vec<Completion>
 /// Why a group commit did not reach the disk (its text follows `flush failed: `).
 #[derive(Debug, thiserror::Error)]
 enum FlushError {
-    #[error("syncing sled's blob files: {0}")]
-    Blobs(std::io::Error),
     #[error("{0}")]
     Sled(sled::Error),
     #[error("{0}")]
@@ -447,13 +442,14 @@ enum FlushError {
 struct Flush {
     trees: Arc<Trees>,
     data_file: File,
-    blobs: BlobFiles,
     hook: Option<FlushHook>,
+    /// sled's count of the blob files it synced, as far as the metric has taken it.
+    blob_files_counted: u64,
 }
 
 impl Flush {
-    /// Returns how many of sled's blob files it had to fsync.
-    fn run(&mut self) -> Result<usize, FlushError> {
+    /// Returns how many blob files sled synced since the last flush.
+    fn run(&mut self) -> Result<u64, FlushError> {
         let hook = &self.hook;
         let step = |step: FlushStep| {
             hook.as_ref()
@@ -461,16 +457,14 @@ impl Flush {
                 .map_err(FlushError::Hook)
         };
         step(FlushStep::Flushing)?;
-        // Before sled's flush, so that the log's pointers reach the disk after the files;
-        // and again after it, for the files the writer finished meanwhile, whose pointers
-        // the flush may have taken along: none is left unsynced when the commit answers.
-        let mut blobs = self.blobs.sync_new().map_err(FlushError::Blobs)?;
         self.trees.db.flush().map_err(FlushError::Sled)?;
         step(FlushStep::Flushed)?;
-        blobs += self.blobs.sync_new().map_err(FlushError::Blobs)?;
         self.data_file.sync_data().map_err(FlushError::Sync)?;
         step(FlushStep::Synced)?;
-        Ok(blobs)
+        let synced = self.trees.db.blob_files_synced();
+        let new = synced - self.blob_files_counted;
+        self.blob_files_counted = synced;
+        Ok(new)
     }
 }
 
@@ -518,7 +512,7 @@ fn run_commits(
                     .observe(started.elapsed().as_secs_f64());
                 metrics.commit_batch_size.observe(waiting.len() as f64);
                 if let Ok(blobs) = flushed {
-                    metrics.blob_files_synced.inc_by(blobs as u64);
+                    metrics.blob_files_synced.inc_by(blobs);
                 }
                 flushed.map(drop).map_err(|why| {
                     let why = format!("flush failed: {why}");

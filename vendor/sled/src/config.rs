@@ -213,6 +213,8 @@ pub struct Inner {
     pub version: (usize, usize),
     tmp_path: PathBuf,
     pub(crate) global_error: Arc<Atomic<Error>>,
+    /// orderly: blob files synced by this instance (`Db::blob_files_synced`).
+    pub(crate) blob_files_synced: Arc<std::sync::atomic::AtomicU64>,
     #[cfg(feature = "event_log")]
     /// an event log for concurrent debugging
     pub event_log: Arc<event_log::EventLog>,
@@ -238,6 +240,7 @@ impl Default for Inner {
             flush_every_ms: Some(500),
             idgen_persist_interval: 1_000_000,
             global_error: Arc::new(Atomic::default()),
+            blob_files_synced: Arc::default(),
             #[cfg(feature = "event_log")]
             event_log: Arc::new(crate::event_log::EventLog::default()),
         }

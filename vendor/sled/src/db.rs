@@ -421,6 +421,14 @@ impl Db {
         Ok(hasher.finalize())
     }
 
+    /// orderly: how many blob files (sled's files for pages over its blob threshold) this
+    /// instance has fsynced, as it wrote them and at recovery (ORDERLY-PATCHES.md, change 9).
+    pub fn blob_files_synced(&self) -> u64 {
+        self.context
+            .blob_files_synced
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Returns the on-disk size of the storage files
     /// for this database.
     pub fn size_on_disk(&self) -> Result<u64> {

@@ -1,3 +1,5 @@
+use std::sync::atomic::Ordering;
+
 use crate::pagecache::*;
 use crate::*;
 
@@ -90,12 +92,73 @@ pub(crate) fn write_blob<T: Serialize>(
     io_fail!(config, "write_blob write kind_byte");
     f.write_all(kind_buf)?;
     io_fail!(config, "write_blob write buf");
-    f.write_all(&data)
-        .map(|r| {
-            trace!("successfully wrote blob at {:?}", path);
-            r
-        })
-        .map_err(|e| e.into())
+    f.write_all(&data)?;
+    // orderly: the file, its bytes and its name, is on the disk before any log record points
+    // at it. sled syncs its log at times of its own (a freed segment's truncation, a replaced
+    // blob's removal below, recovery), and a pointer made durable so, to a file that a power
+    // cut took or emptied, would skip its page or end recovery's walk of the log there
+    // (ORDERLY-PATCHES.md, change 9).
+    if !config.temporary {
+        io_fail!(config, "write_blob sync");
+        f.sync_all()?;
+        sync_blob_names(config)?;
+        config.blob_files_synced.fetch_add(1, Ordering::Relaxed);
+    }
+    trace!("successfully wrote blob at {:?}", path);
+    Ok(())
+}
+
+/// orderly: syncs the directory of blob files: the names of the files created or removed
+/// since, there after a power cut.
+fn sync_blob_names(config: &Config) -> Result<()> {
+    io_fail!(config, "blob directory sync");
+    std::fs::File::open(config.get_path().join("blobs"))?.sync_all()?;
+    Ok(())
+}
+
+/// orderly: removes the blob files of pages that were written again elsewhere (a blob
+/// replaced by the records of a segment that sled has finished). A removal reaches the disk
+/// at once, and the records that replaced the blob may not have yet: sled calls a segment
+/// finished when its writes were handed to the kernel, not when they were synced. Removed
+/// before they are synced, a power cut leaves a page whose newest durable version points at a
+/// missing file, and recovery skips it: the page goes back to an older version, or to nothing
+/// (ORDERLY-PATCHES.md, change 9). So the log is synced first, once for the files removed.
+pub(crate) fn remove_replaced_blobs(
+    ids: impl IntoIterator<Item = Lsn>,
+    config: &RunningConfig,
+) -> Result<()> {
+    let mut ids = ids.into_iter().peekable();
+    if ids.peek().is_none() {
+        return Ok(());
+    }
+    if !config.temporary {
+        io_fail!(config, "replaced blob log sync");
+        config.file.sync_all()?;
+    }
+    for id in ids {
+        remove_blob(id, config)?;
+    }
+    Ok(())
+}
+
+/// orderly: at recovery, before anything is built on the recovered log (a snapshot of it, the
+/// new writes): every blob file, its bytes and the directory, then the log, synced. An earlier
+/// process (one killed, or a build before change 9) may have left them in the kernel's cache
+/// only, where a later power cut would take them from under a durable snapshot.
+pub(crate) fn sync_recovered(config: &RunningConfig) -> Result<()> {
+    if config.temporary {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(config.get_path().join("blobs"))? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::File::open(entry.path())?.sync_all()?;
+            config.blob_files_synced.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    sync_blob_names(config)?;
+    config.file.sync_all()?;
+    Ok(())
 }
 
 pub(crate) fn gc_blobs(config: &Config, stable_lsn: Lsn) -> Result<()> {

@@ -35,7 +35,10 @@ use parallel_io_unix::{pread_exact, pread_exact_or_eof, pwrite_all};
 use parallel_io_windows::{pread_exact, pread_exact_or_eof, pwrite_all};
 
 use self::{
-    blob_io::{gc_blobs, read_blob, remove_blob, write_blob},
+    blob_io::{
+        gc_blobs, read_blob, remove_blob, remove_replaced_blobs,
+        sync_recovered, write_blob,
+    },
     constants::{
         BATCH_MANIFEST_PID, COUNTER_PID, META_PID,
         COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD, PAGE_CONSOLIDATION_THRESHOLD,

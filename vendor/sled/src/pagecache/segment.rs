@@ -256,7 +256,7 @@ impl Segment {
     fn active_to_inactive(
         &mut self,
         lsn: Lsn,
-        config: &Config,
+        config: &RunningConfig,
     ) -> Result<FastSet8<Lsn>> {
         trace!("setting Segment with lsn {:?} to Inactive", self.lsn());
 
@@ -264,15 +264,17 @@ impl Segment {
             assert!(lsn >= active.lsn);
 
             // now we can push any deferred blob removals to the removed set
-            for ptr in &active.deferred_rm_blob {
-                trace!(
-                    "removing blob {} while transitioning \
-                     segment lsn {:?} to Inactive",
-                    ptr,
-                    active.lsn,
-                );
-                remove_blob(*ptr, config)?;
-            }
+            // orderly: once the log that replaced them is synced (blob_io.rs).
+            trace!(
+                "removing blobs {:?} while transitioning \
+                 segment lsn {:?} to Inactive",
+                active.deferred_rm_blob,
+                active.lsn,
+            );
+            remove_replaced_blobs(
+                active.deferred_rm_blob.iter().copied(),
+                config,
+            )?;
 
             let inactive = Segment::Inactive(Inactive {
                 lsn: active.lsn,
@@ -435,7 +437,7 @@ impl Segment {
     fn remove_blob(
         &mut self,
         blob_ptr: BlobPointer,
-        config: &Config,
+        config: &RunningConfig,
     ) -> Result<()> {
         match self {
             Segment::Active(active) => {
@@ -451,7 +453,8 @@ impl Segment {
                      or Draining.",
                     blob_ptr,
                 );
-                remove_blob(blob_ptr, config)?;
+                // orderly: once the log that replaced it is synced (blob_io.rs).
+                remove_replaced_blobs(Some(blob_ptr), config)?;
             }
             Segment::Free(_) => panic!("remove_blob called on a Free Segment"),
         }

@@ -4,7 +4,8 @@ use zstd::block::{compress, decompress};
 use crate::*;
 
 use super::{
-    arr_to_u32, gc_blobs, pwrite_all, raw_segment_iter_from, u32_to_arr,
+    arr_to_u32, gc_blobs, pwrite_all, raw_segment_iter_from, sync_recovered,
+    u32_to_arr,
     u64_to_arr, BasedBuf, DiskPtr, LogIter, LogKind, LogOffset, Lsn,
     MessageKind,
 };
@@ -360,6 +361,10 @@ fn advance_snapshot(
         error!("unexpected corruption encountered in storage snapshot file");
         return Err(Error::corruption(None));
     }
+
+    // orderly: what was recovered is made durable before a snapshot points into it and new
+    // writes follow it (blob_io.rs, `sync_recovered`).
+    sync_recovered(config)?;
 
     if snapshot.stable_lsn > old_stable_lsn {
         write_snapshot(config, &snapshot)?;
