@@ -179,6 +179,16 @@ verify() {
   echo "$label: $verdict: $result"
 }
 
+# tool_failed_retry WHAT: LazyFS failed, not orderly (WHAT says how): once per run, the trial
+# runs again on a fresh mount.
+tool_failed_retry() {
+  [ "$retried" -eq 0 ] || die "LazyFS failed a second time; the trials cannot go on"
+  retried=1
+  wait "$load_pid" || true
+  remount_lazyfs
+  echo "trial $i: $1 (not a result about orderly); run again on a fresh mount"
+}
+
 lost_total=0
 failed=0
 retried=0
@@ -201,47 +211,30 @@ while [ "$i" -le "$N" ]; do
     cut_status=0
     cut_ms=$(cut_at_blob_unlink) || cut_status=$?
     if [ "$cut_status" = 3 ]; then
-      # As below: LazyFS failed, not orderly; once per run, the trial runs again.
-      [ "$retried" -eq 0 ] || die "LazyFS failed a second time; the trials cannot go on"
-      retried=1
       kill_server "$SERVER_PID" || true
-      wait "$load_pid" || true
-      remount_lazyfs
-      echo "trial $i: LazyFS died of something else than the cut (not a result about orderly); run again on a fresh mount"
+      tool_failed_retry "LazyFS died of something else than the cut"
       continue
     fi
     [ "$cut_status" = 0 ] || die "trial $i: no blob file was removed within 8 s"
-    cut_ms=$((armed_ms + cut_ms))
+    cut="power cut right after a blob file's unlink, at $((armed_ms + cut_ms)) ms"
     kill_server "$SERVER_PID" || true
     wait "$load_pid" || die "load client failed in trial $i"
-    BG_PIDS=()
     remount_same_root
-    start_server "$data" "$dir/server-2"
-    verify "$dir" "trial $i: power cut right after a blob file's unlink, at ${cut_ms} ms"
-    if [ "$i" -lt "$N" ]; then
-      stop_server "$SERVER_PID"
-      remount_lazyfs
+  else
+    kill_ms=$(random_pause)
+    tool_failed=0
+    kill_server "$SERVER_PID" || tool_failed=1
+    if [ "$tool_failed" = 1 ] || ! power_cut; then
+      tool_failed_retry "LazyFS died or stopped answering under it"
+      continue
     fi
-    i=$((i + 1))
-    continue
+    cut="kill -9 and power cut at ${kill_ms} ms"
+    wait "$load_pid" || die "load client failed in trial $i"
   fi
-  kill_ms=$(random_pause)
-  tool_failed=0
-  kill_server "$SERVER_PID" || tool_failed=1
-  if [ "$tool_failed" = 1 ] || ! power_cut; then
-    # The tool failed, not orderly: once per run, the trial runs again on a fresh mount.
-    [ "$retried" -eq 0 ] || die "LazyFS failed a second time; the trials cannot go on"
-    retried=1
-    wait "$load_pid" || true
-    remount_lazyfs
-    echo "trial $i: LazyFS died or stopped answering under it (not a result about orderly); run again on a fresh mount"
-    continue
-  fi
-  wait "$load_pid" || die "load client failed in trial $i"
   BG_PIDS=("$lazy_pid")
 
   start_server "$data" "$dir/server-2"
-  verify "$dir" "trial $i: kill -9 and power cut at ${kill_ms} ms"
+  verify "$dir" "trial $i: $cut"
   if [ "$i" -lt "$N" ]; then
     stop_server "$SERVER_PID"
     # Each trial on a mount of its own: LazyFS keeps what it cached of the trials before.
