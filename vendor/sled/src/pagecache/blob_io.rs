@@ -117,8 +117,9 @@ fn sync_blob_names(config: &Config) -> Result<()> {
 }
 
 /// orderly: removes the blob files of pages that were written again elsewhere (a blob
-/// replaced by the records of a segment that sled has finished). A removal reaches the disk
-/// at once, and the records that replaced the blob may not have yet: sled calls a segment
+/// replaced by the records of a segment that sled has finished). A removal can reach the disk
+/// before the records that replaced the blob do (a journaling file system commits it with its
+/// next transaction, whatever the data's state; LazyFS at once): sled calls a segment
 /// finished when its writes were handed to the kernel, not when they were synced. Removed
 /// before they are synced, a power cut leaves a page whose newest durable version points at a
 /// missing file, and recovery skips it: the page goes back to an older version, or to nothing
