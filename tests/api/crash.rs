@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use futures::future::join_all;
+use proptest::prelude::Rng;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -68,14 +70,9 @@ async fn an_order_with_300_kb_of_delivery_data_is_answered_after_its_large_value
 
     // Letters that do not compress: sled compresses a new store's pages, and this value
     // must stay past its blob threshold (about 128 KiB) once compressed.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
     let large: String = (0..300 * 1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
+        .map(|_| char::from(b'a' + (rng.next_u32() % 26) as u8))
         .collect();
     let body = basket("prd_uc", 1, &large);
     let resp = app.post_order(Some(&p.api_key), Some("large"), &body).await;

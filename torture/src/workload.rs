@@ -275,17 +275,13 @@ impl Client {
         let medium = self.ctx.cfg.medium_orders;
         if medium > 0.0 && self.rng.chance(medium) {
             let size = self.rng.range(3 * 1024, 8 * 1024) as usize;
-            // A letter per step of xorshift64: a note that does not compress, since sled
-            // compresses the pages of a store orderly creates and the note is there to make
-            // pages pass sled's blob threshold.
-            let mut x = self.rng.next_u64() | 1;
+            // Random letters: a note that does not compress, since sled compresses the pages
+            // of a store orderly creates and the note is there to make pages pass sled's blob
+            // threshold. Drawn from a generator of its own, so that the workload's stream
+            // takes one draw per note whatever its size.
+            let mut letters = Rng::new(self.rng.next_u64());
             let note: String = (0..size)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    char::from(b'a' + (x % 26) as u8)
-                })
+                .map(|_| char::from(b'a' + letters.below(26) as u8))
                 .collect();
             items[0]["deliveryData"]["note"] = json!(note);
         }

@@ -17,19 +17,18 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+use sled_suites::workload::Rng;
+
 const KEY: &[u8] = b"big";
 /// Over sled's blob threshold (a quarter of its 512 KiB segment), and incompressible.
 const VALUE_LEN: usize = 200 * 1024;
 
 /// Version `v` of the value: its number, then bytes drawn from it.
 fn value(version: u64) -> Vec<u8> {
-    let mut x = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = Rng::new(version);
     let mut bytes = version.to_le_bytes().to_vec();
     while bytes.len() < VALUE_LEN {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        bytes.extend_from_slice(&x.to_le_bytes());
+        bytes.extend_from_slice(&rng.next().to_le_bytes());
     }
     bytes.truncate(VALUE_LEN);
     bytes

@@ -263,7 +263,6 @@ pub(crate) fn u32_to_arr(number: u32) -> [u8; 4] {
     number.to_le_bytes()
 }
 
-#[allow(clippy::needless_pass_by_value)]
 // orderly: sled made a zstd context for every message it compressed or read back, and a
 // context costs far more to make than a page of a few KiB costs to compress: 42 % of a
 // server's time under load went to `ZSTD_createCCtx`. One context of each kind per thread,
@@ -284,6 +283,7 @@ pub(crate) fn compress_message(buf: &[u8], level: i32) -> Vec<u8> {
         .expect("zstd compresses any input into a buffer of compress_bound")
 }
 
+#[allow(clippy::needless_pass_by_value)]
 pub(crate) fn maybe_decompress(in_buf: Vec<u8>) -> std::io::Result<Vec<u8>> {
     #[cfg(feature = "compression")]
     {
