@@ -110,15 +110,18 @@ fn setting(conf: &[u8]) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::reopen::once_released;
     use super::*;
 
-    /// sled opened on `dir`, compressed or not.
+    /// sled opened on `dir`, compressed or not (once an instance the test dropped has let go
+    /// of it).
     fn open(dir: &Path, compressed: bool) -> sled::Db {
-        sled::Config::new()
-            .path(dir)
-            .use_compression(compressed)
-            .open()
-            .unwrap()
+        once_released(|| {
+            sled::Config::new()
+                .path(dir)
+                .use_compression(compressed)
+                .open()
+        })
     }
 
     #[test]

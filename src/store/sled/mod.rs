@@ -21,6 +21,8 @@ mod lifecycle;
 mod orders;
 mod providers;
 mod readers;
+#[cfg(test)]
+mod reopen;
 mod spooled;
 mod trees;
 mod tx;
