@@ -125,7 +125,7 @@ pub(crate) enum ApiError {
     Basket(BasketRejection),
     #[error("currency mismatch")]
     CurrencyMismatch { settles_in: String },
-    /// The balance after this money in would not fit.
+    /// The balance after this money in (or back) would not fit.
     #[error("balance too large after {0:?}")]
     BalanceTooLarge(MoneyIn),
     /// The key was used before for another request (`other_operation`: another kind).
@@ -221,11 +221,15 @@ impl utoipa::PartialSchema for ErrorCode {
 
 impl ToSchema for ErrorCode {}
 
-/// Where money came in, for `BalanceTooLarge`.
+/// Where money came in (or went back), for `BalanceTooLarge`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum MoneyIn {
     Credit,
     Payment,
+    /// A cancel's return of the order's total.
+    Cancel,
+    /// A refund's return of its amount.
+    Refund,
 }
 
 impl ApiError {
@@ -326,6 +330,12 @@ impl ApiError {
             }
             ApiError::BalanceTooLarge(MoneyIn::Payment) => {
                 "balance_too_large: the balance after this payment does not fit".into()
+            }
+            ApiError::BalanceTooLarge(MoneyIn::Cancel) => {
+                "balance_too_large: the balance after this cancel does not fit".into()
+            }
+            ApiError::BalanceTooLarge(MoneyIn::Refund) => {
+                "balance_too_large: the balance after this refund does not fit".into()
             }
             ApiError::KeyReused { other_operation } => {
                 let detail = if *other_operation {
@@ -580,6 +590,8 @@ mod tests {
             (ApiError::CurrencyMismatch { settles_in: "USD".into() }, 400, "currency_mismatch: this deployment settles in USD", "CURRENCY_MISMATCH"),
             (ApiError::BalanceTooLarge(MoneyIn::Credit), 400, "balance_too_large: the balance after this credit does not fit", "BALANCE_TOO_LARGE"),
             (ApiError::BalanceTooLarge(MoneyIn::Payment), 400, "balance_too_large: the balance after this payment does not fit", "BALANCE_TOO_LARGE"),
+            (ApiError::BalanceTooLarge(MoneyIn::Cancel), 400, "balance_too_large: the balance after this cancel does not fit", "BALANCE_TOO_LARGE"),
+            (ApiError::BalanceTooLarge(MoneyIn::Refund), 400, "balance_too_large: the balance after this refund does not fit", "BALANCE_TOO_LARGE"),
             (ApiError::KeyReused { other_operation: false }, 409, "idempotency_key_reused_with_different_body: this key was already used with a different request body; use a new key for a new operation", "IDEMPOTENCY_KEY_REUSED"),
             (ApiError::KeyReused { other_operation: true }, 409, "idempotency_key_reused_with_different_body: this key was already used for another kind of request; use a new key for a new operation", "IDEMPOTENCY_KEY_REUSED"),
             (ApiError::InProgress, 409, "Duplicate request in progress, retry later", "REQUEST_IN_PROGRESS"),

@@ -12,7 +12,7 @@ use super::extract::{parse_json, read_body, Violations};
 use super::respond::{json_response, StoreData};
 use crate::config::Settings;
 use crate::domain::ids::AccountId;
-use crate::domain::limits::MAX_PROVIDER_ID_LEN;
+use crate::domain::limits::{MAX_AMOUNT, MAX_PROVIDER_ID_LEN};
 use crate::domain::money::Cents;
 use crate::error::{ApiError, AuthError, ErrorEnvelope, MoneyIn, ValidationError};
 use crate::loc;
@@ -29,6 +29,7 @@ pub(crate) struct Notification {
     #[serde(rename = "type")]
     kind: String,
     account_id: String,
+    #[schema(minimum = 1, maximum = 1000000000000i64)]
     amount: i64,
     currency: String,
 }
@@ -104,12 +105,9 @@ pub(crate) async fn provider_notification(
         format_args!("id must be a non-empty string of at most {MAX_PROVIDER_ID_LEN} characters"),
         "string_length",
     );
-    v.check(
-        note.amount >= 1,
-        || loc!("amount"),
-        "amount must be at least 1",
-        "range",
-    );
+    // Bounded as an admin credit is: no single payment near i64's end can leave a balance
+    // that a later cancel or refund cannot add back to.
+    v.whole_number_in(note.amount, 1..=MAX_AMOUNT, || loc!("amount"), "amount");
     v.into_result()?;
     if note.kind != PAYMENT_SUCCEEDED {
         // Acknowledged so the provider stops retrying; only a succeeded payment moves money.

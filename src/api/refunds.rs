@@ -14,7 +14,7 @@ use crate::domain::fingerprint::{Fingerprint, Operation};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::limits::MAX_REASON_LEN;
 use crate::domain::money::Cents;
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
 use crate::store::{CancelRefusal, CancelRequest, RefundRefusal, RefundRequest, Store};
 use crate::views::{order_only, refund_made, OrderOne, RefundMade};
@@ -33,7 +33,7 @@ impl JsonBody for CancelBody {
     request_body(content = Option<CancelBody>, description = "Empty, or {}"),
     responses(
         (status = 200, description = "Cancelled; the money is back on the balance", body = OrderOne, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
-        (status = 400, description = "Invalid idempotency key", body = ErrorEnvelope),
+        (status = 400, description = "Invalid idempotency key, or balance_too_large: the balance with the order's money back would not fit", body = ErrorEnvelope),
         (status = 404, description = "order_not_found", body = ErrorEnvelope),
         (status = 409, description = "order_not_cancellable (a state conflict), or the key was used differently", body = ErrorEnvelope),
     ),
@@ -86,6 +86,7 @@ async fn cancel_first_use(
         Err(CancelRefusal::KeyTaken(row)) => Ok(FirstUse::KeyTaken(row)),
         Err(CancelRefusal::NotFound) => Err(order_not_found(path)),
         Err(CancelRefusal::NotCancellable(status)) => Err(ApiError::NotCancellable { status }),
+        Err(CancelRefusal::BalanceTooLarge) => Err(ApiError::BalanceTooLarge(MoneyIn::Cancel)),
     }
 }
 
@@ -108,7 +109,7 @@ impl JsonBody for RefundBody {
     request_body = RefundBody,
     responses(
         (status = 200, description = "The refund, credited to the balance", body = RefundMade, headers(("Idempotency-Replayed" = String, description = "\"true\" when this is the stored answer of an earlier request with the same key"))),
-        (status = 400, description = "Missing or invalid idempotency key", body = ErrorEnvelope),
+        (status = 400, description = "Missing or invalid idempotency key, or balance_too_large: the balance with the refund would not fit", body = ErrorEnvelope),
         (status = 404, description = "order_not_found", body = ErrorEnvelope),
         (status = 409, description = "order_not_refundable, refund_exceeds_remaining, or the key was used differently", body = ErrorEnvelope),
     ),
@@ -176,5 +177,6 @@ async fn refund_first_use(
         Err(RefundRefusal::ExceedsRemaining { remaining }) => {
             Err(ApiError::RefundExceedsRemaining { remaining })
         }
+        Err(RefundRefusal::BalanceTooLarge) => Err(ApiError::BalanceTooLarge(MoneyIn::Refund)),
     }
 }

@@ -20,6 +20,9 @@ pub(crate) enum CopyError {
     /// (sled holds a lock on its files while it runs).
     #[error("cannot open {0}: {1}")]
     Source(String, StoreError),
+    /// The source is a sled store this binary must not open (newer, or missing a file).
+    #[error("{0}")]
+    Refused(OpenError),
     #[error("cannot read {0} (no server may be running on it): {1}")]
     Snapshot(String, StoreError),
     #[error("the database: {0}")]
@@ -28,12 +31,21 @@ pub(crate) enum CopyError {
     Restore(StoreError),
 }
 
-/// A copy that did not happen, as the command says it (exit 1).
+/// A copy that did not happen, as the command says it: exit 2 for a source or target this
+/// binary must not use (a sled store refused before it was touched, a newer schema), 1 for
+/// anything else.
 #[derive(Debug, thiserror::Error)]
 #[error("copy refused: {0}")]
 pub(crate) struct CopyFailure(#[from] CopyError);
 
-impl Failure for CopyFailure {}
+impl Failure for CopyFailure {
+    fn exit_code(&self) -> u8 {
+        match &self.0 {
+            CopyError::Refused(_) => 2,
+            _ => 1,
+        }
+    }
+}
 
 /// `orderly copy`: one JSON object of counts per kind on stdout; or one line on stderr, the
 /// target untouched.
@@ -55,7 +67,10 @@ pub(crate) async fn run(from: &Path, to_url: &str) -> Result<RestoreCounts, Copy
     }
     let source_store = open_embedded(from, WALK_CACHE_BYTES)
         .await
-        .map_err(|e| CopyError::Snapshot(source.clone(), e))?;
+        .map_err(|e| match e {
+            OpenError::Embedded { source: why, .. } => CopyError::Snapshot(source.clone(), why),
+            refused => CopyError::Refused(refused),
+        })?;
     let copied = into(&*source_store, &source, to_url, deadline).await;
     source_store.stop(deadline).await;
     copied
@@ -84,6 +99,7 @@ async fn into(
     let target = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await
         .map_err(|e| match e {
+            e if e.is_usage() => CopyError::Refused(e),
             OpenError::Shared(e) => CopyError::Target(e.to_string()),
             other => CopyError::Target(other.to_string()),
         })?;

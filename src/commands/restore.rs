@@ -36,16 +36,29 @@ pub(crate) enum RestoreError {
     NotEmpty(String),
     #[error("restoring into {0}: {1}")]
     Store(String, crate::store::StoreError),
+    /// The target cannot be opened: a sled store refused, or a schema newer than this binary.
+    #[error("restoring into {0}: {1}")]
+    Open(String, OpenError),
     #[error("moving the restored data into {0}: {1}")]
     Place(String, std::io::Error),
 }
 
-/// A restore that did not happen, as the command says it (exit 1).
+/// A restore that did not happen, as the command says it: exit 2 for what this binary must
+/// not read or write (a backup or a target written by a newer orderly, a sled target refused
+/// before it was touched), 1 for anything else.
 #[derive(Debug, thiserror::Error)]
 #[error("restore refused: {0}")]
 pub(crate) struct RestoreFailure(#[from] RestoreError);
 
-impl Failure for RestoreFailure {}
+impl Failure for RestoreFailure {
+    fn exit_code(&self) -> u8 {
+        match &self.0 {
+            RestoreError::Backup(BackupError::Version(found)) if *found > backup_file::VERSION => 2,
+            RestoreError::Open(_, open) if open.is_usage() => 2,
+            _ => 1,
+        }
+    }
+}
 
 /// `orderly restore`: one JSON object of counts per kind on stdout; or one line on stderr,
 /// with nothing written.
@@ -160,13 +173,7 @@ async fn into_database(url: &str, from: &Path) -> Result<RestoreCounts, RestoreE
     };
     let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await
-        .map_err(|e| {
-            let why = match e {
-                OpenError::Shared(e) => e.to_string(),
-                other => other.to_string(),
-            };
-            RestoreError::Store(target.clone(), crate::store::StoreError::Refused(why))
-        })?;
+        .map_err(|e| RestoreError::Open(target.clone(), e))?;
     let restored = match records_of(from, checked) {
         Ok(records) => store
             .restore(deadline, records)
@@ -194,7 +201,7 @@ async fn into_data_dir(data_dir: &Path, from: &Path) -> Result<RestoreCounts, Re
     let outcome = async {
         let store = open_embedded(&staging, COMMAND_CACHE_BYTES)
             .await
-            .map_err(|e| RestoreError::Store(target.clone(), e))?;
+            .map_err(|e| RestoreError::Open(target.clone(), e))?;
         let restored = match records_of(from, checked) {
             Ok(records) => store
                 .restore(deadline, records)

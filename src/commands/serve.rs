@@ -30,13 +30,14 @@ impl ServeFailure {
         }
     }
 
-    /// A schema, or a sled store, written by a newer orderly: what it says.
+    /// A schema, or a sled store, written by a newer orderly, or a sled store missing a file
+    /// it needs: what it says.
     fn store_too_new(&self) -> Option<String> {
         match self {
             ServeFailure::Startup(StartupError::Store(OpenError::Shared(
                 why @ shared::OpenError::SchemaTooNew(_),
             ))) => Some(why.to_string()),
-            ServeFailure::Startup(StartupError::Store(why @ OpenError::EmbeddedTooNew { .. })) => {
+            ServeFailure::Startup(StartupError::Store(why @ OpenError::EmbeddedRefused { .. })) => {
                 Some(why.to_string())
             }
             _ => None,

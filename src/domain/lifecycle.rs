@@ -76,6 +76,9 @@ pub(crate) enum CancelRefused {
     NotFound,
     /// Only a `processing` order can be cancelled.
     NotCancellable(OrderStatus),
+    /// The balance plus the order's total would not fit in an i64 (money came in since the
+    /// order was placed).
+    BalanceTooLarge,
 }
 
 /// Why a refund changed nothing.
@@ -88,6 +91,8 @@ pub(crate) enum RefundRefused {
     ExceedsRemaining {
         remaining: Cents,
     },
+    /// The balance plus the refund would not fit in an i64.
+    BalanceTooLarge,
 }
 
 /// The order if it exists and belongs to `account`.
@@ -95,23 +100,25 @@ fn own(order: Option<Order>, account: AccountId) -> Option<Order> {
     order.filter(|o| o.account_id == account)
 }
 
-/// The ledger entry of money going back to an account whose balance is `balance`. The
-/// debit this undoes fitted, so adding it back fits too; it saturates rather than wraps.
+/// The ledger entry of money going back to an account whose balance is `balance`, or `None`
+/// when the sum does not fit. The debit this undoes fitted when it was made, but money may
+/// have come in since (a credit, a provider's payment): the balance can be anywhere up to
+/// i64::MAX by now, so the sum is checked, never saturated (invariant 1 holds it exact).
 fn give_back(
     balance: Cents,
     amount: Cents,
     reason: LedgerReason,
     reference: String,
     stamp: &Stamp,
-) -> LedgerEntry {
-    LedgerEntry {
+) -> Option<LedgerEntry> {
+    Some(LedgerEntry {
         id: stamp.txn.to_string(),
         amount,
         reason,
         reference,
-        balance_after: balance.saturating_add(amount),
+        balance_after: balance.checked_add(amount)?,
         created_at: stamp.now,
-    }
+    })
 }
 
 /// Cancels a `processing` order of `account` and returns its whole total to the balance.
@@ -125,15 +132,16 @@ pub(crate) fn cancel(
     if order.status != OrderStatus::Processing {
         return Err(CancelRefused::NotCancellable(order.status));
     }
-    order.status = OrderStatus::Cancelled;
-    order.updated_at = stamp.now;
     let entry = give_back(
         balance,
-        order.total,
+        order.total - order.refunded,
         LedgerReason::Cancel,
         order.id.to_string(),
         stamp,
-    );
+    )
+    .ok_or(CancelRefused::BalanceTooLarge)?;
+    order.status = OrderStatus::Cancelled;
+    order.updated_at = stamp.now;
     invariant::cancel_returns_the_rest(&order, &entry);
     invariant::entry_moves_the_balance(balance, &entry);
     let emitted = emit(
@@ -179,6 +187,14 @@ pub(crate) fn refund(
     if amount > remaining || !amount.is_positive() {
         return Err(RefundRefused::ExceedsRemaining { remaining });
     }
+    let entry = give_back(
+        balance,
+        amount,
+        LedgerReason::Refund,
+        ask.id.to_string(),
+        stamp,
+    )
+    .ok_or(RefundRefused::BalanceTooLarge)?;
     order.refunded = order.refunded + amount;
     order.updated_at = stamp.now;
     let refund = Refund {
@@ -188,13 +204,6 @@ pub(crate) fn refund(
         reason: ask.reason,
         created_at: stamp.now,
     };
-    let entry = give_back(
-        balance,
-        amount,
-        LedgerReason::Refund,
-        refund.id.clone(),
-        stamp,
-    );
     invariant::refunded_within_total(&order);
     invariant::money_in_is_positive(&entry);
     invariant::entry_moves_the_balance(balance, &entry);

@@ -4,6 +4,8 @@ pub(crate) mod account;
 pub(crate) mod basket;
 pub(crate) mod callback_url;
 pub(crate) mod cidr;
+#[cfg(test)]
+mod edges;
 pub(crate) mod event;
 pub(crate) mod fingerprint;
 pub(crate) mod idempotency_key;

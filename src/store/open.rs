@@ -52,18 +52,31 @@ pub enum OpenError {
         /// Why.
         source: StoreError,
     },
-    /// A sled store written by a newer orderly: a usage error (exit 2), like a schema newer
-    /// than the binary on PostgreSQL.
+    /// A sled store this binary must not open: written by a newer orderly, or missing or
+    /// damaging a file it needs. Refused before sled touched it, a usage error (exit 2, from
+    /// every command), like a schema newer than the binary on PostgreSQL.
     #[error("cannot open the database in {path}: {why}")]
-    EmbeddedTooNew {
+    EmbeddedRefused {
         /// The data directory.
         path: String,
-        /// Which format the store is in, and which this binary reads.
+        /// What is wrong with it, naming the file.
         why: String,
     },
     /// The PostgreSQL engine could not start.
     #[error("PostgreSQL: {0}")]
     Shared(#[from] shared::OpenError),
+}
+
+impl OpenError {
+    /// A store this binary must not use as it is (a usage error, exit 2 from every command):
+    /// a sled store refused before it was touched, or a schema newer than the binary.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            OpenError::EmbeddedRefused { .. }
+                | OpenError::Shared(shared::OpenError::SchemaTooNew(_))
+        )
+    }
 }
 
 /// Opens the store `engine` names; `metrics` counts its commits; at most
@@ -87,17 +100,7 @@ pub async fn open(
             flush_hook,
             before_walk,
         })
-        .map_err(|source| match source {
-            // Opening refuses only a store written by a newer orderly (`upgrade.rs`).
-            StoreError::Refused(why) => OpenError::EmbeddedTooNew {
-                path: path.display().to_string(),
-                why,
-            },
-            source => OpenError::Embedded {
-                path: path.display().to_string(),
-                source,
-            },
-        }),
+        .map_err(|source| embedded_error(&path, source)),
         Engine::Shared {
             url,
             pool_size,
@@ -113,12 +116,27 @@ pub async fn open(
     }
 }
 
+/// Opening a sled store refuses only a store it must not touch (`sled/files.rs`,
+/// `sled/upgrade.rs`); every other failure is the engine's.
+fn embedded_error(path: &std::path::Path, source: StoreError) -> OpenError {
+    match source {
+        StoreError::Refused(why) => OpenError::EmbeddedRefused {
+            path: path.display().to_string(),
+            why,
+        },
+        source => OpenError::Embedded {
+            path: path.display().to_string(),
+            source,
+        },
+    }
+}
+
 /// The embedded store at `path` for a command that reads or fills it outside a server
-/// (restore, copy, stats): no flush hook, its own metrics. Its error is the engine's own.
+/// (restore, copy): no flush hook, its own metrics.
 pub(crate) async fn open_embedded(
     path: &std::path::Path,
     cache_bytes: u64,
-) -> Result<Arc<dyn Store>, StoreError> {
+) -> Result<Arc<dyn Store>, OpenError> {
     embedded::open(embedded::Options {
         path: path.to_path_buf(),
         cache_bytes,
@@ -127,4 +145,5 @@ pub(crate) async fn open_embedded(
         flush_hook: None,
         before_walk: None,
     })
+    .map_err(|source| embedded_error(path, source))
 }

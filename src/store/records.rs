@@ -198,6 +198,8 @@ pub enum CancelRefusal {
     NotFound,
     /// The order's status no longer allows a cancel.
     NotCancellable(OrderStatus),
+    /// The balance with the order's money back would not fit in an i64.
+    BalanceTooLarge,
     /// A concurrent first use of the same key committed first: look the key up again.
     KeyTaken(Taken),
 }
@@ -207,6 +209,7 @@ impl From<CancelRefused> for CancelRefusal {
         match refused {
             CancelRefused::NotFound => CancelRefusal::NotFound,
             CancelRefused::NotCancellable(status) => CancelRefusal::NotCancellable(status),
+            CancelRefused::BalanceTooLarge => CancelRefusal::BalanceTooLarge,
         }
     }
 }
@@ -241,6 +244,8 @@ pub enum RefundRefusal {
         /// What is left to refund.
         remaining: Cents,
     },
+    /// The balance with the refund would not fit in an i64.
+    BalanceTooLarge,
     /// A concurrent first use of the same key committed first: look the key up again.
     KeyTaken(Taken),
 }
@@ -264,6 +269,7 @@ impl From<RefundRefused> for RefundRefusal {
             RefundRefused::ExceedsRemaining { remaining } => {
                 RefundRefusal::ExceedsRemaining { remaining }
             }
+            RefundRefused::BalanceTooLarge => RefundRefusal::BalanceTooLarge,
         }
     }
 }

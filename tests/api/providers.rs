@@ -8,9 +8,9 @@ use sha2::Sha256;
 
 use crate::helpers::{spawn_app_with, TestApp};
 
-const SECRET: &str = "provider-secret-1";
+pub(crate) const SECRET: &str = "provider-secret-1";
 
-fn signature(body: &[u8]) -> String {
+pub(crate) fn signature(body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(body);
     let hex: String = mac
@@ -22,7 +22,12 @@ fn signature(body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
-async fn notify(app: &TestApp, provider: &str, body: &[u8], signature: &str) -> reqwest::Response {
+pub(crate) async fn notify(
+    app: &TestApp,
+    provider: &str,
+    body: &[u8],
+    signature: &str,
+) -> reqwest::Response {
     app.client
         .post(app.url(&format!("/webhooks/providers/{provider}")))
         .header("Content-Type", "application/json")
@@ -88,4 +93,34 @@ async fn an_unknown_provider_is_404() {
     let body = b"{}";
     let resp = notify(&app, "otherpay", body, &signature(body)).await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_payment_past_an_admin_credits_bound_is_422_and_credits_nothing() {
+    let app = spawn_app_with(&["--provider-secret", &format!("acmepay={SECRET}")]).await;
+    let account = app.create_account(true, 0, "EU").await;
+    let key = app.create_key(&account, &["balance:read"]).await;
+    for (i, amount) in [1_000_000_000_001_i64, i64::MAX - 1, i64::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        let body = json!({"id": format!("big-{i}"), "type": "payment.succeeded",
+            "accountId": account, "amount": amount, "currency": "USD"});
+        let body = serde_json::to_vec(&body).unwrap();
+        let resp = notify(&app, "acmepay", &body, &signature(&body)).await;
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{amount}");
+        let refusal: Value = resp.json().await.unwrap();
+        assert_eq!(
+            refusal["detail"][0]["loc"],
+            json!(["body", "amount"]),
+            "{refusal}"
+        );
+    }
+    assert_eq!(app.balance(&key).await, 0);
+    let body = json!({"id": "largest", "type": "payment.succeeded",
+        "accountId": account, "amount": 1_000_000_000_000_i64, "currency": "USD"});
+    let body = serde_json::to_vec(&body).unwrap();
+    let resp = notify(&app, "acmepay", &body, &signature(&body)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(app.balance(&key).await, 1_000_000_000_000);
 }

@@ -217,3 +217,83 @@ pub(super) fn first_use(claim: &crate::store::KeyClaim, now: Millis, body: Vec<u
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::account::Account;
+    use crate::domain::basket::RequestedLine;
+    use crate::domain::limits::{MAX_AMOUNT, MAX_QUANTITY};
+    use crate::store::NewOrder;
+
+    fn product(id: &str, price: i64) -> Product {
+        Product {
+            id: id.into(),
+            name: id.into(),
+            price: Cents(price),
+            regions: vec![],
+            delivery_fields: vec![],
+            active: true,
+            updated_at: 0,
+        }
+    }
+
+    fn line(id: &str, quantity: u64) -> RequestedLine {
+        RequestedLine {
+            product_id: id.into(),
+            quantity,
+            delivery_data: Default::default(),
+        }
+    }
+
+    /// A value at an end of `low..=high`, or anywhere in it.
+    fn near_edges(low: i64, high: i64) -> impl Strategy<Value = i64> {
+        prop_oneof![
+            proptest::sample::select(vec![low, low + 1, high - 1, high, 0.max(low), 1.max(low)]),
+            low..=high,
+        ]
+    }
+
+    proptest! {
+        /// A batch of orders on accounts whose balances, credit lines and prices sit at the
+        /// ends of their ranges is decided without a panic (invariant 8 holds), and every
+        /// accepted order moves its account's running balance by exactly its total.
+        #[test]
+        fn a_batch_at_the_ends_of_every_range_adds_up(
+            balances in proptest::collection::vec(near_edges(-MAX_AMOUNT, i64::MAX), 1..4),
+            limits in proptest::collection::vec(near_edges(0, MAX_AMOUNT), 4),
+            prices in proptest::collection::vec(near_edges(0, i64::MAX), 2),
+            orders in proptest::collection::vec((0usize..4, 0usize..2, near_edges(1, MAX_QUANTITY), 0u8..3), 1..12),
+        ) {
+            let accounts: Vec<Account> = balances.iter().zip(&limits).map(|(_, limit)| Account::for_tests(*limit)).collect();
+            let mut view = OrderView::default();
+            for (account, balance) in accounts.iter().zip(&balances) {
+                view.balances.insert(account.id, Cents(*balance));
+            }
+            for (i, price) in prices.iter().enumerate() {
+                view.catalog.insert(format!("prd_{i}"), product(&format!("prd_{i}"), *price));
+            }
+            let news: Vec<NewOrder> = orders
+                .iter()
+                .map(|(who, what, quantity, key)| {
+                    let lines = vec![line(&format!("prd_{what}"), *quantity as u64)];
+                    NewOrder::for_tests(&accounts[who % accounts.len()], &format!("k{key}"), lines, 1)
+                })
+                .collect();
+            let refs: Vec<&NewOrder> = news.iter().collect();
+            let mut running = view.balances.clone();
+            let decisions = decide(view, &refs, 5).unwrap();
+            for accepted in &decisions.accepted {
+                let before = running[&accepted.order.account_id];
+                prop_assert_eq!(before.checked_add(accepted.entry.amount), Some(accepted.entry.balance_after));
+                prop_assert_eq!(accepted.entry.amount, -accepted.order.total);
+                running.insert(accepted.order.account_id, accepted.entry.balance_after);
+            }
+            for (account, after) in &decisions.balances {
+                prop_assert_eq!(running[account], *after);
+            }
+        }
+    }
+}

@@ -90,7 +90,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// A compressed snapshot is a zstd frame whose trailer states its size uncompressed; an
 /// uncompressed one states the size it has.
-fn snapshot_is_compressed(file: &[u8]) -> bool {
+pub(super) fn snapshot_is_compressed(file: &[u8]) -> bool {
     let body = file.len() - SNAPSHOT_TRAILER;
     let mut stated = [0u8; 8];
     stated.copy_from_slice(&file[body..body + 8]);

@@ -14,6 +14,7 @@ mod changes;
 mod codec;
 mod compression;
 mod events;
+mod files;
 mod idempotency;
 mod keys;
 mod ledger;
@@ -105,6 +106,9 @@ pub(crate) struct Options {
 
 /// Opens (or creates) the database at `options.path` and starts its writer.
 pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
+    if files::inspect(&options.path)? == files::Found::Unmarked {
+        adopt_unmarked(&options.path)?;
+    }
     let trees = Trees::open(&options.path, options.cache_bytes)?;
     upgrade::check_layout(&trees)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;
@@ -147,6 +151,30 @@ pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
         before_walk: options.before_walk,
     }))
 }
+
+/// A store with pages and no layout file: from an orderly before the file (its `meta` has no
+/// word of one), which gets its file now; or one that lost it, refused untouched. `meta` is
+/// read from a scratch copy (`files::read_from_a_copy`): sled's recovery writes.
+fn adopt_unmarked(path: &std::path::Path) -> Result<(), StoreError> {
+    let lost = files::read_from_a_copy(path, |scratch| {
+        let trees = Trees::open(scratch, SCRATCH_CACHE_BYTES)?;
+        let layout = upgrade::stored_layout(&trees)?;
+        Ok((layout, upgrade::kept_layout_file(&trees)?))
+    })?;
+    if let (Some(layout), _) = lost {
+        files::too_new(layout)?;
+    }
+    if lost.1 {
+        return Err(files::refused(
+            files::LAYOUT_FILE,
+            "is missing (the store's layout mark, which this store had)",
+        ));
+    }
+    files::write_mark(path)
+}
+
+/// sled's page cache while a scratch copy's `meta` is read: one tree, a few pages.
+const SCRATCH_CACHE_BYTES: u64 = 1 << 20;
 
 /// Records a restore writes between two of sled's flushes.
 const RESTORE_FLUSH_EVERY: u64 = 50_000;

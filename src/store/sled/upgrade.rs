@@ -15,30 +15,52 @@ use crate::store::{KeyRecord, StoreError, StoredResponse};
 /// in the `meta` tree under `layout` (none there: a store from before the mark, layout 1).
 pub(super) const LAYOUT: u32 = 1;
 
-/// Refuses a store written by a newer orderly (its layout above `LAYOUT`), before anything is
-/// read or written; marks the layout of one that has none. The refusal is the only
-/// `StoreError::Refused` the opening of a store gives (`store/open.rs` reads it so).
+/// Refuses a store written by a newer orderly (its layout above `LAYOUT`); marks the layout
+/// of one that has none, and that the store has its layout file (`files.rs`): a store without
+/// that file whose `meta` says it had one lost it. `files::inspect` refused a newer store by
+/// its file before sled opened it; this is the check of stores from before the file.
 pub(super) fn check_layout(trees: &Trees) -> Result<(), StoreError> {
     let meta = trees.db.open_tree("meta")?;
-    match meta.get(b"layout")? {
-        Some(bytes) => {
-            let found = <[u8; 4]>::try_from(bytes.as_ref())
-                .map(u32::from_be_bytes)
-                .map_err(|_| {
-                    StoreError::Corrupt("the store's layout mark is not 4 bytes".into())
-                })?;
-            if found > LAYOUT {
-                return Err(StoreError::Refused(format!(
-                    "the store was written by a newer orderly (layout {found}; this binary knows {LAYOUT}): run that orderly or a newer one"
-                )));
-            }
+    let mut wrote = false;
+    match stored_layout(trees)? {
+        Some(found) if found > LAYOUT => {
+            return Err(StoreError::Refused(format!(
+                "it was written by a newer orderly (layout {found}; this binary knows {LAYOUT}): run that orderly or a newer one"
+            )));
         }
+        Some(_) => {}
         None => {
             meta.insert(b"layout", &LAYOUT.to_be_bytes())?;
-            trees.db.flush()?;
+            wrote = true;
         }
     }
+    if meta.get(LAYOUT_FILE_KEPT)?.is_none() {
+        meta.insert(LAYOUT_FILE_KEPT, &[1u8])?;
+        wrote = true;
+    }
+    if wrote {
+        trees.db.flush()?;
+    }
     Ok(())
+}
+
+/// In `meta`: the store keeps its layout in a file too (written by every orderly since the file).
+pub(super) const LAYOUT_FILE_KEPT: &[u8] = b"layout_file";
+
+/// The layout `meta` states, if any.
+pub(super) fn stored_layout(trees: &Trees) -> Result<Option<u32>, StoreError> {
+    let meta = trees.db.open_tree("meta")?;
+    match meta.get(b"layout")? {
+        Some(bytes) => <[u8; 4]>::try_from(bytes.as_ref())
+            .map(|b| Some(u32::from_be_bytes(b)))
+            .map_err(|_| StoreError::Corrupt("the store's layout mark is not 4 bytes".into())),
+        None => Ok(None),
+    }
+}
+
+/// Whether `meta` says the store kept its layout file.
+pub(super) fn kept_layout_file(trees: &Trees) -> Result<bool, StoreError> {
+    Ok(trees.db.open_tree("meta")?.get(LAYOUT_FILE_KEPT)?.is_some())
 }
 
 /// The earlier layout kept a key's binding and its answer in two trees; a database written
