@@ -12,6 +12,14 @@
 #   scripts/pg-cluster.sh promote DIR  the standby becomes a primary, with no synchronous
 #                                     standby of its own (what an HA manager does)
 #   scripts/pg-cluster.sh kill DIR    SIGKILL of the postmaster: a machine lost
+#   scripts/pg-cluster.sh crash-restart DIR  stop -m immediate, then start on the same data:
+#                                     the same timeline after crash recovery, UNLOGGED
+#                                     tables emptied
+# Every cluster started is hardened as production runs it: a role `orderly` (LOGIN, not a
+# superuser, no CREATEDB) for orderly to run as, owning the databases made for it, and the
+# pg_control_* and WAL-inspection functions not executable by PUBLIC (revoked in template1,
+# which every database is made from, and in postgres). Tests and harnesses connect as
+# `postgres` for their own SQL.
 # Installs Debian's postgresql when no server binaries are found. fsync and
 # synchronous_commit stay on: a 200 from orderly means committed on disk.
 # PG_CONF_EXTRA (start only): more lines for postgresql.conf, e.g. WAL archiving for a
@@ -19,7 +27,7 @@
 # to change later.
 set -euo pipefail
 
-cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill DIR}
+cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill|crash-restart DIR}
 dir=${2:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
 
 bin_dir() {
@@ -64,7 +72,22 @@ ${PG_CONF_EXTRA:-}
 CONF
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     echo "$port" >"$dir/port"
+    for db in template1 postgres; do
+      as_postgres "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" -c "
+        REVOKE EXECUTE ON FUNCTION pg_control_system(), pg_control_checkpoint(),
+          pg_control_recovery(), pg_control_init(), pg_current_wal_lsn(),
+          pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn(), pg_walfile_name(pg_lsn),
+          pg_walfile_name_offset(pg_lsn), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(),
+          pg_wal_lsn_diff(pg_lsn, pg_lsn)
+        FROM PUBLIC" >&2
+    done
+    as_postgres "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+      -c "CREATE ROLE orderly LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" >&2
     echo "postgres://postgres@127.0.0.1:$port/postgres"
+    ;;
+  crash-restart)
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 60 stop >&2
+    as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     ;;
   stop)
     if [ -d "$dir/data" ]; then
@@ -112,7 +135,7 @@ CONF
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     ;;
   *)
-    echo "usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill DIR" >&2
+    echo "usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill|crash-restart DIR" >&2
     exit 2
     ;;
 esac

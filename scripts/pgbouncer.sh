@@ -40,7 +40,8 @@ print(u.hostname or '127.0.0.1', u.port or 5432)" "$server")
     listen=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     mkdir -p "$dir"
     chown postgres "$dir"
-    echo '"postgres" ""' >"$dir/userlist.txt"
+    # postgres for the tests' own SQL, orderly for the servers (scripts/pg-cluster.sh).
+    printf '"postgres" ""\n"orderly" ""\n' >"$dir/userlist.txt"
     cat >"$dir/pgbouncer.ini" <<INI
 [databases]
 * = host=$host port=$port

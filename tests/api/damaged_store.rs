@@ -147,6 +147,19 @@ fn a_store_missing_its_conf_is_refused_by_every_command_untouched() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+#[test]
+fn a_store_whose_conf_was_written_anew_over_it_is_refused_untouched() {
+    // What an orderly before this check left of a store that had lost its conf: a new conf
+    // saying "compressed" over an uncompressed store.
+    let root = tempfile::tempdir().unwrap();
+    let dir = unpack_fixture(root.path());
+    let fresh = root.path().join("fresh");
+    let (code, stderr) = orderly(&["stats", "--data-dir", &fresh.display().to_string()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    std::fs::copy(fresh.join("conf"), dir.join("conf")).unwrap();
+    refused_by_every_command(&dir, "conf");
+}
+
 #[tokio::test]
 async fn a_store_missing_its_layout_file_is_refused_by_every_command_untouched() {
     let root = tempfile::tempdir().unwrap();
@@ -235,4 +248,60 @@ async fn a_store_whose_snapshots_are_gone_serves_every_write() {
             .await;
         assert_eq!(replay.headers()["Idempotency-Replayed"], "true");
     }
+}
+
+/// A stopped store holding an order of 300 KiB of letters that do not compress: sled keeps
+/// its page in a file of its own under blobs/. The blob files.
+async fn a_stopped_store_with_blobs(dir: &Path) -> Vec<PathBuf> {
+    use proptest::prelude::Rng;
+    use proptest::test_runner::{RngAlgorithm, TestRng};
+    let data_dir = dir.display().to_string();
+    let flags = ["--data-dir", data_dir.as_str()];
+    let mut app = start(dir, &flags);
+    let partner = app.partner_with_balance(100_000).await;
+    let mut rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    let large: String = (0..300 * 1024)
+        .map(|_| char::from(b'a' + (rng.next_u32() % 26) as u8))
+        .collect();
+    let resp = app
+        .post_order(
+            Some(&partner.api_key),
+            Some("large"),
+            &basket("prd_uc", 1, &large),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    stop(&mut app);
+    let blobs: Vec<PathBuf> = std::fs::read_dir(dir.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!blobs.is_empty(), "the large order is in blob files");
+    blobs
+}
+
+#[tokio::test]
+async fn a_store_missing_a_blob_file_is_refused_by_every_command_untouched() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let blobs = a_stopped_store_with_blobs(&dir).await;
+    for blob in &blobs {
+        let kept = std::fs::read(blob).unwrap();
+        std::fs::remove_file(blob).unwrap();
+        let name = format!("blobs/{}", blob.file_name().unwrap().to_string_lossy());
+        refused_by_every_command(&dir, &name);
+        std::fs::write(blob, kept).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_store_whose_blob_file_is_cut_short_is_refused_by_every_command_untouched() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let blobs = a_stopped_store_with_blobs(&dir).await;
+    let blob = &blobs[0];
+    let bytes = std::fs::read(blob).unwrap();
+    std::fs::write(blob, &bytes[..bytes.len() / 2]).unwrap();
+    let name = format!("blobs/{}", blob.file_name().unwrap().to_string_lossy());
+    refused_by_every_command(&dir, &name);
 }

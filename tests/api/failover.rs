@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{basket, sql_i64, sql_on, start, Partner, TestApp};
+use crate::helpers::{
+    basket, create_database_sql, server_role, sql_i64, sql_on, start, Partner, TestApp,
+};
 use crate::instances::{key_b_has_seen, revoke_through_a};
 use crate::postgres::{cluster, cluster_of, OwnCluster};
 use crate::timing::SLACK;
@@ -97,7 +99,7 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
     let (primary_dir, standby_dir) = (base.join("primary"), base.join("standby"));
     let primary = cluster("start", &primary_dir);
     let _primary = OwnCluster(primary_dir.clone());
-    sql_on(primary.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    sql_on(primary.clone(), create_database_sql("orderly", None)).unwrap();
     let standby = cluster_of("standby", &standby_dir, &primary);
     let _standby = OwnCluster(standby_dir.clone());
     sql_on(
@@ -118,7 +120,8 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
 
     let port = |url: &str| url::Url::parse(url).unwrap().port().unwrap();
     let url = format!(
-        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/orderly?target_session_attrs=read-write",
+        "postgresql://{}@127.0.0.1:{},127.0.0.1:{}/orderly?target_session_attrs=read-write",
+        server_role().unwrap_or_else(|| "postgres".into()),
         port(&primary),
         port(&standby)
     );

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use crate::helpers::{
-    basket, maintenance_sql, server_database_url, sql_i64, start, start_logging, TestApp,
-    TestDatabase,
+    basket, create_database_sql, maintenance_sql, server_database_url, sql_i64, start,
+    start_logging, TestApp, TestDatabase,
 };
 use crate::postgres::{cluster, hold_balance_row, OwnCluster};
 use crate::receiver::Receiver;
@@ -373,7 +373,7 @@ async fn an_instance_that_stopped_gives_its_lease_back_and_a_revocation_does_not
 async fn two_instances_started_together_on_an_empty_database_apply_each_migration_once() {
     let name = format!("orderly_empty_{}", std::process::id());
     maintenance_sql(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
-    maintenance_sql(format!("CREATE DATABASE {name}")).unwrap();
+    maintenance_sql(create_database_sql(&name, None)).unwrap();
     let url = server_database_url(&name);
     let dir = tempfile::tempdir().unwrap();
 
@@ -758,10 +758,11 @@ async fn while_the_database_is_down_an_instance_still_limits_with_a_bucket_of_it
     let own = OwnCluster(dir.clone());
     let mut database_url = url::Url::parse(&url).unwrap();
     database_url.set_path("/orderly");
-    crate::helpers::sql_on(url.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    crate::helpers::sql_on(url.clone(), create_database_sql("orderly", None)).unwrap();
+    let server_url = crate::helpers::as_server_role(database_url.as_str());
     let app = start(
         &dir.join("unused-data-dir"),
-        &["--database-url", database_url.as_str(), "--rate-limit", "5"],
+        &["--database-url", server_url.as_str(), "--rate-limit", "5"],
     );
     cluster("down", &dir);
 

@@ -73,7 +73,7 @@ async fn restored_near_the_end(
     app: &TestApp,
     partner: &Partner,
     flags: &[&str],
-) -> (TestApp, tempfile::TempDir) {
+) -> (TestApp, Restored) {
     app.credit(&partner.account_id, 1).await;
     let backup = app
         .client
@@ -97,7 +97,19 @@ async fn restored_near_the_end(
     restore(&file, &dir, &database);
     let restored = start(&dir, flags);
     assert_eq!(restored.balance(&partner.api_key).await, NEAR_THE_END);
-    (restored, root)
+    (
+        restored,
+        Restored {
+            _dir: root,
+            _database: database,
+        },
+    )
+}
+
+/// What the restored server stands on (its directory, or its database), kept until its end.
+struct Restored {
+    _dir: tempfile::TempDir,
+    _database: Option<TestDatabase>,
 }
 
 fn restore(file: &Path, dir: &Path, database: &Option<TestDatabase>) {

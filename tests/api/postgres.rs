@@ -14,8 +14,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    back_to_schema, basket, maintenance_sql, metric, script, spawn_app, spawn_app_with, sql_i64,
-    sql_on, start, wait_until_completed, TestDatabase,
+    as_server_role, back_to_schema, basket, create_database_sql, maintenance_sql, metric, script,
+    spawn_app, spawn_app_with, sql_i64, sql_on, start, wait_until_completed, TestDatabase,
 };
 
 #[test]
@@ -220,9 +220,10 @@ async fn the_database_stopped_and_started_under_load_loses_no_acknowledged_order
     let own = OwnCluster(dir.clone());
     let mut database_url = url::Url::parse(&url).unwrap();
     database_url.set_path("/orderly");
-    sql_on(url.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    sql_on(url.clone(), create_database_sql("orderly", None)).unwrap();
     let data_dir = dir.join("unused-data-dir");
-    let app = start(&data_dir, &["--database-url", database_url.as_str()]);
+    let server_url = as_server_role(database_url.as_str());
+    let app = start(&data_dir, &["--database-url", server_url.as_str()]);
     let p = app.partner_with_balance(10_000_000).await;
     let body = basket("prd_uc", 1, "p");
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{basket, sql_i64, sql_on, start, TestApp};
+use crate::helpers::{
+    as_server_role, basket, create_database_sql, server_role, sql_i64, sql_on, start, TestApp,
+};
 use crate::instances::{key_b_has_seen, revoke_through_a, two_instances, wait_until};
 use crate::postgres::{cluster, cluster_of, OwnCluster};
 
@@ -127,12 +129,13 @@ async fn after_an_asynchronous_standby_that_missed_changes_is_promoted_revocatio
     let (primary_dir, standby_dir) = (base.join("primary"), base.join("standby"));
     let primary = cluster("start", &primary_dir);
     let _primary = OwnCluster(primary_dir.clone());
-    sql_on(primary.clone(), "CREATE DATABASE orderly".into()).unwrap();
+    sql_on(primary.clone(), create_database_sql("orderly", None)).unwrap();
     let standby = cluster_of("standby", &standby_dir, &primary);
     let _standby = OwnCluster(standby_dir.clone());
     streaming(&primary, 1).await;
     let url = format!(
-        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/orderly?target_session_attrs=read-write",
+        "postgresql://{}@127.0.0.1:{},127.0.0.1:{}/orderly?target_session_attrs=read-write",
+        server_role().unwrap_or_else(|| "postgres".into()),
         port(&primary),
         port(&standby)
     );
@@ -235,4 +238,92 @@ async fn after_an_asynchronous_standby_that_missed_changes_is_promoted_revocatio
         );
     }
     b.assert_ledger_matches_balance(&partner.api_key).await;
+}
+
+/// A database of its own cluster for two instances started as the servers' role, and the
+/// maintenance URL of that database.
+fn own_database(dir: &std::path::Path) -> (String, String) {
+    let maintenance = cluster("start", dir);
+    sql_on(maintenance.clone(), create_database_sql("orderly", None)).unwrap();
+    let mut url = url::Url::parse(&maintenance).unwrap();
+    url.set_path("/orderly");
+    (as_server_role(url.as_str()), url.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn after_postgresql_restarts_in_place_a_key_revoked_through_one_instance_is_refused_on_every_instance(
+) {
+    // A crash restart empties the UNLOGGED cache leases: the database forgets that the other
+    // instance holds a copy of the key. The restart is a new history (the server's start
+    // time), and a change waits out every lease of the history before.
+    let dir = std::env::temp_dir().join(format!("orderly-crash-restart-{}", std::process::id()));
+    let (url, direct) = own_database(&dir);
+    let _own = OwnCluster(dir.clone());
+    let args = ["--database-url", url.as_str(), "--request-deadline", "3s"];
+    let a = start(&dir.join("a"), &args);
+    let b = start(&dir.join("b"), &args);
+    let (key, key_id) = key_b_has_seen(&a, &b).await;
+    let leases = "SELECT count(*) FROM auth_cache_leases WHERE valid_until > clock_timestamp()";
+    assert_eq!(sql_i64(direct.clone(), leases.into()).unwrap(), 2);
+
+    cluster("crash-restart", &dir);
+    // The first answered revocation, as soon as the database takes one.
+    wait_until(Duration::from_secs(20), "a revocation answered", || async {
+        a.admin(Method::DELETE, &format!("/admin/api-keys/{key_id}"), None)
+            .await
+            .status()
+            == StatusCode::OK
+    })
+    .await;
+    refused_everywhere(&[&b, &a], &key, "a key revoked right after a restart (200)").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
+async fn an_instance_whose_database_goes_back_under_two_million_keys_starts_over_once_and_serves_from_memory_again(
+) {
+    // Reading every key again takes longer than a lease renewal may (about a second per
+    // million): the instance starts over on the budget it has at open, once.
+    let app = crate::helpers::spawn_app_logging(&[]).await;
+    let Some(direct) = app.database_url() else {
+        panic!("on PostgreSQL")
+    };
+    let account = app.create_account(true, 0, "EU").await;
+    let (key, _) = new_key(&app, &account).await;
+    // Two million keys written behind the instances' back (no trigger, no change counted).
+    sql_on(
+        direct.clone(),
+        format!(
+            "SET session_replication_role = replica;
+             INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at)
+             SELECT sha256(('bulk ' || i)::bytea), 'key_bulk_' || i, '{account}', '[]', false, 0
+             FROM generate_series(1, 2000000) AS i"
+        ),
+    )
+    .unwrap();
+    sql_on(
+        direct.clone(),
+        "UPDATE auth_cache_version SET version = version - 1".into(),
+    )
+    .unwrap();
+    let logged = |what: &'static str| {
+        let lines = app.logged();
+        lines.iter().filter(|l| l.contains(what)).count()
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the instance started over",
+        || async { logged("started over in the database's history: 2000001 API key(s)") == 1 },
+    )
+    .await;
+    // Nothing more goes back: one start over, then the lease renewed in the new history.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(logged("the database went back in time"), 1);
+    assert_eq!(app.get(&key, "/b2b/balance").await.status(), StatusCode::OK);
+    let metrics = app.text("/metrics").await;
+    assert_eq!(
+        crate::helpers::metric(&metrics, "orderly_api_keys_known"),
+        2_000_001.0
+    );
 }

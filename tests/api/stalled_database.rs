@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::helpers::{basket, metric, spawn_app, spawn_app_with, sql_on, start, Partner, TestApp};
+use crate::helpers::{
+    as_server_role, basket, create_database_sql, metric, spawn_app, spawn_app_with, sql_on, start,
+    Partner, TestApp,
+};
 use crate::postgres::{cluster, hold_balance_row, hold_in_session, in_own_session, OwnCluster};
 use crate::timing::{self, assert_answered_by, at_once, keys, Answer, SLACK};
 
@@ -104,9 +107,10 @@ impl StandbyGone {
         let dir = std::env::temp_dir().join(format!("orderly-{name}-{}", std::process::id()));
         let maintenance = cluster("start", &dir);
         let own = OwnCluster(dir.clone());
-        sql_on(maintenance.clone(), "CREATE DATABASE orderly".into()).unwrap();
+        sql_on(maintenance.clone(), create_database_sql("orderly", None)).unwrap();
         let mut url = url::Url::parse(&maintenance).unwrap();
         url.set_path("/orderly");
+        let url = as_server_role(url.as_str());
         let app = start(
             &dir.join("unused-data-dir"),
             &["--database-url", url.as_str(), "--request-deadline", "3s"],

@@ -66,9 +66,20 @@ pub async fn shared() -> Opened {
         std::process::id(),
         NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     );
-    sql(&maintenance, &format!("CREATE DATABASE {name}")).await;
+    // As production runs it, where CI says so (ORDERLY_TEST_ROLE: a role that is not a
+    // superuser and owns only this database; tests/api/helpers.rs `server_role`).
+    let role = std::env::var("ORDERLY_TEST_ROLE")
+        .ok()
+        .filter(|r| !r.trim().is_empty());
+    let owner = role
+        .as_ref()
+        .map_or(String::new(), |r| format!(" OWNER {r}"));
+    sql(&maintenance, &format!("CREATE DATABASE {name}{owner}")).await;
     let mut url = url::Url::parse(&maintenance).expect("a URL");
     url.set_path(&format!("/{name}"));
+    if let Some(role) = &role {
+        url.set_username(role).expect("a URL with a host");
+    }
     let engine = Engine::Shared {
         url: url.to_string(),
         pool_size: 8,

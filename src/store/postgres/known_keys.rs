@@ -37,21 +37,29 @@ pub(super) async fn at_open(pool: &Pool) -> Result<KnownKeys, OpenError> {
         .map_err(|e| OpenError::Database(format!("reading the API keys: {}", StoreError::from(e))))
 }
 
-/// The hashes, and the newest change applied to them.
+/// The hashes, the newest change applied to them, and the database's history they were read
+/// in (`orderly_history_id()`).
 pub(super) struct KnownKeys {
     hashes: HashSet<[u8; 32]>,
     synced: i64,
+    history: String,
 }
 
 impl KnownKeys {
-    /// Every key that can authenticate now, and the change they are current to: the version is
-    /// read first, so a change that commits meanwhile is newer and is read again later
-    /// (applying a row twice leaves it as it is).
+    /// Every key that can authenticate now, the change they are current to and the history
+    /// they belong to: the version is read first, so a change that commits meanwhile is newer
+    /// and is read again later (applying a row twice leaves it as it is); the history with it,
+    /// so that the database going back between this load and the first renewal is seen by
+    /// that renewal.
     pub(super) async fn load(c: &impl Session) -> Result<KnownKeys, Fault> {
-        let version: i64 = query_opt(c, "SELECT version FROM auth_cache_version", &[])
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?
-            .get(0);
+        let row = query_opt(
+            c,
+            "SELECT version, orderly_history_id() FROM auth_cache_version",
+            &[],
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
+        let (version, history): (i64, String) = (row.get(0), row.get(1));
         let rows = query(c, "SELECT hash FROM api_keys WHERE NOT revoked", &[]).await?;
         let mut hashes = HashSet::with_capacity(rows.len());
         for row in &rows {
@@ -60,16 +68,30 @@ impl KnownKeys {
         Ok(KnownKeys {
             hashes,
             synced: version,
+            history,
         })
     }
 
-    /// No key, current to change `version`.
+    /// No key, current to change `version`, in no history yet.
     #[cfg(test)]
     pub(crate) fn empty(version: i64) -> KnownKeys {
         KnownKeys {
             hashes: HashSet::new(),
             synced: version,
+            history: String::new(),
         }
+    }
+
+    /// The same keys, read in `history`.
+    #[cfg(test)]
+    pub(crate) fn in_history(mut self, history: &str) -> KnownKeys {
+        self.history = history.to_string();
+        self
+    }
+
+    /// The history the keys were read in.
+    pub(super) fn history(&self) -> &str {
+        &self.history
     }
 
     /// The newest change applied.
@@ -128,10 +150,7 @@ mod tests {
 
     #[test]
     fn a_revocation_applied_after_the_creation_leaves_the_key_unknown() {
-        let mut known = KnownKeys {
-            hashes: HashSet::new(),
-            synced: 3,
-        };
+        let mut known = KnownKeys::empty(3);
         known.apply(vec![([1; 32], false), ([2; 32], false)], 5);
         assert!(known.contains(&[1; 32]) && known.contains(&[2; 32]));
         known.apply(vec![([1; 32], true)], 6);

@@ -24,6 +24,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("migrations/0008_processing_by_due_time.sql"),
     ),
     (9, include_str!("migrations/0009_database_history.sql")),
+    (
+        10,
+        include_str!("migrations/0010_history_without_privileges.sql"),
+    ),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

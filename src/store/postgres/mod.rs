@@ -36,6 +36,7 @@ mod migrate;
 mod order_rows;
 mod orders;
 mod outbox;
+mod privileges;
 mod rate_limit;
 mod reads;
 mod rows;
@@ -187,6 +188,9 @@ pub(crate) async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> 
         refuse_rows(&pool, &options.url).await?;
     }
     migrated(&pool, &options.url).await?;
+    privileges::report(&pool)
+        .await
+        .map_err(|e| OpenError::Database(format!("reading what the role may execute: {e}")))?;
     log::info!("{}", tx::how_statements_go());
     // Every time that decides between instances is the database's (`clock.rs`).
     let skew = clock::sync(&pool).await.map_err(|e| {

@@ -53,6 +53,7 @@ use deadpool_postgres::Pool;
 
 use super::known_keys::{self, KnownKeys};
 use super::tx::{alone, query_opt, Fault, Session};
+use crate::bounds::KEYS_LOAD_WITHIN;
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::AccountId;
@@ -209,8 +210,8 @@ pub(super) struct SharedCache {
     /// Every key that can authenticate; `None` until loaded (`PgStore::open` loads it before
     /// it serves).
     known: std::sync::RwLock<Option<KnownKeys>>,
-    /// The history (`orderly_history_id()`) the copies belong to; `None` before the first
-    /// renewal.
+    /// The history (`orderly_history_id()`) the copies belong to: the one the known keys were
+    /// read in, then each renewal's; `None` before the keys are loaded.
     seen_history: Mutex<Option<String>>,
     /// Shared with what else keeps numbers of the database's history.
     history: Arc<History>,
@@ -262,8 +263,11 @@ impl SharedCache {
         known.as_ref().is_some_and(|known| !known.contains(hash))
     }
 
-    /// The keys known when the store opens.
+    /// The keys known when the store opens, and the history they were read in: a renewal
+    /// that finds another one (the database went back between the load and it) starts over.
     pub(super) fn know(&self, keys: KnownKeys) {
+        *self.seen_history.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(keys.history().to_string());
         *self.known.write().expect("the known keys") = Some(keys);
     }
 
@@ -368,11 +372,10 @@ impl SharedCache {
         self.history.went_back();
     }
 
-    /// Starts over in `history` from `keys`, read there after `forget_history`.
-    fn start_over(&self, keys: KnownKeys, history: &str) {
+    /// Starts over from `keys`, read after `forget_history` in the history they name.
+    fn start_over(&self, keys: KnownKeys) {
         self.purged.store(keys.synced(), Ordering::Release);
-        *self.known.write().expect("the known keys") = Some(keys);
-        *self.seen_history.lock().unwrap_or_else(|e| e.into_inner()) = Some(history.to_string());
+        self.know(keys);
     }
 
     /// What a renewal may acknowledge: copies purged, and the known keys caught up, to it.
@@ -395,16 +398,25 @@ impl SharedCache {
     }
 }
 
+/// What one renewal found.
+enum Renewal {
+    /// The lease is renewed at this version.
+    Renewed(i64),
+    /// The database is on another history (or its counter went back): nothing was renewed.
+    WentBack { version: i64, history: String },
+}
+
 /// Renews this instance's lease every `RENEW`, on a connection of its own, until aborted. A
 /// failed renewal is tried again at the next tick; meanwhile the lease runs out and API keys
 /// are read from the database. Each renewal is a commit, counted in `commits` while in flight
 /// (and given up on unconfirmed when it fails), so that readiness sees the heartbeat stall.
 ///
 /// A renewal first reads where the database is and catches up with it (the keys created and
-/// revoked since, or everything again when the database went back in time), and only then
-/// renews the lease, acknowledging what it has caught up on: a catch-up that fails renews
-/// nothing, so the lease lapses here and on the database alike, and no change waits for an
-/// instance that cannot acknowledge it.
+/// revoked since), and only then renews the lease, acknowledging what it has caught up on: a
+/// catch-up that fails renews nothing, so the lease lapses here and on the database alike,
+/// and no change waits for an instance that cannot acknowledge it. When the database went
+/// back in time, the instance starts over (`start_over`), on the open's budget rather than a
+/// renewal's.
 pub(super) async fn renew_leases(
     cache: Arc<SharedCache>,
     pool: Pool,
@@ -420,63 +432,17 @@ pub(super) async fn renew_leases(
         ticks.tick().await;
         let sent = Instant::now();
         let renewing = commits.begin();
-        let renewal = async {
-            let client = pool.get().await?;
-            let row = query_opt(&client, WHERE_THE_DATABASE_IS, &[])
-                .await?
-                .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
-            let (version, history): (i64, String) = (row.get(0), row.get(1));
-            if cache.another_history(version, &history) {
-                cache.forget_history();
-                log::warn!(
-                    "the database went back in time (history {history}, change {version}); \
-                     every copy of its rows is forgotten and the API keys are read again"
-                );
-                let keys = KnownKeys::load(&client).await?;
-                cache.start_over(keys, &history);
-            } else {
-                cache.adopt_history(&history);
-                // Caught up with the keys created and revoked before this version is
-                // acknowledged: see `known_keys.rs`.
-                if let Some(synced) = cache.known_synced().filter(|synced| version > *synced) {
-                    let changes = known_keys::changed_after(&client, synced).await?;
-                    cache.learn(changes, version);
-                }
-            }
-            metrics.api_keys_known.set(cache.known_keys() as i64);
-            let acknowledging = cache.acknowledgeable();
-            let row = alone(
-                &client,
-                &RENEWAL,
-                &[&instance, &acknowledging, &history, &NOTHING_ACKNOWLEDGED],
-            )
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
-            let (version, renewed_in): (i64, String) = (row.get(0), row.get(1));
-            if renewals % PRUNE_EVERY == 0 {
-                query_opt(
-                    &client,
-                    "WITH gone AS (DELETE FROM auth_cache_leases
-                         WHERE valid_until < clock_timestamp() - interval '1 minute' RETURNING 1)
-                     SELECT count(*) FROM gone",
-                    &[],
-                )
-                .await?;
-            }
-            // The database may have gone back between the two statements (another timeline,
-            // or a counter below what this instance holds copies of): nothing is extended,
-            // nothing served, and the next renewal's first statement starts over.
-            let went_back = renewed_in != history || cache.another_history(version, &renewed_in);
-            Ok::<Option<i64>, Fault>((!went_back).then_some(version))
-        };
+        let renewal = renew(&cache, &pool, &instance, renewals % PRUNE_EVERY == 0);
         match tokio::time::timeout(LEASE - SAFETY, renewal).await {
             Ok(Ok(renewed)) => {
                 renewing.done();
                 match renewed {
-                    Some(version) => cache.renewed(version, sent),
-                    None => cache.forget_history(),
+                    Renewal::Renewed(version) => cache.renewed(version, sent),
+                    Renewal::WentBack { version, history } => {
+                        start_over(&cache, &pool, version, &history).await
+                    }
                 }
+                metrics.api_keys_known.set(cache.known_keys() as i64);
                 if std::mem::take(&mut failing) {
                     log::info!("API keys are kept in memory again (the cache lease is renewed)");
                 }
@@ -492,6 +458,99 @@ pub(super) async fn renew_leases(
             }
         }
         renewals += 1;
+    }
+}
+
+/// One renewal: where the database is, the keys caught up with it, the lease renewed.
+async fn renew(
+    cache: &SharedCache,
+    pool: &Pool,
+    instance: &str,
+    prune: bool,
+) -> Result<Renewal, Fault> {
+    let client = pool.get().await?;
+    let row = query_opt(&client, WHERE_THE_DATABASE_IS, &[])
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
+    let (version, history): (i64, String) = (row.get(0), row.get(1));
+    if cache.another_history(version, &history) {
+        return Ok(Renewal::WentBack { version, history });
+    }
+    cache.adopt_history(&history);
+    // Caught up with the keys created and revoked before this version is acknowledged: see
+    // `known_keys.rs`.
+    if let Some(synced) = cache.known_synced().filter(|synced| version > *synced) {
+        let changes = known_keys::changed_after(&client, synced).await?;
+        cache.learn(changes, version);
+    }
+    let acknowledging = cache.acknowledgeable();
+    let row = alone(
+        &client,
+        &RENEWAL,
+        &[&instance, &acknowledging, &history, &NOTHING_ACKNOWLEDGED],
+    )
+    .await?
+    .pop()
+    .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?;
+    let (version, renewed_in): (i64, String) = (row.get(0), row.get(1));
+    if prune {
+        query_opt(
+            &client,
+            "WITH gone AS (DELETE FROM auth_cache_leases
+                 WHERE valid_until < clock_timestamp() - interval '1 minute' RETURNING 1)
+             SELECT count(*) FROM gone",
+            &[],
+        )
+        .await?;
+    }
+    // The database may have gone back between the two statements (another timeline, or a
+    // counter below what this instance holds copies of): nothing is extended, nothing served.
+    if renewed_in != history || cache.another_history(version, &renewed_in) {
+        return Ok(Renewal::WentBack {
+            version,
+            history: renewed_in,
+        });
+    }
+    Ok(Renewal::Renewed(version))
+}
+
+/// How long to wait before reading the keys again after a failed attempt to start over.
+const START_OVER_RETRY: Duration = Duration::from_secs(1);
+
+/// The database went back in time: forgets every copy and moves to a new epoch once, then
+/// reads every key again with the budget an instance has at open (`KEYS_LOAD_WITHIN`: a
+/// million keys on a cold new primary take longer than a renewal may), trying again until it
+/// has them. No copy is served meanwhile (no lease), so every request asks the database.
+async fn start_over(cache: &SharedCache, pool: &Pool, version: i64, history: &str) {
+    cache.forget_history();
+    log::warn!(
+        "the database went back in time (history {history}, change {version}); \
+         every copy of its rows is forgotten and the API keys are read again"
+    );
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        let loading = async {
+            let client = pool.get().await?;
+            KnownKeys::load(&client).await
+        };
+        let why = match tokio::time::timeout(KEYS_LOAD_WITHIN, loading).await {
+            Ok(Ok(keys)) => {
+                let count = keys.len();
+                cache.start_over(keys);
+                log::info!(
+                    "started over in the database's history: {count} API key(s) read in {} ms",
+                    started.elapsed().as_millis()
+                );
+                return;
+            }
+            Ok(Err(fault)) => StoreError::from(fault).to_string(),
+            Err(_) => format!("no answer within {} s", KEYS_LOAD_WITHIN.as_secs()),
+        };
+        if !std::mem::replace(&mut told, true) {
+            log::warn!("reading the API keys again: {why}; tried again until it is done");
+        }
+        tokio::time::sleep(START_OVER_RETRY).await;
     }
 }
 
@@ -606,9 +665,9 @@ mod tests {
             "no lease: nothing served"
         );
         assert_eq!(cache.history().epoch(), epoch + 1);
-        let mut keys = KnownKeys::empty(4);
+        let mut keys = KnownKeys::empty(4).in_history("7/00000002");
         keys.apply(vec![([2; 32], false)], 4);
-        cache.start_over(keys, "7/00000002");
+        cache.start_over(keys);
         assert!(!cache.another_history(4, "7/00000002"));
         assert_eq!(cache.acknowledgeable(), 4, "what it caught up on, not 9");
         cache.renewed(4, Instant::now());
@@ -617,6 +676,19 @@ mod tests {
             "the old copy is forgotten"
         );
         assert!(cache.surely_unknown(&[1; 32]) && !cache.surely_unknown(&[2; 32]));
+    }
+
+    #[test]
+    fn a_history_other_than_the_one_the_keys_were_read_in_is_another_history() {
+        let cache = SharedCache::default();
+        // Loaded at open; the database goes back before the first renewal.
+        cache.know(KnownKeys::empty(5).in_history("7/00000001/100"));
+        assert!(!cache.another_history(5, "7/00000001/100"));
+        assert!(cache.another_history(5, "7/00000002/100"), "a promotion");
+        assert!(
+            cache.another_history(5, "7/00000001/200"),
+            "a restart in place"
+        );
     }
 
     #[test]

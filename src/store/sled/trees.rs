@@ -42,6 +42,21 @@ pub(super) struct Trees {
     pub(crate) changes: Changes,
 }
 
+/// sled's recovery refuses a store whose live pages need a blob file that is gone or cut
+/// short before it writes anything (vendor/sled change 10): a store refused untouched, like
+/// the files `files.rs` reads first.
+fn refused_if_damaged(e: sled::Error) -> StoreError {
+    match e {
+        sled::Error::Unsupported(why) if why.starts_with("damaged store: ") => {
+            let what = why.trim_start_matches("damaged store: ");
+            StoreError::Refused(format!(
+                "{what}; nothing of the store was changed: put the file back from the copy the store came from, or restore a backup"
+            ))
+        }
+        e => e.into(),
+    }
+}
+
 impl Trees {
     /// Opens (or creates) the database. `cache_bytes` bounds sled's page cache, whose
     /// default of 1 GiB would make the resident size of a small server unpredictable.
@@ -61,7 +76,8 @@ impl Trees {
             // followed by the writer's group commit, whose flush and fdatasync are the
             // durability a 200 waits for (`writer.rs`).
             .flush_every_ms(None)
-            .open()?;
+            .open()
+            .map_err(refused_if_damaged)?;
         let tree = |name: &str| db.open_tree(name);
         let trees = Trees {
             accounts: tree("accounts")?,

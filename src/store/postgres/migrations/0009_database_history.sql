@@ -5,13 +5,29 @@
 -- another cluster has another system identifier. store/postgres/shared_cache.rs compares this
 -- id, and the counter, with what it saw, and starts over when either went back.
 
--- The history the database is on: its system identifier (where the role may read it) and the
--- timeline it writes WAL on now.
-CREATE FUNCTION orderly_history_id() RETURNS text LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE')
-                THEN (SELECT system_identifier::text FROM pg_control_system())
-                ELSE '' END
-           || '/' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
+-- The history the database is on: its system identifier, the timeline it writes WAL on now,
+-- and when its server started, each where the role may read it (migration 0010 says why each).
+-- PL/pgSQL, not SQL: PostgreSQL checks the privilege to call a function when it plans the
+-- statement that calls it, even in a branch never taken, and PL/pgSQL plans a statement only
+-- when it first runs it.
+CREATE FUNCTION orderly_history_id() RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    system text := '';
+    timeline text := '';
+    started text := '';
+BEGIN
+    IF has_function_privilege('pg_control_system()', 'EXECUTE') THEN
+        SELECT system_identifier::text INTO system FROM pg_control_system();
+    END IF;
+    IF has_function_privilege('pg_current_wal_lsn()', 'EXECUTE')
+       AND has_function_privilege('pg_walfile_name(pg_lsn)', 'EXECUTE') THEN
+        timeline := substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8);
+    END IF;
+    IF has_function_privilege('pg_postmaster_start_time()', 'EXECUTE') THEN
+        started := extract(epoch FROM pg_postmaster_start_time())::text;
+    END IF;
+    RETURN system || '/' || timeline || '/' || started;
+END
 $$;
 
 -- The history seen last, and since when (on the database's clock) it is the one in force. A

@@ -512,6 +512,8 @@ impl IoBufs {
             segment_base: None,
             segments,
             last_stage: false,
+            dangling: vec![],
+            broken_blob: None,
         }
     }
 

@@ -1,9 +1,9 @@
 use std::{collections::BTreeMap, io};
 
 use super::{
-    pread_exact_or_eof, read_message, read_segment_header, BasedBuf, DiskPtr,
-    LogKind, LogOffset, LogRead, Lsn, SegmentHeader, SegmentNumber,
-    MAX_MSG_HEADER_LEN, SEG_HEADER_LEN,
+    pread_exact_or_eof, read_message, read_segment_header, BasedBuf,
+    BlobPointer, DiskPtr, LogKind, LogOffset, LogRead, Lsn, SegmentHeader,
+    SegmentNumber, MAX_MSG_HEADER_LEN, SEG_HEADER_LEN,
 };
 use crate::*;
 
@@ -15,6 +15,12 @@ pub struct LogIter {
     pub max_lsn: Option<Lsn>,
     pub cur_lsn: Option<Lsn>,
     pub last_stage: bool,
+    /// orderly change 10: each pointer read whose blob file was gone (page,
+    /// lsn, blob): recovery checks that something after it replaced the page
+    pub dangling: Vec<(PageId, Lsn, BlobPointer)>,
+    /// orderly change 10: the pointer whose blob file could not be read whole,
+    /// where the walk stopped
+    pub broken_blob: Option<(PageId, Lsn, BlobPointer)>,
 }
 
 impl Iterator for LogIter {
@@ -154,14 +160,23 @@ impl Iterator for LogIter {
 
                     continue;
                 }
-                Ok(LogRead::DanglingBlob(_, blob_ptr, inline_len)) => {
+                Ok(LogRead::DanglingBlob(header, blob_ptr, inline_len)) => {
                     debug!(
                         "encountered dangling blob \
                          pointer at lsn {} ptr {}",
                         lsn, blob_ptr
                     );
+                    self.dangling.push((header.pid, lsn, blob_ptr));
                     self.cur_lsn = Some(lsn + Lsn::from(inline_len));
                     continue;
+                }
+                Ok(LogRead::BrokenBlob(header, blob_ptr, _)) => {
+                    debug!(
+                        "blob {} of the pointer at lsn {} cannot be read whole",
+                        blob_ptr, lsn
+                    );
+                    self.broken_blob = Some((header.pid, lsn, blob_ptr));
+                    return None;
                 }
                 Err(e) => {
                     debug!(
@@ -447,10 +462,18 @@ fn check_contiguity_in_unstable_tail(
         max_lsn: missing_item_in_tail,
         cur_lsn: None,
         last_stage: false,
+        dangling: vec![],
+        broken_blob: None,
     };
 
     // run the iterator to completion
     while let Some(_) = iter.next() {}
+
+    // orderly change 10: a blob that cannot be read whole is not the end of
+    // the log (the tail would be cut there); the store is refused untouched.
+    if let Some((pid, lsn, blob)) = iter.broken_blob {
+        return Err(broken_blob(pid, lsn, blob));
+    }
 
     // `cur_lsn` is set to the beginning
     // of the next message
@@ -514,5 +537,25 @@ pub fn raw_segment_iter_from(
         segment_base: None,
         segments,
         last_stage: true,
+        dangling: vec![],
+        broken_blob: None,
     })
+}
+
+/// orderly change 10: the error of a store whose live pages need a blob file
+/// that is gone or cannot be read whole. Since change 9 a blob is synced
+/// before anything points at it and removed only once what replaced it is
+/// durable, so only a file lost or cut short outside sled leaves one; the
+/// store is refused before recovery writes anything.
+pub(crate) fn damaged(what: String) -> Error {
+    Error::Unsupported(format!("damaged store: {}", what))
+}
+
+/// orderly change 10: the walk stopped at a pointer whose blob file could not
+/// be read whole.
+pub(crate) fn broken_blob(pid: PageId, lsn: Lsn, blob: BlobPointer) -> Error {
+    damaged(format!(
+        "its blob file blobs/{} (page {}, lsn {}) is cut short or damaged",
+        blob, pid, lsn
+    ))
 }

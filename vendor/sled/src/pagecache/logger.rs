@@ -525,6 +525,10 @@ pub enum LogRead {
     Corrupted,
     /// This blob file is no longer available
     DanglingBlob(MessageHeader, BlobPointer, u32),
+    /// orderly change 10: this blob file is there but cannot be read whole
+    /// (cut short, its checksum wrong); recovery refuses the store rather
+    /// than take the log to end here
+    BrokenBlob(MessageHeader, BlobPointer, u32),
     /// This data may only be read if at least this future location is stable
     BatchManifest(Lsn, u32),
 }
@@ -833,7 +837,7 @@ pub(crate) fn read_message<R: ReadAt>(
                 }
                 Err(other_e) => {
                     debug!("failed to read blob: {:?}", other_e);
-                    Err(other_e)
+                    Ok(LogRead::BrokenBlob(header, id, inline_len))
                 }
             }
         }

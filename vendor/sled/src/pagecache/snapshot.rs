@@ -3,6 +3,7 @@ use zstd::block::{compress, decompress};
 
 use crate::*;
 
+use super::iterator::{broken_blob, damaged};
 use super::{
     arr_to_u32, gc_blobs, pwrite_all, raw_segment_iter_from, sync_recovered,
     u32_to_arr,
@@ -209,6 +210,53 @@ impl Snapshot {
     }
 }
 
+/// orderly change 10: every pointer the walk found dangling was replaced by a
+/// later record of its page, the walk did not stop at a blob it could not read,
+/// and every blob file a page of the recovered table points at is there.
+fn check_blobs(
+    iter: &mut LogIter,
+    snapshot: &Snapshot,
+    old_stable_lsn: Option<Lsn>,
+    config: &RunningConfig,
+) -> Result<()> {
+    if let Some((pid, lsn, blob)) = iter.broken_blob {
+        return Err(broken_blob(pid, lsn, blob));
+    }
+    let newest = |pid: PageId| match snapshot.pt.get(usize::try_from(pid).ok()?) {
+        Some(PageState::Present { base, frags }) => {
+            Some(frags.last().map_or(base.0, |frag| frag.0))
+        }
+        Some(PageState::Free(lsn, _)) => Some(*lsn),
+        _ => None,
+    };
+    for (pid, lsn, blob) in iter.dangling.drain(..) {
+        if lsn < old_stable_lsn.unwrap_or(-1) {
+            continue;
+        }
+        if newest(pid).map_or(true, |newest| newest < lsn) {
+            return Err(damaged(format!(
+                "its blob file blobs/{} (page {}, lsn {}) is missing",
+                blob, pid, lsn
+            )));
+        }
+    }
+    for (pid, state) in snapshot.pt.iter().enumerate() {
+        if let PageState::Present { base, frags } = state {
+            for (lsn, ptr, _) in std::iter::once(base).chain(frags) {
+                if let DiskPtr::Blob(_, blob) = ptr {
+                    if !config.blob_path(*blob).exists() {
+                        return Err(damaged(format!(
+                            "its blob file blobs/{} (page {}, lsn {}) is missing",
+                            blob, pid, lsn
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn advance_snapshot(
     mut iter: LogIter,
     mut snapshot: Snapshot,
@@ -247,6 +295,12 @@ fn advance_snapshot(
 
         snapshot.apply(log_kind, pid, lsn, ptr, sz)?;
     }
+
+    // orderly change 10: nothing above has written; a page that needs a blob
+    // file which is gone or cut short is refused here, before the tip is cut
+    // or a segment zeroed, rather than taken back to an older version (or to
+    // nothing) or the log ended at it.
+    check_blobs(&mut iter, &snapshot, old_stable_lsn, config)?;
 
     // `snapshot.tip_lid` can be set based on 4 possibilities for the tip of the
     // log:
