@@ -16,6 +16,9 @@ mod config;
 mod domain;
 mod edge;
 mod error;
+/// Entry points for the fuzzers (`fuzz/`): every parser of outside bytes.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod header_names;
 mod logging;
 mod metrics;

@@ -24,10 +24,6 @@ impl Cents {
         self.0.checked_add(other.0).map(Cents)
     }
 
-    pub(crate) fn saturating_add(self, other: Cents) -> Cents {
-        Cents(self.0.saturating_add(other.0))
-    }
-
     pub(crate) fn checked_sub(self, other: Cents) -> Option<Cents> {
         self.0.checked_sub(other.0).map(Cents)
     }

@@ -480,11 +480,13 @@ pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
 }
 
 /// `checked_counts` kept as the records pass, for a stream that is never held whole: the
-/// counts, and per account its balance (once its record is seen) and what its ledger sums to.
+/// counts, and per account its balance (once its record is seen) and what its ledger sums to,
+/// exactly: in i128, where no file's entries can overflow it (a sum that saturated at i64's end
+/// could equal a balance there and pass a ledger that does not add up).
 #[derive(Default)]
 pub(crate) struct Tally {
     counts: RestoreCounts,
-    books: std::collections::HashMap<AccountId, (Option<Cents>, Cents)>,
+    books: std::collections::HashMap<AccountId, (Option<Cents>, i128)>,
 }
 
 impl Tally {
@@ -496,7 +498,7 @@ impl Tally {
             }
             Record::Ledger { account, entry } => {
                 let sum = &mut self.books.entry(*account).or_default().1;
-                *sum = sum.saturating_add(entry.amount);
+                *sum += i128::from(entry.amount.0);
             }
             _ => {}
         }
@@ -510,7 +512,7 @@ impl Tally {
                     "account {account}: ledger entries of an account the backup does not hold"
                 )));
             };
-            if sum != balance {
+            if sum != i128::from(balance.0) {
                 return Err(StoreError::Refused(format!(
                     "account {account}: the ledger sums to {sum}, the balance is {balance}"
                 )));

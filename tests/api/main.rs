@@ -20,6 +20,7 @@ mod durability;
 mod edge;
 mod expiry;
 mod failover;
+mod fuzz;
 mod hardening;
 mod instances;
 mod lifecycle;

@@ -255,6 +255,31 @@ fn copy_store(from: &Path, to: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The fuzzers' entry (`crate::fuzzing`): a store made of `conf`, `layout` and one snapshot
+/// holding these bytes (and a log of one byte), inspected as an open would. Whatever the bytes,
+/// an answer or a refusal, never a panic; the directory is removed after.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) fn fuzz(conf: &[u8], layout: &[u8], snapshot: &[u8]) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "orderly-fuzz-store-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = || -> std::io::Result<()> {
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("conf"), conf)?;
+        fs::write(dir.join(LAYOUT_FILE), layout)?;
+        fs::write(dir.join("snap.0000000000000010"), snapshot)?;
+        fs::write(dir.join("db"), [0u8])
+    };
+    if write().is_ok() {
+        let _ = inspect(&dir);
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

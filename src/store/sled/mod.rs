@@ -173,6 +173,12 @@ fn adopt_unmarked(path: &std::path::Path) -> Result<(), StoreError> {
     files::write_mark(path)
 }
 
+/// The fuzzers' entry to the store's own files (`crate::fuzzing`), read as an open reads them.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fuzz_store_files(conf: &[u8], layout: &[u8], snapshot: &[u8]) {
+    files::fuzz(conf, layout, snapshot)
+}
+
 /// sled's page cache while a scratch copy's `meta` is read: one tree, a few pages.
 const SCRATCH_CACHE_BYTES: u64 = 1 << 20;
 
