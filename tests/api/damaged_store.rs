@@ -305,3 +305,26 @@ async fn a_store_whose_blob_file_is_cut_short_is_refused_by_every_command_untouc
     let name = format!("blobs/{}", blob.file_name().unwrap().to_string_lossy());
     refused_by_every_command(&dir, &name);
 }
+
+#[tokio::test]
+async fn a_snapshot_a_crash_cut_short_while_it_was_written_is_passed_over() {
+    // sled writes `snap.N.generating`, syncs it, then renames it: one cut short is a crash in
+    // between, and the snapshot before it (or the whole log) is what the store had.
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("db");
+    let (key, balance) = a_stopped_store(&dir).await;
+    let snapshot = newest_snapshot(&dir);
+    let torn = dir.join(format!(
+        "{}.generating",
+        snapshot
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace("snap.", "snap.F")
+    ));
+    std::fs::write(&torn, b"half a snapshot").unwrap();
+    let data_dir = dir.display().to_string();
+    let app = start(&dir, &["--data-dir", data_dir.as_str()]);
+    assert_eq!(app.balance(&key).await, balance);
+    assert_eq!(app.assert_ledger_matches_balance(&key).await, balance);
+}

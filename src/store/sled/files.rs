@@ -64,9 +64,6 @@ pub(super) fn inspect(path: &Path) -> Result<Found, StoreError> {
     let holds_pages = data_len > 0 || !snapshots.is_empty() || blobs > 0;
     if has(LAYOUT_FILE) {
         read_mark(path)?;
-    } else if holds_pages && !has("conf") {
-        // Neither mark nor settings: nothing says what this is; sled would write a new conf.
-        return Err(refused("conf", "is missing (sled's settings of the store)"));
     }
     if !holds_pages {
         if !has(LAYOUT_FILE) {
@@ -75,14 +72,14 @@ pub(super) fn inspect(path: &Path) -> Result<Found, StoreError> {
         return Ok(Found::New);
     }
     if !has("conf") {
+        // sled would write a new one from the settings it is opened with, right or not.
         return Err(refused("conf", "is missing (sled's settings of the store)"));
     }
     if data_len == 0 {
         return Err(refused("db", "is missing or empty (the store's log)"));
     }
     let compressed = check_conf(path)?;
-    if let Some(newest) = snapshots.iter().max() {
-        let snapshot = check_snapshot(path, newest)?;
+    if let Some(snapshot) = the_snapshot_sled_reads(path, snapshots)? {
         if compression::snapshot_is_compressed(&snapshot) != compressed {
             // A conf written anew over the store's (an orderly before this check wrote one
             // when it found none): sled would fail to decompress, or misread, every page.
@@ -180,18 +177,30 @@ fn check_conf(path: &Path) -> Result<bool, StoreError> {
     }
 }
 
-/// The snapshot sled will read (the newest name) must be whole: sled refuses a torn one with
-/// a bare "corruption" after it has already written to the store.
-fn check_snapshot(path: &Path, name: &str) -> Result<Vec<u8>, StoreError> {
-    let file = path.join(name);
-    let bytes = fs::read(&file).map_err(|e| failed(format!("reading {}", file.display()), e))?;
-    if !snapshot_is_whole(&bytes) {
-        return Err(refused(
-            name,
-            "is cut short or damaged (its checksum does not match)",
-        ));
+/// The snapshot sled will read, which must be whole: the newest by name, passing over a
+/// `.generating` one a crash cut short while it was written (vendor/sled change 10: the one
+/// before it is what recovery had then). A torn one under its final name is refused here,
+/// naming it: sled refuses it with a bare "corruption" after it has already written.
+fn the_snapshot_sled_reads(
+    path: &Path,
+    mut names: Vec<&String>,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    names.sort();
+    for name in names.into_iter().rev() {
+        let file = path.join(name);
+        let bytes =
+            fs::read(&file).map_err(|e| failed(format!("reading {}", file.display()), e))?;
+        if snapshot_is_whole(&bytes) {
+            return Ok(Some(bytes));
+        }
+        if !name.ends_with(".generating") {
+            return Err(refused(
+                name,
+                "is cut short or damaged (its checksum does not match)",
+            ));
+        }
     }
-    Ok(bytes)
+    Ok(None)
 }
 
 /// A snapshot file is its body, the body's length uncompressed (8 bytes) and the CRC-32 of the

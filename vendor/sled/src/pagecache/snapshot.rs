@@ -511,6 +511,11 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
     Ok(res)
 }
 
+/// orderly change 10: the largest a snapshot's page table is taken to be
+/// uncompressed (about 20 bytes a page: tens of millions of pages).
+#[cfg(feature = "zstd")]
+const MAX_SNAPSHOT_LEN: u64 = 1 << 30;
+
 /// Read a `Snapshot` from disk.
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
@@ -522,33 +527,39 @@ fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
     }
 
     candidates.sort();
-    let path = candidates.pop().unwrap();
-
-    let mut f = std::fs::OpenOptions::new().read(true).open(&path)?;
-
-    let mut buf = vec![];
-    let _read = f.read_to_end(&mut buf)?;
-    let len = buf.len();
-    if len <= 12 {
-        warn!("empty/corrupt snapshot file found");
+    // orderly change 10: a `.generating` file is whole only once it has been
+    // synced and renamed; one cut short by a crash while it was written is
+    // passed over for the snapshot before it (or none: the whole log is read),
+    // which is what recovery had before it began. A torn snapshot under its
+    // final name is still corruption.
+    let (buf, len_expected_bytes) = loop {
+        let path = match candidates.pop() {
+            Some(path) => path,
+            None => return Ok(None),
+        };
+        let mut f = std::fs::OpenOptions::new().read(true).open(&path)?;
+        let mut buf = vec![];
+        let _read = f.read_to_end(&mut buf)?;
+        let generating = path.to_string_lossy().ends_with(".generating");
+        let len = buf.len();
+        let whole = len > 12 && {
+            let mut crc_expected_bytes = [0; 4];
+            crc_expected_bytes.copy_from_slice(&buf[len - 4..]);
+            arr_to_u32(&crc_expected_bytes) == crc32(&buf[..len - 12])
+        };
+        if whole {
+            let mut len_expected_bytes = [0; 8];
+            len_expected_bytes.copy_from_slice(&buf[len - 12..len - 4]);
+            let _ = buf.split_off(len - 12);
+            break (buf, len_expected_bytes);
+        }
+        if generating {
+            debug!("passing over a snapshot cut short while written: {:?}", path);
+            continue;
+        }
+        warn!("corrupt snapshot file found: {:?}", path);
         return Err(Error::corruption(None));
-    }
-
-    let mut len_expected_bytes = [0; 8];
-    len_expected_bytes.copy_from_slice(&buf[len - 12..len - 4]);
-
-    let mut crc_expected_bytes = [0; 4];
-    crc_expected_bytes.copy_from_slice(&buf[len - 4..]);
-
-    let _ = buf.split_off(len - 12);
-    let crc_expected: u32 = arr_to_u32(&crc_expected_bytes);
-
-    let crc_actual = crc32(&buf);
-
-    if crc_expected != crc_actual {
-        warn!("corrupt snapshot file found, crc does not match expected");
-        return Err(Error::corruption(None));
-    }
+    };
 
     #[cfg(feature = "zstd")]
     let bytes = if config.use_compression {
@@ -557,7 +568,14 @@ fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
         let len_expected: u64 =
             u64::from_le_bytes(len_expected_bytes.as_ref().try_into().unwrap());
 
-        decompress(&*buf, usize::try_from(len_expected).unwrap()).unwrap()
+        // orderly change 10: a body that does not decompress, or states a
+        // size no snapshot has, is corruption, not a panic or an allocation
+        // of what the file says.
+        if len_expected > MAX_SNAPSHOT_LEN {
+            return Err(Error::corruption(None));
+        }
+        decompress(&*buf, usize::try_from(len_expected).unwrap())
+            .map_err(|_| Error::corruption(None))?
     } else {
         buf
     };
