@@ -29,7 +29,9 @@ struct Server {
 /// One request over its own connection; the status, if an answer came.
 fn exchange(address: SocketAddr, request: &[u8]) -> Option<(u16, Vec<u8>)> {
     let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
     stream.write_all(request).ok()?;
     // The request ends here: a body shorter than its length is not waited for.
     let _ = stream.shutdown(std::net::Shutdown::Write);
@@ -45,14 +47,25 @@ fn exchange(address: SocketAddr, request: &[u8]) -> Option<(u16, Vec<u8>)> {
 }
 
 /// A well-formed request, for the setup.
-fn call(address: SocketAddr, method: &str, path: &str, auth: &str, body: &str) -> serde_json::Value {
+fn call(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: &str,
+    body: &str,
+) -> serde_json::Value {
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n{auth}\r\nContent-Type: application/json\r\nX-Idempotency-Key: setup-{}\r\nContent-Length: {}\r\n\r\n{body}",
         path.len() + body.len(),
         body.len()
     );
     let (status, body) = exchange(address, request.as_bytes()).expect("the setup is answered");
-    assert_eq!(status / 100, 2, "{method} {path}: {}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        status / 100,
+        2,
+        "{method} {path}: {}",
+        String::from_utf8_lossy(&body)
+    );
     serde_json::from_slice(&body).expect("a JSON answer")
 }
 
@@ -112,9 +125,9 @@ fn server() -> &'static Server {
             &admin,
             r#"{"name":"fuzz","wholesale":true,"creditLimit":1000,"region":"EU"}"#,
         )["account"]["id"]
-        .as_str()
-        .expect("an account id")
-        .to_string();
+            .as_str()
+            .expect("an account id")
+            .to_string();
         call(
             address,
             "POST",
@@ -129,9 +142,9 @@ fn server() -> &'static Server {
             &admin,
             r#"{"scopes":["orders:write","orders:read","balance:read","catalog:read"]}"#,
         )["apiKey"]["key"]
-        .as_str()
-        .expect("a key")
-        .to_string();
+            .as_str()
+            .expect("a key")
+            .to_string();
         let processing = call(
             address,
             "POST",
@@ -139,9 +152,9 @@ fn server() -> &'static Server {
             &format!("X-Api-Key: {api_key}"),
             r#"{"items":[{"productId":"prd_uc","quantity":1,"deliveryData":{"username":"@p"}}]}"#,
         )["order"]["id"]
-        .as_str()
-        .expect("an order id")
-        .to_string();
+            .as_str()
+            .expect("an order id")
+            .to_string();
         Server {
             address,
             api_key,
@@ -155,17 +168,41 @@ fn server() -> &'static Server {
 fn route(choice: u8, s: &Server) -> (&'static str, String, Caller) {
     match choice % 12 {
         0 => ("POST", "/b2b/orders".into(), Caller::Partner),
-        1 => ("POST", format!("/b2b/orders/{}/cancel", s.processing), Caller::Partner),
-        2 => ("POST", format!("/b2b/orders/{}/refunds", s.processing), Caller::Partner),
+        1 => (
+            "POST",
+            format!("/b2b/orders/{}/cancel", s.processing),
+            Caller::Partner,
+        ),
+        2 => (
+            "POST",
+            format!("/b2b/orders/{}/refunds", s.processing),
+            Caller::Partner,
+        ),
         3 => ("GET", "/b2b/orders".into(), Caller::Partner),
         4 => ("GET", "/b2b/transactions".into(), Caller::Partner),
         5 => ("GET", "/b2b/events".into(), Caller::Partner),
-        6 => ("POST", "/webhooks/providers/acmepay".into(), Caller::Provider),
+        6 => (
+            "POST",
+            "/webhooks/providers/acmepay".into(),
+            Caller::Provider,
+        ),
         7 => ("POST", "/admin/accounts".into(), Caller::Admin),
-        8 => ("POST", format!("/admin/accounts/{}/credits", s.account), Caller::Admin),
+        8 => (
+            "POST",
+            format!("/admin/accounts/{}/credits", s.account),
+            Caller::Admin,
+        ),
         9 => ("PUT", "/admin/products/prd_fuzz".into(), Caller::Admin),
-        10 => ("POST", format!("/admin/accounts/{}/api-keys", s.account), Caller::Admin),
-        _ => ("GET", format!("/admin/accounts/{}/orders", s.account), Caller::Admin),
+        10 => (
+            "POST",
+            format!("/admin/accounts/{}/api-keys", s.account),
+            Caller::Admin,
+        ),
+        _ => (
+            "GET",
+            format!("/admin/accounts/{}/orders", s.account),
+            Caller::Admin,
+        ),
     }
 }
 
