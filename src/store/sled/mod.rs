@@ -156,15 +156,15 @@ pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
 /// word of one), which gets its file now; or one that lost it, refused untouched. `meta` is
 /// read from a scratch copy (`files::read_from_a_copy`): sled's recovery writes.
 fn adopt_unmarked(path: &std::path::Path) -> Result<(), StoreError> {
-    let lost = files::read_from_a_copy(path, |scratch| {
+    let (layout, had_the_file) = files::read_from_a_copy(path, |scratch| {
         let trees = Trees::open(scratch, SCRATCH_CACHE_BYTES)?;
         let layout = upgrade::stored_layout(&trees)?;
         Ok((layout, upgrade::kept_layout_file(&trees)?))
     })?;
-    if let (Some(layout), _) = lost {
+    if let Some(layout) = layout {
         files::too_new(layout)?;
     }
-    if lost.1 {
+    if had_the_file {
         return Err(files::refused(
             files::LAYOUT_FILE,
             "is missing (the store's layout mark, which this store had)",
