@@ -8,6 +8,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::store::backup_file;
+use crate::store::sled as embedded;
 use crate::store::Tally;
 
 /// A backup file as `orderly restore` reads it before it touches anything: read through and
@@ -63,7 +64,7 @@ fn framed(records: &[u8]) -> Vec<u8> {
 /// A sled store's own files (sled's `conf`, orderly's layout mark, the newest snapshot), read
 /// as every command reads them before sled opens the store.
 pub fn store_files(conf: &[u8], layout: &[u8], snapshot: &[u8]) {
-    crate::store::sled::fuzz_store_files(conf, layout, snapshot);
+    embedded::fuzz_store_files(conf, layout, snapshot);
 }
 
 /// One input split into the three files of `store_files`: a byte of each of the first two
