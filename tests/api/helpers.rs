@@ -154,6 +154,15 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
 /// How to undo each migration, newest first: what the database looked like before it. The
 /// tests that stand for "a database as an older orderly left it" use them.
 const UNDO_MIGRATIONS: &[(i64, &str)] = &[
+    (
+        11,
+        "CREATE OR REPLACE FUNCTION orderly_api_key_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             UPDATE auth_cache_version SET version = version + 1 RETURNING version INTO NEW.changed_in;
+             RETURN NEW;
+         END
+         $$;",
+    ),
     // 10 gives orderly_history_id() the body 0009 has now: the same answers where the role
     // may call every function it reads, so there is nothing to undo but its number.
     (10, "SELECT 1;"),

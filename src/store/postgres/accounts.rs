@@ -41,7 +41,7 @@ pub(super) async fn create_api_key(
 ) -> Result<i64, Fault> {
     let (tx, gate) = client.begin().await?;
     let ((), ()) =
-        futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record))
+        futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record, 0))
             .await?;
     let version = query_opt(
         &tx,

@@ -199,10 +199,12 @@ async fn stream_tables(client: &mut Object, producer: &Producer) -> Result<bool,
     Ok(true)
 }
 
-async fn write(tx: &Tx<'_>, record: &Record) -> Result<(), Fault> {
+async fn write(tx: &Tx<'_>, record: &Record, keys_change: i64) -> Result<(), Fault> {
     match record {
         Record::Account { account, balance } => rows::insert_account(tx, account, *balance).await,
-        Record::ApiKey { hash, record } => rows::insert_api_key(tx, hash, record).await,
+        Record::ApiKey { hash, record } => {
+            rows::insert_api_key(tx, hash, record, keys_change).await
+        }
         Record::Product(product) => rows::upsert_product(tx, product).await,
         Record::Order(order) => rows::insert_orders(tx, &[order]).await,
         Record::Ledger { account, entry } => rows::insert_ledger(tx, &[(account, entry)]).await,
@@ -249,6 +251,22 @@ pub(super) async fn restore(
     if counted.iter().any(|(_, rows)| *rows > 0) {
         return Err(StoreError::Refused("the target database is not empty".into()).into());
     }
+    // The restored keys are one change of the keys, numbered once (migration 0011): one bump
+    // per key would make the restore's time grow with the square of their number.
+    query_opt(
+        &tx,
+        "SELECT set_config('orderly.restoring_keys', 'on', true)",
+        &[],
+    )
+    .await?;
+    let keys_change: i64 = query_opt(
+        &tx,
+        "UPDATE auth_cache_version SET version = version + 1 RETURNING version",
+        &[],
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt("auth_cache_version has no row".into()))?
+    .get(0);
     let mut tally = Tally::default();
     let mut batch = Vec::with_capacity(RESTORE_BATCH);
     loop {
@@ -258,7 +276,7 @@ pub(super) async fn restore(
             batch.push(record);
         }
         if batch.len() == RESTORE_BATCH || (ended && !batch.is_empty()) {
-            try_join_all(batch.iter().map(|record| write(&tx, record))).await?;
+            try_join_all(batch.iter().map(|record| write(&tx, record, keys_change))).await?;
             batch.clear();
         }
         if ended {

@@ -28,6 +28,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         10,
         include_str!("migrations/0010_history_without_privileges.sql"),
     ),
+    (
+        11,
+        include_str!("migrations/0011_restored_keys_at_once.sql"),
+    ),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

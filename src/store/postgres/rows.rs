@@ -47,15 +47,18 @@ pub(super) async fn insert_account<C: Session>(
     Ok(())
 }
 
+/// `changed_in` is kept only by a restore (migration 0011); otherwise the table's trigger
+/// numbers the change.
 pub(super) async fn insert_api_key<C: Session>(
     c: &C,
     hash: &[u8; 32],
     record: &ApiKeyRecord,
+    changed_in: i64,
 ) -> Result<(), Fault> {
     execute(
         c,
-        "INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at, changed_in)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
         &[
             &&hash[..],
             &record.id,
@@ -63,6 +66,7 @@ pub(super) async fn insert_api_key<C: Session>(
             &Json(&record.scopes),
             &record.revoked,
             &time(record.created_at),
+            &changed_in,
         ],
     )
     .await?;
