@@ -12,7 +12,6 @@ use crate::checks::{direct_replay, list_all, ReplayItem};
 use crate::cluster::{Instance, Spawner};
 use crate::ctx::{Ctx, Engine, Holder};
 use crate::fault_kind::FaultKind;
-use crate::pg::with_db;
 use crate::rng::Rng;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -384,6 +383,13 @@ fn name(b: &Backup) -> String {
     }
 }
 
+/// How long a restore may take: 600 s, and 0.5 ms more per key of `--bulk-keys` (every backup
+/// carries them): a restore that writes 2,000 records a second, whatever their number, ends
+/// within it (one into PostgreSQL wrote 2,659 a second at its start here).
+fn restore_bound(bulk_keys: u64) -> Duration {
+    Duration::from_secs(600) + Duration::from_micros(bulk_keys.saturating_mul(500))
+}
+
 /// A fresh restore target: a directory that does not exist yet (off LazyFS), or a fresh
 /// database on the primary (its maintenance URL and name, to drop it after).
 async fn fresh_target(
@@ -405,11 +411,12 @@ async fn fresh_target(
             c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
                 .await
                 .map_err(|e| e.to_string())?;
-            c.batch_execute(&format!("CREATE DATABASE {name}"))
+            c.batch_execute(&format!("CREATE DATABASE {name} OWNER {}", crate::pg::ROLE))
                 .await
                 .map_err(|e| e.to_string())?;
+            // Restored and served as the instances' role, like the run's own database.
             Ok((
-                vec!["--database-url".into(), with_db(&maint, &name)],
+                vec!["--database-url".into(), pg.primary_role_url(&name)],
                 Some((maint, name)),
                 d,
             ))
@@ -474,9 +481,10 @@ async fn verify_one(ctx: &Arc<Ctx>, b: &Backup) -> Result<(String, Option<Value>
         .arg(&b.file)
         .args(&storage)
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(600), cmd.output())
+    let bound = restore_bound(cfg.bulk_keys);
+    let out = tokio::time::timeout(bound, cmd.output())
         .await
-        .map_err(|_| "restore did not end within 600 s".to_string())?
+        .map_err(|_| format!("restore did not end within {} s", bound.as_secs()))?
         .map_err(|e| e.to_string())?;
     ctx.check();
     if !out.status.success() {
@@ -703,11 +711,12 @@ async fn swap_once(
         .spawn()
         .map_err(|e| format!("{}: {e}", cfg.bin.display()))?;
     pid.store(child.id().unwrap_or(0) as i32, Ordering::SeqCst);
-    let out = tokio::time::timeout(Duration::from_secs(600), child.wait_with_output()).await;
+    let bound = restore_bound(cfg.bulk_keys);
+    let out = tokio::time::timeout(bound, child.wait_with_output()).await;
     stop.store(true, Ordering::SeqCst);
     let swap = watcher.await.map_err(|e| e.to_string())?;
     let out = out
-        .map_err(|_| "the restore did not end within 600 s".to_string())?
+        .map_err(|_| format!("the restore did not end within {} s", bound.as_secs()))?
         .map_err(|e| e.to_string())?;
     ctx.check();
     let when = if !swap.swapped {

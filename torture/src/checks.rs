@@ -325,6 +325,10 @@ pub struct Expected {
     pub no_order: HashMap<String, String>,
     /// Credit keys that must have no entry.
     pub no_credit: HashMap<String, String>,
+    /// near-limits: writes a rule refused (nothing written), which must never show: what
+    /// (`order`: an externalOrderId, `credit`: a reference, `provider`: a provider's id), the
+    /// reference, and the request.
+    pub refused: Vec<(&'static str, String, String)>,
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -538,6 +542,23 @@ pub fn check_account(d: &AccountData, e: &Expected) -> Vec<Finding> {
             }
         }
     }
+    for (what, r, why) in &e.refused {
+        let found = match *what {
+            "order" => by_ext.get(r).map(|ids| format!("orders {ids:?}")),
+            "credit" => by
+                .get(&("credit".to_string(), r.clone()))
+                .map(|a| format!("credit entries {a:?}")),
+            _ => by
+                .get(&("provider_payment".to_string(), r.clone()))
+                .map(|a| format!("provider payment entries {a:?}")),
+        };
+        if let Some(found) = found {
+            f(
+                "edge-refused-visible",
+                format!("{what} {r} ({why}) was refused by a rule, yet it has {found}"),
+            );
+        }
+    }
     for (k, amount) in &e.credits {
         let got = get("credit", k);
         if got.is_empty() || got[0] != *amount {
@@ -623,6 +644,12 @@ fn expectations(ctx: &Ctx) -> HashMap<usize, Expected> {
         for e in ex.values_mut() {
             e.cancelled.insert(id.clone());
         }
+    }
+    for r in ctx.state.edge_refused.lock().unwrap().iter() {
+        ex.entry(r.account)
+            .or_default()
+            .refused
+            .push((r.what, r.reference.clone(), r.why.clone()));
     }
     for (id, p) in ctx.state.providers.lock().unwrap().iter() {
         if p.answers.must_show(&rw) {
@@ -1441,6 +1468,28 @@ mod tests {
         let f = check_account(&d, &e);
         assert!(
             f.iter().any(|x| x.check == "nothing-changed-visible"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn what_a_rule_refused_must_not_show() {
+        let (d, mut e) = healthy();
+        e.refused
+            .push(("order", "kzz".into(), "an order of one more".into()));
+        e.refused
+            .push(("credit", "kc2".into(), "a credit of 10^12 + 1".into()));
+        assert_eq!(check_account(&d, &e), vec![]);
+        e.refused
+            .push(("order", "ka".into(), "an order of one more".into()));
+        e.refused
+            .push(("credit", "kc".into(), "a credit of 10^12 + 1".into()));
+        let f = check_account(&d, &e);
+        assert_eq!(
+            f.iter()
+                .filter(|x| x.check == "edge-refused-visible")
+                .count(),
+            2,
             "{f:?}"
         );
     }

@@ -52,6 +52,11 @@ pub struct LaunchMods {
     pub faketime: Option<String>,
     /// RLIMIT_FSIZE in bytes (writes past it fail with EFBIG, SIGXFSZ ignored): a full disk.
     pub fsize_limit: Option<u64>,
+    /// A start that may be refused (store-damage: a damaged store): the build under test
+    /// (`--bin`) runs it, its stderr goes to this file alone (the refusal's one line is
+    /// judged there), and its exit at start is the fault's to judge, not a death. Once it
+    /// answers /healthz it is a process like any other.
+    pub probe: Option<PathBuf>,
 }
 
 pub struct Spawner {
@@ -171,13 +176,13 @@ impl Instance {
     /// store or schema (exit 2, docs/operations.md "Upgrades"), with the other build there to
     /// start instead, is the binary's answer, not a death: true, and the instance moves to the
     /// other build. Anything else is handed to the monitor as any exit of its own is: false.
-    fn exit_at_start(&self, sp: &Spawner, tail: &str) -> bool {
+    fn exit_at_start(&self, sp: &Spawner, tail: &str, probe: bool) -> bool {
         let mut s = self.state.lock().unwrap();
         s.starting = false;
         let Some(e) = s.last_exit.clone() else {
             return false;
         };
-        let refused = sp.old_bin.is_some() && is_refusal(e.code, tail);
+        let refused = !probe && sp.old_bin.is_some() && is_refusal(e.code, tail);
         if !refused {
             if !e.expected {
                 s.unreported.push(e);
@@ -397,8 +402,15 @@ impl Instance {
             let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
             let log2 = log.try_clone().map_err(|e| e.to_string())?;
             let bin = match (self.build(), &sp.old_bin) {
+                _ if mods.probe.is_some() => &sp.bin,
                 (Build::Old, Some(old)) => old,
                 _ => &sp.bin,
+            };
+            let err_out = match &mods.probe {
+                Some(p) => Stdio::from(
+                    std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+                ),
+                None => Stdio::from(log2),
             };
             let mut cmd = tokio::process::Command::new(bin);
             cmd.arg("serve")
@@ -407,7 +419,7 @@ impl Instance {
                 .args(args_for(&sp.args, self.place.get()));
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::from(log))
-                .stderr(Stdio::from(log2));
+                .stderr(err_out);
             cmd.env(
                 "RUST_LOG",
                 std::env::var("ORDERLY_TORTURE_RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -468,7 +480,7 @@ impl Instance {
                 s.running = true;
                 // Under a file-size limit the process is meant to stop by itself (a full
                 // disk): its fault judges the exit.
-                s.expect_exit = mods.fsize_limit.is_some();
+                s.expect_exit = mods.fsize_limit.is_some() || mods.probe.is_some();
                 s.starting = true;
                 gen
             };
@@ -531,8 +543,12 @@ impl Instance {
                 .map_err(|e| e.to_string())?;
             loop {
                 if !self.is_running() {
-                    let tail = log_tail(&log_path, log_start, 8);
-                    if self.exit_at_start(sp, &tail) {
+                    let mut tail = log_tail(&log_path, log_start, 8);
+                    if let Some(p) = &mods.probe {
+                        let err = std::fs::read_to_string(p).unwrap_or_default();
+                        tail = format!("{tail} | {}", err.lines().collect::<Vec<_>>().join(" | "));
+                    }
+                    if self.exit_at_start(sp, &tail, mods.probe.is_some()) {
                         last_err = format!("instance {} refused to start: {tail}", self.idx);
                         break;
                     }
@@ -552,6 +568,10 @@ impl Instance {
                         let now = self.now_ms();
                         let mut s = self.state.lock().unwrap();
                         s.starting = false;
+                        if mods.probe.is_some() {
+                            // It opened: from now on an exit of its own is a death.
+                            s.expect_exit = false;
+                        }
                         if let Some(d) = s.down_since.take() {
                             s.downs.push((d, now));
                         }

@@ -40,6 +40,8 @@ pub struct Config {
     /// The share of orders whose delivery data is 3 to 8 KiB (`--medium-orders`): answers and
     /// rows of that size fill sled's pages past its blob threshold at 33 rows.
     pub medium_orders: f64,
+    /// API keys written straight into the database before the workload (`--bulk-keys`).
+    pub bulk_keys: u64,
 }
 
 impl Config {

@@ -8,6 +8,7 @@
 
 use crate::cluster::LaunchMods;
 use crate::ctx::{Ctx, Holder};
+use crate::damage;
 pub use crate::fault_kind::{FaultKind, ALL};
 use crate::model::stale_ready;
 use crate::receiver::{Mode, Receiver};
@@ -523,6 +524,8 @@ async fn run_one(ctx: &Arc<Ctx>, p: &Planned) -> (String, String) {
         FaultKind::RollingUpgrade => rolling_upgrade(ctx, &inst, p).await,
         FaultKind::NetSlow | FaultKind::Partition => network(ctx, inst.idx, p).await,
         FaultKind::HistoryRewind => history_rewind(ctx, p).await,
+        FaultKind::DbRestart => db_restart(ctx).await,
+        FaultKind::StoreDamage => store_damage(ctx, &inst, p).await,
         FaultKind::ReceiverStall => ("receiver".into(), "on its own track".into()),
         FaultKind::RestoreSwap => ("backups".into(), "among the end's restores".into()),
     }
@@ -579,6 +582,65 @@ async fn network(ctx: &Arc<Ctx>, idx: usize, p: &Planned) -> (String, String) {
         note.push_str(&format!("; not healed: {e}"));
     }
     (target, note)
+}
+
+/// db-restart: PostgreSQL crash-restarted in place under the running instances (the same
+/// timeline, nothing acknowledged lost, UNLOGGED tables emptied: for the server its database
+/// went back in time, so it forgets what it kept, reloads the keys and holds webhooks a while),
+/// then every instance awaited until its /readyz answers 200 again. Every rule holds as always:
+/// the end's checks judge what it did.
+async fn db_restart(ctx: &Arc<Ctx>) -> (String, String) {
+    let target = "database".to_string();
+    let Some(pg) = &ctx.cluster.pg else {
+        return (target, "no PostgreSQL".into());
+    };
+    let t = Instant::now();
+    let mut note = match pg.crash_restart().await {
+        Ok(n) => n,
+        Err(e) => {
+            ctx.violation("harness", &format!("db-restart could not run: {e}"));
+            return (target, format!("failed: {e}"));
+        }
+    };
+    let ready = ready_times(ctx, t, Duration::from_secs(60)).await;
+    note.push_str(&format!(
+        "; every instance ready again {} s after the stop began",
+        ready
+    ));
+    (target, note)
+}
+
+/// Polls /readyz on every instance until each has answered 200 (at most `max`); returns how
+/// long after `from` each did, as "[a, b]" ("-" for one that did not).
+async fn ready_times(ctx: &Arc<Ctx>, from: Instant, max: Duration) -> String {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("client");
+    let n = ctx.cluster.instances.len();
+    let mut at: Vec<Option<f64>> = vec![None; n];
+    while at.iter().any(|a| a.is_none()) && from.elapsed() < max {
+        for (k, i) in ctx.cluster.instances.iter().enumerate() {
+            if at[k].is_some() {
+                continue;
+            }
+            let ok = http
+                .get(format!("{}/readyz", i.url()))
+                .send()
+                .await
+                .map(|r| r.status().is_success())
+                .unwrap_or(false);
+            if ok {
+                at[k] = Some(from.elapsed().as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let v: Vec<String> = at
+        .iter()
+        .map(|a| a.map(|s| format!("{s:.1}")).unwrap_or("-".into()))
+        .collect();
+    format!("[{}]", v.join(", "))
 }
 
 /// The two ways a database goes back in time under running instances (docs/contract.md "When the
@@ -941,7 +1003,7 @@ async fn place_callback_order(ctx: &Arc<Ctx>, http: &reqwest::Client, idx: usize
     crate::workload::judge_keyed(ctx, &key, &r, "order");
 }
 
-fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> String {
+pub fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> String {
     // A refusal of a newer store or schema came before the start that answered.
     let refused: String = ctx.cluster.instances[idx]
         .take_refusals()
@@ -958,7 +1020,7 @@ fn restart_note(ctx: &Ctx, idx: usize, r: Result<(), String>, t: Instant) -> Str
 }
 
 /// docs/contract.md "A stop is bounded": a stop is bounded (30 s) whatever the storage does.
-fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
+pub fn check_stop(ctx: &Ctx, idx: usize, e: &crate::cluster::Exit, t: Instant) {
     ctx.check();
     let took = t.elapsed();
     if took > Duration::from_secs(31) || e.signal == Some(libc::SIGKILL) {
@@ -1169,6 +1231,282 @@ impl ReadyWatch {
             .await
             .unwrap_or_else(|e| format!("readiness watch failed: {e}"))
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// store-damage (sled): damage.rs does the file work.
+
+/// How a start on a damaged store ended.
+enum Start {
+    /// Refused: the judgement is made; the files are put back.
+    Refused,
+    /// It opened and serves (left running).
+    Opened,
+    /// It opened where it had to refuse: stopped again, the files put back.
+    Accepted,
+    /// The harness could not do its part (said as a `harness` violation).
+    Broken,
+}
+
+/// store-damage's fault: see the module's comment. Returns its target and note.
+pub async fn store_damage(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    p: &Planned,
+) -> (String, String) {
+    let target = format!("instance {}", inst.idx);
+    let Some(dir) = ctx.cluster.data_dir.clone() else {
+        return (target, "no data dir".into());
+    };
+    let mut steps: Vec<String> = Vec::new();
+    let t = Instant::now();
+    if let Some(e) = inst.terminate(Duration::from_secs(35)).await {
+        check_stop(ctx, inst.idx, &e, t);
+    }
+    steps.push(format!("stopped in {:.1} s", t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    let h0 = match damage::hash_store(&dir) {
+        Ok(h) => h,
+        Err(e) => {
+            ctx.violation("harness", &format!("store-damage: hashing the store: {e}"));
+            return (
+                target,
+                restart(ctx, inst, steps, &format!("hashing failed: {e}")).await,
+            );
+        }
+    };
+    let bytes: u64 = h0.values().map(|v| v.0).sum();
+    steps.push(format!(
+        "{} files ({} snapshot, {} blob files; {} MiB) hashed in {:.1} s",
+        h0.len(),
+        h0.keys().filter(|k| damage::snap_lsn(k).is_some()).count(),
+        h0.keys().filter(|k| damage::is_blob(k)).count(),
+        bytes >> 20,
+        t.elapsed().as_secs_f64()
+    ));
+    let Some((kind, touched)) = damage::pick(p.variant, &h0) else {
+        return (target, restart(ctx, inst, steps, "no file to damage").await);
+    };
+    let what = format!("{} ({})", kind.name(), damage::touched_names(&touched));
+    if inst.build() == crate::upgrade::Build::Old {
+        steps.push("the damaged start runs --bin".into());
+    }
+    // A blob file is needed only while a live page points at it (sled removes one once
+    // what replaced it is durable, not at once): its removal tells. Before a blob is cut
+    // short, the same blob is removed and the start must be refused; a blob whose removal
+    // the server opens is no live page's, and nothing is cut.
+    if kind == damage::Damage::BlobCut {
+        match damaged_start(
+            ctx,
+            inst,
+            &dir,
+            damage::Damage::BlobRemoved,
+            &touched,
+            &h0,
+            &mut steps,
+        )
+        .await
+        {
+            Start::Refused => {}
+            Start::Opened => {
+                steps.push(format!(
+                    "so {} was not cut",
+                    damage::touched_names(&touched)
+                ));
+                return (target, format!("{what}: {}", steps.join("; ")));
+            }
+            Start::Accepted | Start::Broken => {
+                return (
+                    target,
+                    format!("{what}: {}", restart(ctx, inst, steps, "").await),
+                );
+            }
+        }
+    }
+    match damaged_start(ctx, inst, &dir, kind, &touched, &h0, &mut steps).await {
+        Start::Opened => (target, format!("{what}: {}", steps.join("; "))),
+        Start::Refused | Start::Accepted | Start::Broken => (
+            target,
+            format!("{what}: {}", restart(ctx, inst, steps, "").await),
+        ),
+    }
+}
+
+/// The normal start after the fault's part; the steps so far and its own, as the note.
+async fn restart(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    mut steps: Vec<String>,
+    why: &str,
+) -> String {
+    if !why.is_empty() {
+        steps.push(why.to_string());
+    }
+    let t = Instant::now();
+    let r = inst.start(&ctx.cluster.spawner).await;
+    steps.push(restart_note(ctx, inst.idx, r, t));
+    steps.join("; ")
+}
+
+/// One start on the store damaged so: judged, and the files put back unless it opened as it
+/// had to (every snapshot removed, or a blob file no live page needed).
+async fn damaged_start(
+    ctx: &Arc<Ctx>,
+    inst: &Arc<crate::cluster::Instance>,
+    dir: &std::path::Path,
+    kind: damage::Damage,
+    touched: &[String],
+    h0: &damage::Hashes,
+    steps: &mut Vec<String>,
+) -> Start {
+    let originals = match damage::apply(dir, kind, touched) {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.violation(
+                "harness",
+                &format!("store-damage: damaging {touched:?}: {e}"),
+            );
+            return Start::Broken;
+        }
+    };
+    // The store as damaged: what the start must leave as it is if it refuses.
+    let mut h1 = h0.clone();
+    for rel in touched {
+        if kind.removes() {
+            h1.remove(rel);
+        } else if let Ok(h) = damage::hash_file(&dir.join(rel)) {
+            h1.insert(rel.clone(), h);
+        }
+    }
+    let probe = ctx
+        .cfg
+        .work
+        .join(format!("instance-{}.damaged-start.stderr", inst.idx));
+    inst.set_mods(LaunchMods {
+        probe: Some(probe.clone()),
+        ..Default::default()
+    });
+    let t = Instant::now();
+    let r = inst.start(&ctx.cluster.spawner).await;
+    inst.set_mods(LaunchMods::default());
+    let took = t.elapsed().as_secs_f64();
+    let rel = touched.first().cloned().unwrap_or_default();
+    ctx.check();
+    if r.is_ok() {
+        // It opened.
+        let stale_blob = kind == damage::Damage::BlobRemoved;
+        if kind == damage::Damage::SnapsRemoved || stale_blob {
+            steps.push(format!(
+                "{} removed: the server opened the store in {took:.1} s{}",
+                damage::touched_names(touched),
+                if stale_blob {
+                    " (no live page needs it, by the server's check: the end's checks judge what it serves)"
+                } else {
+                    " (sled replayed its log)"
+                }
+            ));
+            return Start::Opened;
+        }
+        ctx.violation(
+            "store-damage-accepted",
+            &format!(
+                "instance {}: the server opened a store with {} ({}) in {took:.1} s instead of refusing it",
+                inst.idx,
+                kind.name(),
+                damage::touched_names(touched)
+            ),
+        );
+        let t = Instant::now();
+        if let Some(e) = inst.terminate(Duration::from_secs(35)).await {
+            check_stop(ctx, inst.idx, &e, t);
+        }
+        steps.push(format!(
+            "{}: opened in {took:.1} s (a violation), stopped",
+            kind.name()
+        ));
+        if let Err(e) = damage::put_back(dir, &originals) {
+            ctx.violation("harness", &format!("store-damage: putting {rel} back: {e}"));
+        }
+        return Start::Accepted;
+    }
+    let exit = inst.last_exit();
+    let (code, signal) = exit.map(|e| (e.code, e.signal)).unwrap_or((None, None));
+    let stderr = std::fs::read_to_string(&probe).unwrap_or_default();
+    // The line, without the directory it names (the fault's line is long enough).
+    let first = stderr.lines().next().unwrap_or("");
+    let line = match first.split_once(": its ") {
+        Some((_, rest)) => format!("its {rest}"),
+        None => first.to_string(),
+    };
+    let line: String = line.chars().take(140).collect();
+    let mut wrong = damage::refusal_faults(code, signal, &stderr, &rel);
+    let t = Instant::now();
+    match damage::hash_store(dir) {
+        Ok(h2) => {
+            let changed = damage::diff(&h1, &h2);
+            if !changed.is_empty() {
+                wrong.push(format!(
+                    "the refused start changed the store: {}",
+                    changed
+                        .iter()
+                        .take(5)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        Err(e) => {
+            ctx.violation("harness", &format!("store-damage: hashing the store: {e}"));
+        }
+    }
+    let hashed = t.elapsed().as_secs_f64();
+    if kind == damage::Damage::SnapsRemoved {
+        ctx.violation(
+            "store-damage-refusal",
+            &format!(
+                "instance {}: a store whose snapshot files were all removed must open (sled replays its log); it was refused: exit {code:?}: {}",
+                inst.idx,
+                stderr.trim()
+            ),
+        );
+    } else if !wrong.is_empty() {
+        ctx.violation(
+            "store-damage-refusal",
+            &format!(
+                "instance {}: {} ({}): {}; stderr: {:?}",
+                inst.idx,
+                kind.name(),
+                damage::touched_names(touched),
+                wrong.join("; "),
+                stderr.trim()
+            ),
+        );
+    }
+    steps.push(format!(
+        "{}: refused in {took:.1} s with exit {} and {} line(s) ({line:?}), the store {} ({hashed:.1} s to hash)",
+        kind.name(),
+        code.map(|c| c.to_string()).unwrap_or("-".into()),
+        stderr.lines().count(),
+        if wrong.iter().any(|w| w.starts_with("the refused start changed")) { "changed" } else { "unchanged" }
+    ));
+    if let Err(e) = damage::put_back(dir, &originals) {
+        ctx.violation("harness", &format!("store-damage: putting {rel} back: {e}"));
+        return Start::Broken;
+    }
+    let off = damage::touched_back(dir, h0, &originals);
+    if !off.is_empty() {
+        ctx.violation(
+            "harness",
+            &format!(
+                "store-damage: the files put back differ: {}",
+                off.join(", ")
+            ),
+        );
+        return Start::Broken;
+    }
+    steps.push("put back".into());
+    Start::Refused
 }
 
 #[cfg(test)]

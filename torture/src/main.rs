@@ -6,6 +6,7 @@ mod backup;
 mod checks;
 mod cluster;
 mod ctx;
+mod damage;
 mod engine;
 mod fault_kind;
 mod faults;
@@ -70,7 +71,8 @@ struct Args {
     seed: Option<u64>,
     /// Comma list of faults (kill, pause, receiver-stall, power-loss, disk-stall, disk-full,
     /// lost-standby, rows-held, conn-cut, clock-step, failover, graceful-restart,
-    /// restore-swap, history-rewind, rolling-upgrade, net-slow, partition), `all`, or `none`.
+    /// restore-swap, history-rewind, rolling-upgrade, net-slow, partition, db-restart,
+    /// store-damage), `all`, or `none`.
     /// Default: every fault the engine and the machine support.
     #[arg(long, env = "ORDERLY_TORTURE_FAULTS")]
     faults: Option<String>,
@@ -142,7 +144,13 @@ struct Args {
     /// (default 0: the draws of a seed are those of a run without it).
     #[arg(long, env = "ORDERLY_TORTURE_MEDIUM_ORDERS", default_value_t = 0.0)]
     medium_orders: f64,
-    /// The operation mix: balanced, orders, keys, admin, webhooks (default: drawn by the seed).
+    /// postgres: API keys written straight into the database (as postgres, triggers off) before
+    /// the workload, so that every instance meets that many when it reads every key again (a
+    /// history-rewind, a db-restart, its own start).
+    #[arg(long, env = "ORDERLY_TORTURE_BULK_KEYS", default_value_t = 0)]
+    bulk_keys: u64,
+    /// The operation mix: balanced, orders, keys, admin, webhooks, near-limits (default: drawn
+    /// by the seed).
     #[arg(long, env = "ORDERLY_TORTURE_PROFILE")]
     profile: Option<String>,
     /// Print what the seed draws (settings, the first faults) and exit, running nothing.
@@ -274,6 +282,7 @@ async fn main() {
         args.backups = get_u("backups").map(|x| x as u32);
         args.cache_mb = get_u("cache_mb");
         args.medium_orders = first["medium_orders"].as_f64().unwrap_or(0.0);
+        args.bulk_keys = get_u("bulk_keys").unwrap_or(0);
         args.profile = first["profile"].as_str().map(str::to_string);
         if args.bin == Path::new("target/release/orderly") {
             if let Some(b) = first["bin"].as_str() {
@@ -305,6 +314,17 @@ async fn main() {
     }
     if args.pooler && engine != Engine::Postgres {
         usage("--pooler is for --engine postgres");
+    }
+    if args.bulk_keys > 0 && engine != Engine::Postgres {
+        usage("--bulk-keys is for --engine postgres");
+    }
+    if let Some(p) = &args.profile {
+        if !setup::PROFILES.contains(&p.as_str()) {
+            usage(&format!(
+                "--profile {p}: one of {}",
+                setup::PROFILES.join(", ")
+            ));
+        }
     }
     if !(0.0..=1.0).contains(&args.medium_orders) {
         usage("--medium-orders: a share from 0 to 1");
@@ -459,6 +479,7 @@ async fn main() {
                 let v = faults::RewindVariant::pick(p.variant, true, true).expect("both");
                 format!(" [{}]", v.name())
             }
+            FaultKind::StoreDamage => format!(" [{}]", damage::planned(p.variant)),
             FaultKind::RollingUpgrade => match roll.next(&builds) {
                 Some((i, to)) => {
                     builds[i] = to;
@@ -546,6 +567,8 @@ async fn main() {
     let mut data_dir = None;
     let mut pg = None;
     let mut net = None;
+    // Said on stdout and in the history once it exists (the role the harness made).
+    let mut storage_notes: Vec<String> = Vec::new();
     let mut storage_args: Vec<String>;
     let wants_lazy = faults
         .iter()
@@ -596,6 +619,10 @@ async fn main() {
             .await
             {
                 Ok((p, notes)) => {
+                    for n in notes.iter().filter(|n| n.starts_with("role ")) {
+                        println!("torture: {n}");
+                        storage_notes.push(n.clone());
+                    }
                     if rewinds && !p.has_standby() && !p.can_pitr() {
                         faults.retain(|k| *k != FaultKind::HistoryRewind);
                         let why = if args.database_url.is_some() {
@@ -616,6 +643,13 @@ async fn main() {
                             notes.join("; ")
                         };
                         skipped.push(("failover".into(), why));
+                    }
+                    if faults.contains(&FaultKind::DbRestart) && !p.is_own() {
+                        faults.retain(|k| *k != FaultKind::DbRestart);
+                        skipped.push((
+                            "db-restart".into(),
+                            "the server is not the harness's own (--database-url): no cluster to restart in place".into(),
+                        ));
                     }
                     if faults.contains(&FaultKind::LostStandby) {
                         let ok = match pg::connect(&p.primary_maint_url()).await {
@@ -674,6 +708,7 @@ async fn main() {
         work: work.clone(),
         profile: drawn.profile.clone(),
         medium_orders: args.medium_orders,
+        bulk_keys: args.bulk_keys,
     };
     let first = json!({
         "torture": 1, "seed": seed, "engine": engine.name(), "instances": instances,
@@ -682,7 +717,7 @@ async fn main() {
         "clients": args.clients, "bin": bin.display().to_string(), "pooler": args.pooler,
         "old_bin": old_bin.as_ref().map(|o| o.display().to_string()),
         "pool_size": drawn.pool_size, "prefill": drawn.prefill, "backups": drawn.backups, "profile": drawn.profile,
-        "cache_mb": args.cache_mb, "medium_orders": args.medium_orders,
+        "cache_mb": args.cache_mb, "medium_orders": args.medium_orders, "bulk_keys": args.bulk_keys,
         "skipped": skipped.iter().map(|(k, w)| json!({"fault": k, "why": w})).collect::<Vec<_>>(),
     });
     let hist = History::create(&history_path, &first)
@@ -698,7 +733,8 @@ async fn main() {
         drawn.prefill,
         drawn.backups,
         args.cache_mb.map_or(String::new(), |mb| format!(" cache-mb={mb}"))
-            + &if args.medium_orders > 0.0 { format!(" medium-orders={}", args.medium_orders) } else { String::new() },
+            + &if args.medium_orders > 0.0 { format!(" medium-orders={}", args.medium_orders) } else { String::new() }
+            + &if args.bulk_keys > 0 { format!(" bulk-keys={}", args.bulk_keys) } else { String::new() },
     );
     if let Some(old) = &old_bin {
         println!(
@@ -786,12 +822,24 @@ async fn main() {
     for (k, why) in &skipped {
         ctx.skip(k, why);
     }
+    for n in &storage_notes {
+        ctx.note(n);
+    }
     let code = run(&ctx).await;
     cluster::run_cleanup();
     std::process::exit(code);
 }
 
 async fn run(ctx: &Arc<Ctx>) -> i32 {
+    if ctx.cfg.profile == "near-limits" {
+        match setup::restore_carried(ctx).await {
+            Ok(line) => {
+                println!("torture: {line}");
+                ctx.note(&line);
+            }
+            Err(e) => cannot_run(&e),
+        }
+    }
     if let Err(e) = ctx.cluster.start_all().await {
         cannot_run(&e);
     }
@@ -800,6 +848,23 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
     }
     if let Err(e) = setup::prefill(ctx, ctx.cfg.prefill).await {
         cannot_run(&e);
+    }
+    if ctx.cfg.bulk_keys > 0 {
+        let Some(pg) = &ctx.cluster.pg else {
+            cannot_run("--bulk-keys needs PostgreSQL");
+        };
+        let n = ctx.cfg.bulk_keys;
+        let quiet = ctx.state.account(setup::QUIET).id;
+        match pg.bulk_keys(n, &quiet).await {
+            Ok(secs) => {
+                let line = format!(
+                    "bulk keys: {n} API keys of account {quiet} written straight into the database in {secs:.1} s (no instance told)"
+                );
+                println!("torture: {line}");
+                ctx.note(&line);
+            }
+            Err(e) => cannot_run(&format!("--bulk-keys: {e}")),
+        }
     }
     // restore-swap's other file: a backup of the store before the workload (other keys, other
     // counts than any backup taken under load).
@@ -849,6 +914,7 @@ async fn run(ctx: &Arc<Ctx>) -> i32 {
             "keys" => "keys",
             "admin" => "admin",
             "webhooks" => "webhooks",
+            "near-limits" => "near-limits",
             _ => "balanced",
         };
         mix = setup::Mix::for_profile(p, &mut r);

@@ -54,6 +54,80 @@ pub fn with_db(url: &str, db: &str) -> String {
     format!("{scheme}://{auth_host}/{db}{query}")
 }
 
+/// The role the instances connect as (scripts/pg-cluster.sh creates it on the harness's own
+/// clusters): LOGIN, not a superuser, no CREATEDB; it owns the run's databases. The harness's own
+/// SQL (faults, checks, the bulk keys) stays `postgres`.
+pub const ROLE: &str = "orderly";
+
+/// The role's password, for a server whose authentication asks one (`--database-url`): what
+/// `ORDERLY_TORTURE_ROLE_PASSWORD` says (the role is created with it when the harness creates
+/// it); none on the harness's own clusters (trust).
+pub fn role_password() -> Option<String> {
+    std::env::var("ORDERLY_TORTURE_ROLE_PASSWORD")
+        .ok()
+        .filter(|p| !p.is_empty())
+}
+
+/// `url` with its user (and password) replaced by `user` (and `password`).
+pub fn with_user(url: &str, user: &str, password: Option<&str>) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (auth_host, tail) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let host = match auth_host.rfind('@') {
+        Some(i) => &auth_host[i + 1..],
+        None => auth_host,
+    };
+    let auth = match password {
+        Some(p) => format!("{user}:{}", pct(p)),
+        None => user.to_string(),
+    };
+    format!("{scheme}://{auth}@{host}{tail}")
+}
+
+/// A password made safe for a URL's userinfo.
+fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `url` as the instances' role.
+pub fn as_role(url: &str) -> String {
+    with_user(url, ROLE, role_password().as_deref())
+}
+
+async fn role_exists(c: &tokio_postgres::Client) -> Result<bool, String> {
+    c.query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&ROLE])
+        .await
+        .map(|r| r.is_some())
+        .map_err(|e| format!("pg_roles: {e}"))
+}
+
+/// Makes sure the role exists (idempotent: a role already there is left as it is). Returns
+/// whether it had to be created.
+pub async fn ensure_role(c: &tokio_postgres::Client) -> Result<bool, String> {
+    if role_exists(c).await? {
+        return Ok(false);
+    }
+    let password = role_password()
+        .map(|p| format!(" PASSWORD '{}'", p.replace('\'', "''")))
+        .unwrap_or_default();
+    let q = format!("CREATE ROLE {ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE{password}");
+    match c.batch_execute(&q).await {
+        Ok(()) => Ok(true),
+        // Another run made it meanwhile.
+        Err(_) if role_exists(c).await? => Ok(false),
+        Err(e) => Err(format!("CREATE ROLE {ROLE}: {e}")),
+    }
+}
+
 /// `url` with its host:port replaced.
 pub fn with_port(url: &str, port: u16) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
@@ -136,10 +210,21 @@ impl Pg {
                 c.batch_execute(q).await.map_err(|e| format!("{q}: {e}"))?;
             }
         }
+        // The instances run as production runs them: a role that owns only its database.
+        if ensure_role(&c).await? {
+            notes.push(format!(
+                "role {ROLE} created (LOGIN, not a superuser, no CREATEDB{}): the server had none",
+                if role_password().is_some() {
+                    ", the password of ORDERLY_TORTURE_ROLE_PASSWORD"
+                } else {
+                    ""
+                }
+            ));
+        }
         c.batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
             .await
             .map_err(|e| format!("drop database: {e:?}"))?;
-        c.batch_execute(&format!("CREATE DATABASE {db}"))
+        c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
             .await
             .map_err(|e| format!("create database: {e}"))?;
         drop(c);
@@ -184,7 +269,8 @@ impl Pg {
         };
         // The proxies: one per server slot (or one to the pooler).
         let mut proxies = Vec::new();
-        let db_url_base = with_db(&maint_url, db);
+        // What the instances connect with: the run's database, as the role.
+        let db_url_base = as_role(&with_db(&maint_url, db));
         let instance_url = if let Some(bdir) = &bouncer_dir {
             let target = match nodes.first() {
                 Some(n) => with_port(&db_url_base, n.port),
@@ -199,7 +285,7 @@ impl Pg {
             .await?;
             let pport = port_of(&purl).ok_or_else(|| format!("pgbouncer.sh printed {purl}"))?;
             let p = Proxy::start(pport).await.map_err(|e| e.to_string())?;
-            let u = with_port(&purl, p.port);
+            let u = as_role(&with_port(&purl, p.port));
             proxies.push(p);
             u
         } else if nodes.len() == 2 {
@@ -209,13 +295,13 @@ impl Pg {
             let p1 = Proxy::start(nodes[1].port)
                 .await
                 .map_err(|e| e.to_string())?;
-            let auth = maint_url
+            let auth = db_url_base
                 .split_once("://")
                 .map(|x| x.1)
                 .unwrap_or("")
                 .split('@')
                 .next()
-                .unwrap_or("postgres");
+                .unwrap_or(ROLE);
             let u = format!(
                 "postgresql://{auth}@127.0.0.1:{},127.0.0.1:{}/{db}?target_session_attrs=read-write",
                 p0.port, p1.port
@@ -560,9 +646,70 @@ impl Pg {
         }
     }
 
-    /// orderly's database on the current primary, direct.
+    /// orderly's database on the current primary, direct, as `postgres` (the harness's own SQL).
     pub fn primary_db_url(&self) -> String {
         with_db(&self.primary_maint_url(), &self.db)
+    }
+
+    /// Database `db` on the current primary, direct, as the instances' role.
+    pub fn primary_role_url(&self, db: &str) -> String {
+        as_role(&with_db(&self.primary_maint_url(), db))
+    }
+
+    /// db-restart: the primary crash-restarted in place (`scripts/pg-cluster.sh crash-restart`:
+    /// `pg_ctl stop -m immediate`, then started on the same data): crash recovery, the same
+    /// timeline, UNLOGGED tables emptied. Returns a note (the timeline before and after, how
+    /// long the script took).
+    pub async fn crash_restart(&self) -> Result<String, String> {
+        let (dir, _) = self.primary_node()?;
+        let slot = self.primary.load(Ordering::SeqCst);
+        let before = self.timeline().await;
+        let t = std::time::Instant::now();
+        self.pg_cluster(&["crash-restart", &dir.display().to_string()])
+            .await?;
+        let took = t.elapsed().as_secs_f64();
+        let after = self.timeline().await;
+        Ok(format!(
+            "the primary (slot {slot}) crash-restarted in place in {took:.1} s (timeline {before} before, {after} after)"
+        ))
+    }
+
+    /// The primary's timeline, as its last checkpoint says ("?" when it cannot be read).
+    async fn timeline(&self) -> String {
+        match connect(&self.primary_maint_url()).await {
+            Ok(c) => c
+                .query_one("SELECT timeline_id::text FROM pg_control_checkpoint()", &[])
+                .await
+                .map(|r| r.get(0))
+                .unwrap_or_else(|_| "?".into()),
+            Err(_) => "?".into(),
+        }
+    }
+
+    /// `--bulk-keys N`: N API keys of `account` written straight into the run's database as
+    /// `postgres`, with the triggers off (`session_replication_role = replica`: no instance is
+    /// told), so that an instance meets them all when it reads every key again (after a rewind,
+    /// a restart of the database, its own start). Returns how long it took, in seconds.
+    pub async fn bulk_keys(&self, n: u64, account: &str) -> Result<f64, String> {
+        let t = std::time::Instant::now();
+        let c = connect(&self.primary_db_url()).await?;
+        let q = format!(
+            "SET session_replication_role = replica; \
+             INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at) \
+             SELECT sha256(('bulk ' || i)::bytea), 'key_bulk_' || i, '{}', '[]', false, 0 \
+             FROM generate_series(1, {n}) AS i; \
+             SET session_replication_role = DEFAULT",
+            account.replace('\'', "''")
+        );
+        c.batch_execute(&q)
+            .await
+            .map_err(|e| format!("inserting {n} keys: {e}"))?;
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// The server is the harness's own (pg-cluster.sh made it): it can be restarted in place.
+    pub fn is_own(&self) -> bool {
+        !self.nodes.lock().unwrap().is_empty()
     }
 
     /// Kills the primary, promotes the standby, then rebuilds a standby of the new primary in
@@ -820,6 +967,22 @@ mod tests {
             "postgres://postgres@127.0.0.1:7/t1"
         );
         assert_eq!(port_of("postgres://postgres@127.0.0.1:5432/t1"), Some(5432));
+        assert_eq!(
+            with_user("postgres://postgres@127.0.0.1:5432/t1", "orderly", None),
+            "postgres://orderly@127.0.0.1:5432/t1"
+        );
+        assert_eq!(
+            with_user(
+                "postgres://u:p@h:1/x?sslmode=disable",
+                "orderly",
+                Some("a b")
+            ),
+            "postgres://orderly:a%20b@h:1/x?sslmode=disable"
+        );
+        assert_eq!(
+            with_user("postgres://h:1", "orderly", None),
+            "postgres://orderly@h:1"
+        );
     }
 
     #[test]

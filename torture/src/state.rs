@@ -95,6 +95,32 @@ pub struct State {
     pub cursor_probes: Mutex<Vec<CursorProbe>>,
     /// The prefill's orders (acknowledged keys kept compactly).
     pub prefill_keys: Mutex<Vec<PrefillKey>>,
+    /// near-limits: each client's own accounts (empty in other profiles).
+    pub edge: RwLock<Vec<EdgeSet>>,
+    /// near-limits: writes refused by a rule, which the end checks are absent.
+    pub edge_refused: Mutex<Vec<Refused>>,
+}
+
+/// near-limits: one client's own accounts (indexes into the accounts), which no other client
+/// writes to, so that the model knows each balance exactly: one with no credit line, one with
+/// the largest (10^12), and one carried over from an earlier deployment with a balance near
+/// i64's end.
+#[derive(Clone, Copy, Debug)]
+pub struct EdgeSet {
+    pub plain: usize,
+    pub credit: usize,
+    pub rich: usize,
+}
+
+/// near-limits: a write refused by a rule (nothing written), which must never show: the
+/// account, what (`order`: its externalOrderId; `credit`: its reference; `provider`: its id),
+/// and that reference.
+#[derive(Clone, Debug)]
+pub struct Refused {
+    pub account: usize,
+    pub what: &'static str,
+    pub reference: String,
+    pub why: String,
 }
 
 /// A key of the prefill: kept apart (compactly) so the end replays a sample of them.

@@ -19,6 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod edge;
+
 // ---------------------------------------------------------------------------------------------
 // The clients.
 
@@ -53,6 +55,8 @@ pub struct Client {
     /// Keys made, used on every instance (so each keeps a copy) and kept for a later revocation:
     /// (id, plaintext, when made).
     parked: VecDeque<(String, String, Instant)>,
+    /// near-limits: this client's own accounts and what the model knows of them.
+    edge: Option<edge::Edge>,
 }
 
 const KEEP: usize = 256;
@@ -63,6 +67,7 @@ impl Client {
         let tag = run_tag(ctx.cfg.seed);
         let home = home_of(idx);
         ctx.state.pollers.lock().unwrap()[idx].account = home;
+        let edge = edge::Edge::of_client(&ctx, idx);
         Client {
             ctx,
             idx,
@@ -78,6 +83,7 @@ impl Client {
             poll_after: None,
             rotation_unknown_until: None,
             parked: VecDeque::new(),
+            edge,
         }
     }
 
@@ -227,6 +233,11 @@ impl Client {
                     );
                 }
             }
+            "edge.credit" => self.edge_credit().await,
+            "edge.exact" => self.edge_exact().await,
+            "edge.overflow" => self.edge_overflow().await,
+            "edge.refund" => self.edge_refund().await,
+            "edge.rich" => self.edge_rich().await,
             _ => unreachable!("op {op}"),
         }
     }
