@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Stdlib-only HTTP client used by bench.sh, crash-trials.sh and soak.sh (not meant to be run by hand).
+"""Stdlib-only HTTP client used by bench.sh, crash-trials.sh, soak.sh and downgrade.sh (not meant to be run by hand).
 
   setup         PUT products prd_bench, prd_large, prd_a, prd_b and prd_c (price 1); create N
                 wholesale accounts, each with an API key and a credit; write "account_id<TAB>api_key" lines
   precreate     place one order per idempotency key, to build a replay pool for wrk
+  place         COUNT orders, keeping each answer's order id and the SHA-256 of its bytes
+  replay-check  every key `place` kept replays to the same order, byte for byte
   verify        for every account: the ledger (all pages) sums to the balance
   crash-load    mixed new/replay order load until the server dies (or the limits hit); writes the
                 keys it sent and the keys that got a 200 with their order id
@@ -212,6 +214,43 @@ def cmd_precreate(a):
     rows = pmap(one, range(a.count), threads=16)
     with open(a.out, "w") as f:
         f.writelines(rows)
+
+
+def cmd_place(a):
+    """New orders with keys PREFIX-0 ... spread over the accounts, each answer kept as
+    api key, idempotency key, order id and the SHA-256 of its bytes (for `replay-check`)."""
+    accounts = read_accounts(a.accounts)
+
+    def one(i):
+        api_key, idem = accounts[i % len(accounts)][1], f"{a.prefix}-{i}"
+        s, _, oid, digest = order_answer(a.base, api_key, idem, retry=True)
+        if s != 200:
+            raise SystemExit(f"place {idem}: HTTP {s}")
+        return f"{api_key}\t{idem}\t{oid}\t{digest}\n"
+
+    rows = pmap(one, range(a.count), threads=16)
+    with open(a.out, "w") as f:
+        f.writelines(rows)
+
+
+def cmd_replay_check(a):
+    """Every key `place` kept, sent again: a replay (Idempotency-Replayed: true) of the same
+    order, byte for byte the answer first given. Prints the counts; exits 1 on any other."""
+    with open(a.placed) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+
+    def one(row):
+        api_key, idem, oid, digest = row
+        s, replayed, got, got_digest = order_answer(a.base, api_key, idem, retry=True)
+        if s != 200 or not replayed or got != oid or got_digest != digest:
+            return f"{idem}: HTTP {s}, replayed={replayed}, order {got} (was {oid}), same bytes: {got_digest == digest}"
+        return None
+
+    wrong = [w for w in pmap(one, rows, threads=16) if w]
+    for w in wrong[:20]:
+        print(f"NOT REPLAYED {w}")
+    print(f"replay check: {len(rows)} keys, {len(rows) - len(wrong)} replayed byte for byte, {len(wrong)} not")
+    sys.exit(1 if wrong else 0)
 
 
 def cmd_verify(a):
@@ -511,6 +550,9 @@ def main():
         ("--balance", {"type": int, "default": 10**12}), ("--out", {"required": True}))
     add("precreate", cmd_precreate, ("--accounts", {"required": True}), ("--count", {"type": int, "default": 1000}),
         ("--prefix", {"required": True}), ("--out", {"required": True}))
+    add("place", cmd_place, ("--accounts", {"required": True}), ("--count", {"type": int, "default": 1000}),
+        ("--prefix", {"required": True}), ("--out", {"required": True}))
+    add("replay-check", cmd_replay_check, ("--placed", {"required": True}))
     add("verify", cmd_verify, ("--accounts", {"required": True}))
     add("crash-load", cmd_crash_load, ("--api-key", {"required": True}), ("--dir", {"required": True}),
         ("--prefix", {"required": True}), ("--threads", {"type": int, "default": 16}),

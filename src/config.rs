@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::credentials::Named;
+
 use crate::domain::cidr::Cidr;
 
 #[derive(Debug, Parser)]
@@ -127,9 +129,22 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_CURRENCY", default_value = "USD", value_parser = parse_currency)]
     pub(crate) currency: String,
 
-    /// Bearer token for /admin/*; unset: the admin API answers 404.
-    #[arg(long, env = "ORDERLY_ADMIN_TOKEN", hide_env_values = true)]
-    pub(crate) admin_token: Option<String>,
+    /// Bearer token for /admin/*, as NAME=TOKEN (a bare TOKEN is named `default`); repeated
+    /// (or a comma list), any of them is accepted and the request's log line names the one
+    /// used. Unset, with no --admin-token-file: the admin API answers 404.
+    #[arg(
+        long,
+        env = "ORDERLY_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_parser = Named::admin_token
+    )]
+    pub(crate) admin_token: Vec<Named>,
+
+    /// A file of admin tokens, one NAME=TOKEN a line (# comments), beside --admin-token;
+    /// SIGHUP reads it again (a file that does not parse keeps the tokens in force).
+    #[arg(long, env = "ORDERLY_ADMIN_TOKEN_FILE")]
+    pub(crate) admin_token_file: Option<PathBuf>,
 
     /// Comma list of exact origins allowed to send writes with an Origin header.
     #[arg(long, env = "ORDERLY_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
@@ -181,14 +196,26 @@ pub struct Settings {
     #[arg(long, env = "ORDERLY_ALLOW_PRIVATE_CALLBACKS")]
     pub(crate) allow_private_callbacks: bool,
 
-    /// Repeated name=secret: inbound payment providers and their HMAC secrets.
+    /// Repeated name=secret: inbound payment providers and their HMAC secrets. A provider
+    /// given twice accepts a signature by either secret (a rotation's overlap).
     #[arg(
         long,
         env = "ORDERLY_PROVIDER_SECRET",
         hide_env_values = true,
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = Named::provider_secret
     )]
-    pub(crate) provider_secret: Vec<ProviderSecret>,
+    pub(crate) provider_secret: Vec<Named>,
+
+    /// A file of provider secrets, one name=secret a line (# comments), beside
+    /// --provider-secret; SIGHUP reads it again.
+    #[arg(long, env = "ORDERLY_PROVIDER_SECRET_FILE")]
+    pub(crate) provider_secret_file: Option<PathBuf>,
+
+    /// Serve /metrics on this address (plain HTTP) instead of the API's listener, which then
+    /// answers /metrics 404: scrapers on a private network, nothing of it on the public one.
+    #[arg(long, env = "ORDERLY_METRICS_LISTEN")]
+    pub(crate) metrics_listen: Option<String>,
 
     /// sled page-cache size in MiB: bounds the resident memory of the database. 32 by default:
     /// at a million orders 128 placed orders no faster and held 144 MiB more (scripts/scale.sh);
@@ -258,34 +285,6 @@ impl FromStr for RateLimitOverride {
     }
 }
 
-/// `name=secret`.
-#[derive(Clone)]
-pub(crate) struct ProviderSecret {
-    pub(crate) name: String,
-    pub(crate) secret: String,
-}
-
-impl std::fmt::Debug for ProviderSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ProviderSecret({}=***)", self.name)
-    }
-}
-
-impl FromStr for ProviderSecret {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text.split_once('=') {
-            Some((name, secret)) if !name.trim().is_empty() && !secret.is_empty() => {
-                Ok(ProviderSecret {
-                    name: name.trim().to_string(),
-                    secret: secret.to_string(),
-                })
-            }
-            _ => Err("expected name=secret".into()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +334,15 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.rate_limit_override.len(), 2);
+    }
+
+    #[test]
+    fn admin_tokens_are_named_and_repeatable() {
+        let s = serve(&["--admin-token", "old=aaa", "--admin-token", "bbb"]).unwrap();
+        let names: Vec<&str> = s.admin_token.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["old", "default"]);
+        let s = serve(&["--admin-token", "a=x,b=y"]).unwrap();
+        assert_eq!(s.admin_token.len(), 2);
+        assert!(serve(&["--admin-token", ""]).is_err());
     }
 }

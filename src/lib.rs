@@ -13,6 +13,8 @@ mod background;
 mod bounds;
 mod commands;
 mod config;
+mod credentials;
+mod disk_space;
 mod domain;
 mod edge;
 mod error;
@@ -36,6 +38,7 @@ pub use logging::{flush as flush_log, init as init_log};
 
 // A server in the tests' own process (`tests/api/in_process.rs`), why it did not start or
 // ended badly, and the rate limiter its memory example drives.
+pub use credentials::CredentialsError;
 pub use edge::rate_limit::{Decision, RateLimits};
 pub use startup::demo::DemoError;
 pub use startup::{Application, RunError, StartupError};

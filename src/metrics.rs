@@ -72,6 +72,15 @@ pub struct Metrics {
     pub(crate) api_key_reads: Counter,
     /// API keys that can authenticate, as this instance knows them (PostgreSQL).
     pub(crate) api_keys_known: Gauge,
+    /// 1 when `/readyz` would answer 200 at the scrape, else 0: what an alert on readiness
+    /// reads without a probe of its own.
+    pub(crate) ready: Gauge,
+    /// When this process started (seconds since the epoch): a change is a restart.
+    pub(crate) process_start_time_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The filesystem of the sled store (and of a backup's spool, beside it): bytes free to an
+    /// unprivileged writer, and its size. 0 on PostgreSQL.
+    pub(crate) disk_free_bytes: Gauge,
+    pub(crate) disk_size_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -227,7 +236,35 @@ impl Default for Metrics {
             "API keys that can authenticate, as this instance knows them (PostgreSQL)",
             api_keys_known.clone(),
         );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 when /readyz would answer 200 (the storage completes writes and answers), else 0",
+            ready.clone(),
+        );
+        let process_start_time_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "process_start_time_seconds",
+            "When this process started, in seconds since the Unix epoch",
+            process_start_time_seconds.clone(),
+        );
+        let disk_free_bytes = Gauge::default();
+        registry.register(
+            "storage_disk_free_bytes",
+            "Bytes free on the filesystem of the sled store and its backup spool (0 on PostgreSQL)",
+            disk_free_bytes.clone(),
+        );
+        let disk_size_bytes = Gauge::default();
+        registry.register(
+            "storage_disk_size_bytes",
+            "Size of the filesystem of the sled store and its backup spool (0 on PostgreSQL)",
+            disk_size_bytes.clone(),
+        );
         Metrics {
+            ready,
+            process_start_time_seconds,
+            disk_free_bytes,
+            disk_size_bytes,
             api_key_reads,
             api_keys_known,
             rate_limit_statements,

@@ -5,8 +5,8 @@
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
-use super::extract::AdminAuth;
 use crate::config::Settings;
+use crate::credentials::Credentials;
 use crate::error::ApiError;
 
 const INDEX: &str = include_str!("../console/index.html");
@@ -14,8 +14,8 @@ const SCRIPT: &str = include_str!("../console/app.js");
 const STYLE: &str = include_str!("../console/app.css");
 const ICON: &str = include_str!("../console/favicon.svg");
 
-fn asset(admin: &AdminAuth, content_type: &str, body: String) -> Result<HttpResponse, ApiError> {
-    if !admin.enabled() {
+fn asset(admin: &Credentials, content_type: &str, body: String) -> Result<HttpResponse, ApiError> {
+    if !admin.admin_enabled() {
         return Err(ApiError::RouteNotFound);
     }
     Ok(HttpResponse::Ok()
@@ -29,7 +29,7 @@ fn asset(admin: &AdminAuth, content_type: &str, body: String) -> Result<HttpResp
 }
 
 pub(crate) async fn page(
-    admin: web::Data<AdminAuth>,
+    admin: web::Data<Credentials>,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, ApiError> {
     // The currency is a three-letter code checked at start, so it needs no escaping.
@@ -37,14 +37,14 @@ pub(crate) async fn page(
     asset(&admin, "text/html; charset=utf-8", html)
 }
 
-pub(crate) async fn script(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn script(admin: web::Data<Credentials>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "text/javascript; charset=utf-8", SCRIPT.into())
 }
 
-pub(crate) async fn style(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn style(admin: web::Data<Credentials>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "text/css; charset=utf-8", STYLE.into())
 }
 
-pub(crate) async fn icon(admin: web::Data<AdminAuth>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn icon(admin: web::Data<Credentials>) -> Result<HttpResponse, ApiError> {
     asset(&admin, "image/svg+xml", ICON.into())
 }

@@ -13,10 +13,10 @@ use actix_web::dev::Payload;
 use actix_web::http::header::HeaderName;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use crate::bounds::{Deadline, REQUEST_DEADLINE};
 use crate::config::Settings;
+use crate::credentials::Credentials;
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
 use crate::error::{ApiError, FieldError};
@@ -135,38 +135,15 @@ impl<S: RequiredScope + 'static> FromRequest for Partner<S> {
     }
 }
 
-/// The admin token in force, as its SHA-256; `None` disables the admin API.
-pub(crate) struct AdminAuth {
-    token_hash: Option<[u8; 32]>,
-}
-
-impl AdminAuth {
-    pub(crate) fn new(token: Option<&str>) -> Self {
-        AdminAuth {
-            token_hash: token.map(|t| Sha256::digest(t.as_bytes()).into()),
-        }
-    }
-
-    pub(crate) fn enabled(&self) -> bool {
-        self.token_hash.is_some()
-    }
-}
-
 /// The operator, proven by `Authorization: Bearer <admin token>`.
 pub(crate) struct Admin;
 
-/// Compares SHA-256 digests in constant time, so the time taken says nothing about how much
-/// of the token was right (hashing first also hides the token's length).
-pub(crate) fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
-    let expected = req
-        .app_data::<web::Data<AdminAuth>>()
-        .and_then(|a| a.token_hash);
-    let Some(expected) = expected else {
-        // Without --admin-token the admin API does not exist.
+    let credentials = req
+        .app_data::<web::Data<Credentials>>()
+        .filter(|c| c.admin_enabled());
+    let Some(credentials) = credentials else {
+        // Without an admin token the admin API does not exist.
         return Err(ApiError::RouteNotFound);
     };
     let presented = req
@@ -177,12 +154,12 @@ fn authenticate_admin(req: &HttpRequest) -> Result<Admin, ApiError> {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token)
         .ok_or(ApiError::AdminUnauthorized)?;
-    let presented: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
-    if digest_eq(&presented, &expected) {
-        Ok(Admin)
-    } else {
-        Err(ApiError::AdminUnauthorized)
-    }
+    let name = credentials
+        .admin_token(presented.trim())
+        .ok_or(ApiError::AdminUnauthorized)?;
+    // For the request's log line (edge/request_log.rs): the token's name, never its value.
+    req.extensions_mut().insert(name);
+    Ok(Admin)
 }
 
 impl FromRequest for Admin {

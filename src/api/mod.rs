@@ -24,8 +24,8 @@ mod webhooks_doc;
 
 use actix_web::{web, HttpRequest};
 
+use crate::credentials::Credentials;
 use crate::error::ApiError;
-use extract::AdminAuth;
 
 /// Every route, each resource listing its methods so a wrong method is a 405, not a 404.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
@@ -202,10 +202,10 @@ pub(crate) fn path_config() -> web::PathConfig {
 /// is 404 (as their pages are).
 async fn method_not_allowed(
     req: HttpRequest,
-    admin: web::Data<AdminAuth>,
+    admin: web::Data<Credentials>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
     let admin_only = req.path().starts_with("/admin") || req.path().starts_with("/console");
-    if admin_only && !admin.enabled() {
+    if admin_only && !admin.admin_enabled() {
         return Err(ApiError::RouteNotFound);
     }
     Err(ApiError::MethodNotAllowed)

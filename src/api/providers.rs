@@ -11,6 +11,7 @@ use sha2::Sha256;
 use super::extract::{parse_json, read_body, Violations};
 use super::respond::{json_response, StoreData};
 use crate::config::Settings;
+use crate::credentials::Credentials;
 use crate::domain::ids::AccountId;
 use crate::domain::limits::{MAX_AMOUNT, MAX_PROVIDER_ID_LEN};
 use crate::domain::money::Cents;
@@ -79,22 +80,25 @@ pub(crate) async fn provider_notification(
     store: StoreData,
     deadline: Deadline,
     settings: web::Data<Settings>,
+    credentials: web::Data<Credentials>,
 ) -> Result<HttpResponse, ApiError> {
     let provider = path.into_inner();
-    let secret = settings
-        .provider_secret
-        .iter()
-        .find(|p| p.name == provider)
-        .map(|p| p.secret.clone())
-        .ok_or_else(|| ApiError::UnknownProvider {
-            name: provider.clone(),
-        })?;
+    let unknown_provider = || ApiError::UnknownProvider {
+        name: provider.clone(),
+    };
+    if !credentials.knows_provider(&provider) {
+        return Err(unknown_provider());
+    }
     let body = read_body(&req, payload).await?;
     let header = req
         .headers()
         .get(crate::header_names::X_SIGNATURE)
         .and_then(|v| v.to_str().ok());
-    if !signature_valid(secret.as_bytes(), &body, header) {
+    // Any of the provider's secrets in force: one rolling its secret signs with either.
+    let signed = credentials
+        .provider_accepts(&provider, |secret| signature_valid(secret, &body, header))
+        .ok_or_else(unknown_provider)?;
+    if !signed {
         return Err(ApiError::BadSignature);
     }
     let note: Notification = parse_json(&body)?;

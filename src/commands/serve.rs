@@ -49,6 +49,9 @@ pub(crate) fn run(settings: Settings) -> ExitCode {
     let outcome = super::block_on(async move {
         let app = Application::build(settings).await?;
         // Tests and scripts read the bound address (port 0 picks a free one) from here.
+        if let Some(metrics) = app.metrics_url() {
+            println!("orderly metrics on {metrics}");
+        }
         println!("orderly listening on {}", app.url());
         app.run_until_stopped().await?;
         // Exits here rather than after the runtime is dropped: dropping it waits for every
@@ -76,7 +79,9 @@ pub(crate) fn run(settings: Settings) -> ExitCode {
             std::process::exit(1);
         }
         // Configuration that cannot be used is a usage error, like a bad flag.
-        ServeFailure::Startup(StartupError::Tls(_)) => ExitCode::from(2),
+        ServeFailure::Startup(StartupError::Tls(_) | StartupError::Credentials(_)) => {
+            ExitCode::from(2)
+        }
         _ => ExitCode::FAILURE,
     }
 }

@@ -1,6 +1,7 @@
 //! Every answer's `Request-Id`, and one log line per request: its id (and the caller's own
 //! `X-Request-Id`, when it sent one), method, path (never the query, which could carry a
-//! secret), status, latency in milliseconds and whether it was a replay.
+//! secret), status, latency in milliseconds, whether it was a replay, and the name of the
+//! admin token it presented (never the token).
 //!
 //! actix's `Logger` does the same through a parsed format string, a wrapper around the body
 //! and a second pass at the end of the stream; this writes the line once the response is
@@ -12,8 +13,10 @@ use std::time::{Duration, Instant};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
+use actix_web::HttpMessage;
 
 use super::request_id::{self, RequestId, REQUEST_ID, X_REQUEST_ID};
+use crate::credentials::AdminTokenName;
 
 pub(crate) async fn log_requests(
     req: ServiceRequest,
@@ -30,21 +33,27 @@ pub(crate) async fn log_requests(
     let outcome = with_id(next.call(req).await, &id);
     // A refusal raised as an error on the way (the edge's last resort at the deadline)
     // becomes its response further out; it is logged with that response's status.
-    let (status, replayed) = match &outcome {
+    let (status, replayed, admin) = match &outcome {
         Ok(response) => (
             response.status(),
             response
                 .headers()
                 .contains_key(crate::header_names::IDEMPOTENCY_REPLAYED),
+            response
+                .request()
+                .extensions()
+                .get::<AdminTokenName>()
+                .cloned(),
         ),
-        Err(e) => (e.as_response_error().status_code(), false),
+        Err(e) => (e.as_response_error().status_code(), false, None),
     };
     log::info!(
-        "{} {method} {path} {} {}ms replayed={replayed}{}",
+        "{} {method} {path} {} {}ms replayed={replayed}{}{}",
         id.as_str(),
         status.as_u16(),
         Millis(started.elapsed()),
         CallerId(caller.as_deref()),
+        AdminToken(admin.as_ref()),
     );
     outcome
 }
@@ -100,6 +109,18 @@ impl fmt::Display for CallerId<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some(id) => write!(f, " caller_id={id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// ` admin_token=NAME` when an admin token was accepted: its name, never its value.
+struct AdminToken<'a>(Option<&'a AdminTokenName>);
+
+impl fmt::Display for AdminToken<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, " admin_token={}", name.0),
             None => Ok(()),
         }
     }

@@ -17,11 +17,12 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use futures_util::future::{select, Either};
 
-use crate::api::{self, extract::AdminAuth};
+use crate::api;
 use crate::bounds::{Deadline, EDGE_MARGIN, STOP_WITHIN};
 use crate::config::Settings;
-use crate::domain::ids::random_hex;
+use crate::credentials::{Credentials, CredentialsError, Source};
 use crate::edge::deadline::stamp_deadline;
+use crate::edge::metrics_listener::{split_metrics, MetricsListener};
 use crate::edge::origin::check_origin;
 use crate::edge::rate_limit::{limit_rate, RateLimits};
 use crate::edge::request_log::log_requests;
@@ -54,6 +55,10 @@ pub enum StartupError {
     /// The certificate or key cannot be used: a configuration error, like a bad flag.
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// An admin token or provider secret (or their file) cannot be used: a configuration
+    /// error, like a bad flag.
+    #[error("{0}")]
+    Credentials(#[from] CredentialsError),
 }
 
 /// How the server ended, when it did not end well.
@@ -75,6 +80,8 @@ pub enum RunError {
 pub struct Application {
     server: Server,
     address: SocketAddr,
+    /// `--metrics-listen`'s bound address.
+    metrics_address: Option<SocketAddr>,
     https: bool,
     store: Arc<dyn Store>,
     workers: Vec<Periodic>,
@@ -89,15 +96,38 @@ impl Application {
     /// `build`, with a step run before every group flush of the embedded engine: tests use
     /// it to stall or fail the durability step. The binary always passes `None`.
     pub async fn build_with_flush_hook(
-        mut settings: Settings,
+        settings: Settings,
         flush_hook: Option<embedded::FlushHook>,
     ) -> Result<Self, StartupError> {
-        // A certificate that cannot be used stops the start before anything is touched.
+        // A certificate or a credential that cannot be used stops the start before anything
+        // is touched.
         let tls = match (&settings.tls_cert, &settings.tls_key) {
             (Some(cert), Some(key)) => Some(Arc::new(ReloadingCert::open(cert, key)?)),
             _ => None,
         };
+        let mut admin_tokens = Source {
+            given: settings.admin_token.clone(),
+            file: settings.admin_token_file.clone(),
+        };
+        let demo_token = if settings.demo {
+            Credentials::with_demo_token(&mut admin_tokens)
+                .or_else(|| admin_tokens.given.first().map(|t| t.value.clone()))
+        } else {
+            None
+        };
+        let provider_secrets = Source {
+            given: settings.provider_secret.clone(),
+            file: settings.provider_secret_file.clone(),
+        };
+        let credentials = Arc::new(Credentials::load(admin_tokens, provider_secrets)?);
+        log::info!("{}", credentials.describe());
         let metrics = Arc::new(Metrics::default());
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        metrics
+            .process_start_time_seconds
+            .set(started.as_secs_f64());
         let engine = match &settings.database_url {
             // The schema is migrated before anything listens.
             Some(url) => Engine::Shared {
@@ -121,10 +151,9 @@ impl Application {
         if settings.demo {
             demo::seed_and_announce(&*store, &settings.currency, Path::new(demo::DEMO_FILE))
                 .await?;
-            let token = settings
-                .admin_token
-                .get_or_insert_with(|| format!("adm_{}", random_hex()));
-            println!("demo: admin token: {token}");
+            if let Some(token) = &demo_token {
+                println!("demo: admin token: {token}");
+            }
         }
         if settings.allow_private_callbacks {
             log::warn!("--allow-private-callbacks is on: callbacks may target loopback and private hosts (development only)");
@@ -132,6 +161,14 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen)
             .map_err(|e| StartupError::Bind(settings.listen.clone(), e))?;
         let address = listener.local_addr()?;
+        let metrics_listener = match &settings.metrics_listen {
+            Some(at) => Some(TcpListener::bind(at).map_err(|e| StartupError::Bind(at.clone(), e))?),
+            None => None,
+        };
+        let metrics_address = match &metrics_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
         if settings.demo {
             let scheme = if tls.is_some() { "https" } else { "http" };
             println!("demo: console: {scheme}://{address}/console");
@@ -141,7 +178,8 @@ impl Application {
         let metrics_data = web::Data::from(Arc::clone(&metrics));
         let limits =
             web::Data::new(RateLimits::new(&settings).shared_with(store.shared_rate_limit()));
-        let admin = web::Data::new(AdminAuth::new(settings.admin_token.as_deref()));
+        let admin = web::Data::from(Arc::clone(&credentials));
+        let split = web::Data::new(MetricsListener(metrics_address));
         let request_deadline = settings.request_deadline;
         let settings = web::Data::new(settings);
         let stop_workers = Arc::new(StopSignal::default());
@@ -152,9 +190,11 @@ impl Application {
                 .app_data(metrics_data.clone())
                 .app_data(limits.clone())
                 .app_data(admin.clone())
+                .app_data(split.clone())
                 .app_data(settings.clone())
                 .app_data(api::path_config())
                 .configure(api::routes)
+                .wrap(from_fn(split_metrics))
                 .wrap(from_fn(limit_rate))
                 .wrap(from_fn(check_origin))
                 // Born before the limiter (which may wait on the database) and counted.
@@ -166,6 +206,11 @@ impl Application {
             Some(cert) => server.listen_rustls_0_23(listener, cert.server_config()?)?,
             None => server.listen(listener)?,
         };
+        // Plain HTTP, as scrapers on a private network ask for it.
+        let server = match metrics_listener {
+            Some(l) => server.listen(l)?,
+            None => server,
+        };
         // Every request in flight is answered by its deadline (and the edge's margin); the
         // stop's own bound is kept by `run_until_stopped`.
         let drain = (request_deadline + EDGE_MARGIN).as_secs() + 1;
@@ -176,12 +221,11 @@ impl Application {
             .disable_signals()
             .run();
         let https = tls.is_some();
-        if let Some(cert) = tls {
-            reload_on_sighup(cert)?;
-        }
+        reload_on_sighup(tls, credentials)?;
         Ok(Application {
             server,
             address,
+            metrics_address,
             https,
             store,
             workers,
@@ -198,6 +242,12 @@ impl Application {
     pub(crate) fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}", self.address)
+    }
+
+    /// `http://ADDR/metrics` on `--metrics-listen`'s listener, when there is one.
+    pub(crate) fn metrics_url(&self) -> Option<String> {
+        self.metrics_address
+            .map(|at| format!("http://{at}/metrics"))
     }
 
     /// Serves until SIGINT or SIGTERM, then answers in-flight requests, stops the workers and
@@ -281,14 +331,33 @@ fn exit_if_not_stopped_by(deadline: Deadline) {
 
 /// Re-reads the certificate and key on every SIGHUP: new connections get the new pair; a
 /// pair that does not load is logged and the old one stays.
-fn reload_on_sighup(cert: Arc<ReloadingCert>) -> std::io::Result<()> {
+/// SIGHUP reads the certificate and the credentials' files again (each that there is; with
+/// neither, SIGHUP keeps its default and stops the process as before). What does not load is
+/// logged, and what is in force stays.
+fn reload_on_sighup(
+    cert: Option<Arc<ReloadingCert>>,
+    credentials: Arc<Credentials>,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    if cert.is_none() && !credentials.reloads() {
+        return Ok(());
+    }
     let mut hangups = signal(SignalKind::hangup())?;
     actix_web::rt::spawn(async move {
         while hangups.recv().await.is_some() {
-            match cert.reload() {
-                Ok(()) => log::info!("SIGHUP: certificate reloaded for new connections"),
-                Err(e) => log::error!("SIGHUP: {e}; the certificate in force stays"),
+            if let Some(cert) = &cert {
+                match cert.reload() {
+                    Ok(()) => log::info!("SIGHUP: certificate reloaded for new connections"),
+                    Err(e) => log::error!("SIGHUP: {e}; the certificate in force stays"),
+                }
+            }
+            if credentials.reloads() {
+                match credentials.reload() {
+                    Ok(now) => log::info!("SIGHUP: credentials read again: {now}"),
+                    Err(e) => log::error!(
+                        "SIGHUP: {e}; the admin tokens and provider secrets in force stay"
+                    ),
+                }
             }
         }
     });

@@ -102,6 +102,13 @@ impl Periodic {
         D: FnOnce() -> DFut + Send + 'static,
         DFut: Future<Output = ()>,
     {
+        // The worker's panic count is listed from its start, at 0: an alert on its increase
+        // sees the first panic (a series that appears already at 1 shows no increase).
+        drop(
+            metrics
+                .worker_panics
+                .get_or_create(&WorkerLabels { worker: name }),
+        );
         let mut stopped = stop.subscribe();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -189,5 +196,31 @@ mod tests {
         assert!(metrics
             .render()
             .contains("orderly_worker_panics_total{worker=\"test\"} 1"));
+    }
+
+    #[test]
+    fn a_workers_panic_count_is_listed_at_zero_from_its_start() {
+        let metrics = Arc::new(Metrics::default());
+        let stop = StopSignal::default();
+        let worker = Periodic::spawn(
+            "quiet",
+            Duration::from_secs(3600),
+            Arc::clone(&metrics),
+            &stop,
+            || async {},
+        )
+        .unwrap();
+        let listed = metrics.render();
+        stop.send();
+        let stopped = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(worker.join(Deadline::after(Duration::from_secs(5))));
+        assert!(stopped);
+        assert!(
+            listed.contains("orderly_worker_panics_total{worker=\"quiet\"} 0"),
+            "{listed}"
+        );
     }
 }

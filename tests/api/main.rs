@@ -35,6 +35,7 @@ mod refusals;
 mod replay;
 mod rewind;
 mod rolling;
+mod rotation;
 mod stalled_database;
 mod stalled_flush;
 mod stored_format;

@@ -46,6 +46,37 @@ async fn metrics_count_a_replay_and_a_conflict() {
     ));
 }
 
+/// deploy/alerts.yml reads these: readiness, the process's start, the store's disk.
+#[tokio::test]
+async fn metrics_say_the_server_is_ready_when_it_started_and_how_much_disk_is_free() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let app = spawn_app().await;
+    let text = app.text("/metrics").await;
+    assert_eq!(metric(&text, "orderly_ready "), 1.0, "{text}");
+    let started = metric(&text, "orderly_process_start_time_seconds");
+    assert!(
+        started >= before - 1.0 && started <= before + 60.0,
+        "{started}"
+    );
+    assert!(metric(&text, "orderly_worker_panics_total{worker=\"fulfillment\"}") == 0.0);
+    assert!(
+        text.contains("orderly_worker_panics_total{worker=\"webhooks\"} 0"),
+        "{text}"
+    );
+    let (free, size) = (
+        metric(&text, "orderly_storage_disk_free_bytes"),
+        metric(&text, "orderly_storage_disk_size_bytes"),
+    );
+    if app.database_url().is_some() {
+        assert_eq!((free, size), (0.0, 0.0), "no local store on PostgreSQL");
+    } else {
+        assert!(size > 0.0 && free > 0.0 && free <= size, "{free} of {size}");
+    }
+}
+
 #[tokio::test]
 async fn the_openapi_document_is_3_1_and_marks_the_key_required_on_orders() {
     let app = spawn_app().await;

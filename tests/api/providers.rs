@@ -11,7 +11,12 @@ use crate::helpers::{spawn_app_with, TestApp};
 pub(crate) const SECRET: &str = "provider-secret-1";
 
 pub(crate) fn signature(body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    signature_with(SECRET, body)
+}
+
+/// `sha256=<hex HMAC-SHA256(secret, body)>`, as a provider signs.
+pub(crate) fn signature_with(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body);
     let hex: String = mac
         .finalize()

@@ -163,6 +163,8 @@ async fn a_held_flush_turns_readyz_503_within_5_s_and_back_to_200_within_5_s_of_
     let health = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), StatusCode::OK, "the process itself is up");
     assert!(app.metric("orderly_oldest_commit_in_flight_seconds").await >= 4.0);
+    // What an alert on readiness reads (deploy/alerts.yml, OrderlyNotReady).
+    assert_eq!(app.metric("orderly_ready").await, 0.0);
 
     app.gate.open();
     let back = until_status(&app, "/readyz", StatusCode::OK, Duration::from_secs(5)).await;
@@ -171,6 +173,7 @@ async fn a_held_flush_turns_readyz_503_within_5_s_and_back_to_200_within_5_s_of_
         app.metric("orderly_oldest_commit_in_flight_seconds").await,
         0.0
     );
+    assert_eq!(app.metric("orderly_ready").await, 1.0);
     order.await.unwrap();
 }
 
