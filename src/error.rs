@@ -69,6 +69,7 @@ pub(crate) struct ValidationError<'a> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RateLimited<'a> {
     pub(crate) success: bool,
+    #[schema(value_type = ErrorCode)]
     pub(crate) code: &'a str,
     pub(crate) error: &'a str,
     pub(crate) retry_after: u64,
@@ -202,6 +203,7 @@ pub(crate) const ERROR_CODES: &[&str] = &[
     "STORAGE_UNAVAILABLE",
     "STORAGE_TIMEOUT",
     "STORAGE_OVERLOADED",
+    "RATE_LIMITED",
 ];
 
 /// A refusal's machine code, for the OpenAPI document: a string enum of `ERROR_CODES`.
@@ -646,6 +648,27 @@ mod tests {
             assert_eq!(status, 500);
             assert_eq!(body, r#"{"success":false,"error":"Internal server error"}"#);
         }
+    }
+
+    /// docs/api.md's table of codes ("| 409 | `CODE` | ...") names every code of the list, and
+    /// no other: the document and the enum in /openapi.json cannot drift apart.
+    #[test]
+    fn the_codes_table_of_the_api_docs_lists_exactly_these_codes() {
+        let docs = include_str!("../docs/api.md");
+        let mut tabled: Vec<&str> = docs
+            .lines()
+            .filter_map(|line| {
+                let mut cells = line.split('|').map(str::trim).skip(1);
+                let status = cells.next()?;
+                let code = cells.next()?.strip_prefix('`')?.strip_suffix('`')?;
+                (status.len() == 3 && status.bytes().all(|b| b.is_ascii_digit())).then_some(code)
+            })
+            .collect();
+        tabled.sort_unstable();
+        tabled.dedup();
+        let mut listed = ERROR_CODES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(tabled, listed);
     }
 
     #[test]
