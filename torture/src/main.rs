@@ -615,6 +615,7 @@ async fn main() {
                 rewinds,
                 args.pooler,
                 args.keep,
+                old_bin.is_some(),
             )
             .await
             {

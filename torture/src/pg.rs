@@ -162,6 +162,7 @@ impl Pg {
         want_archive: bool,
         pooler: bool,
         keep: bool,
+        earlier_build: bool,
     ) -> Result<(Pg, Vec<String>), String> {
         // --keep leaves the data (stopped) for a look afterwards.
         let stop = if keep { "down" } else { "stop" };
@@ -228,6 +229,24 @@ impl Pg {
             .await
             .map_err(|e| format!("create database: {e}"))?;
         drop(c);
+        if earlier_build {
+            // rolling-upgrade's earlier build (6ffde73 in CI) reads the database's history
+            // through these three, which a hardened cluster revokes: it could not start at all
+            // (the defect its successors fixed). Granted to the role in this run's database
+            // only; the build under test calls none of them where it may not.
+            let run_db = connect(&with_db(&maint_url, db)).await?;
+            let grant = format!(
+                "GRANT EXECUTE ON FUNCTION pg_control_system(), pg_current_wal_lsn(), \
+                 pg_walfile_name(pg_lsn) TO {ROLE}"
+            );
+            run_db
+                .batch_execute(&grant)
+                .await
+                .map_err(|e| format!("{grant}: {e}"))?;
+            notes.push(format!(
+                "role {ROLE} granted pg_control_system(), pg_current_wal_lsn() and pg_walfile_name() in {db}: rolling-upgrade's earlier build cannot start without them"
+            ));
+        }
         let mut sync_names = String::new();
         if want_standby && own && !pooler {
             let dir = work.join("pg-1");
