@@ -120,7 +120,6 @@ impl Application {
             file: settings.provider_secret_file.clone(),
         };
         let credentials = Arc::new(Credentials::load(admin_tokens, provider_secrets)?);
-        log::info!("{}", credentials.describe());
         let metrics = Arc::new(Metrics::default());
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -169,6 +168,8 @@ impl Application {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
+        // Once nothing can refuse the start any more: a refusal stays one line.
+        log::info!("{}", credentials.describe());
         if settings.demo {
             let scheme = if tls.is_some() { "https" } else { "http" };
             println!("demo: console: {scheme}://{address}/console");

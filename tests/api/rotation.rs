@@ -146,27 +146,26 @@ async fn an_admin_requests_log_line_names_its_token_and_never_shows_it() {
     let app = spawn_app_logging(&["--admin-token-file", &file.display().to_string()]).await;
     assert_eq!(admin_status(&app, NEW).await, StatusCode::OK);
     assert_eq!(admin_status(&app, OLD).await, StatusCode::UNAUTHORIZED);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let named = loop {
-        let logged = app.logged();
-        if let Some(line) = logged
-            .iter()
-            .find(|l| l.contains("GET /admin/accounts 200"))
-        {
-            break line.clone();
-        }
-        assert!(Instant::now() < deadline, "no request line: {logged:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let named = logged_line(&app, "GET /admin/accounts 200").await;
     assert!(named.contains(" admin_token=ops-2026"), "{named}");
+    let refused = logged_line(&app, "GET /admin/accounts 401").await;
+    assert!(!refused.contains("admin_token="), "{refused}");
     let logged = app.logged().join("\n");
     assert!(!logged.contains(NEW) && !logged.contains(OLD), "{logged}");
-    let refused = app
-        .logged()
-        .into_iter()
-        .find(|l| l.contains("GET /admin/accounts 401"))
-        .expect("the refusal's line");
-    assert!(!refused.contains("admin_token="), "{refused}");
+}
+
+/// The first line the server logged that contains `what` (lines reach stderr within 50 ms of
+/// their request; waits at most 10 s).
+async fn logged_line(app: &TestApp, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged = app.logged();
+        if let Some(line) = logged.iter().find(|l| l.contains(what)) {
+            return line.clone();
+        }
+        assert!(Instant::now() < deadline, "no line with {what}: {logged:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
