@@ -5,6 +5,23 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Reads the space of `path`'s filesystem into the gauges. Called at start and by a worker of
+/// its own (`startup`): `statvfs` on a stalled disk (or a FUSE file system whose daemon
+/// stopped) blocks, and it must block no thread that answers requests.
+pub(crate) fn update(path: &Path, metrics: &crate::metrics::Metrics) {
+    let (free, size) = of(path).unwrap_or_default();
+    metrics.disk_free_bytes.set(gauge_value(free));
+    metrics.disk_size_bytes.set(gauge_value(size));
+}
+
+/// A byte count as a gauge holds it (past i64's end, its end: no disk is that large).
+fn gauge_value(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// How often the worker reads the space again.
+pub(crate) const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Bytes an unprivileged writer may still use on the filesystem holding `path`, and its size;
 /// `None` when it cannot be read (the path is gone, or holds a NUL).
 pub(crate) fn of(path: &Path) -> Option<(u64, u64)> {

@@ -72,8 +72,8 @@ pub struct Metrics {
     pub(crate) api_key_reads: Counter,
     /// API keys that can authenticate, as this instance knows them (PostgreSQL).
     pub(crate) api_keys_known: Gauge,
-    /// 1 when `/readyz` would answer 200 at the scrape, else 0: what an alert on readiness
-    /// reads without a probe of its own.
+    /// 0 when a commit or write has waited long enough for `/readyz` to answer 503, else 1:
+    /// judged from memory at the scrape (no probe of the storage), for an alert on readiness.
     pub(crate) ready: Gauge,
     /// When this process started (seconds since the epoch): a change is a restart.
     pub(crate) process_start_time_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -239,7 +239,7 @@ impl Default for Metrics {
         let ready = Gauge::default();
         registry.register(
             "ready",
-            "1 when /readyz would answer 200 (the storage completes writes and answers), else 0",
+            "0 when a commit or write has waited 4 s for the storage (/readyz answers 503), else 1",
             ready.clone(),
         );
         let process_start_time_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();

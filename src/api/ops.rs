@@ -1,14 +1,13 @@
 //! `/healthz` (the process answers), `/readyz` (the storage completes writes and answers)
-//! and `/metrics` (with the readiness and the store's disk space read at the scrape).
+//! and `/metrics` (with the readiness judged from what waits on the storage, never a probe).
 
 use actix_web::{web, HttpResponse};
 
 use super::respond::{json_response, StoreData};
 use crate::bounds::STALLED_AFTER;
-use crate::config::Settings;
-use crate::disk_space;
 use crate::error::{ApiError, ErrorEnvelope};
 use crate::metrics::Metrics;
+use crate::store::Progress;
 use crate::views::{to_json, Health};
 
 fn health(status: &str) -> HttpResponse {
@@ -24,20 +23,12 @@ pub(crate) async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "ops", summary = "Prometheus metrics", responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
-pub(crate) async fn metrics(
-    metrics: web::Data<Metrics>,
-    store: StoreData,
-    settings: web::Data<Settings>,
-) -> HttpResponse {
-    // A storage that does not answer within the bound is not ready; the scrape still answers.
-    let ready = tokio::time::timeout(READY_PROBE_WITHIN, readiness(&store)).await;
-    metrics.ready.set(i64::from(matches!(ready, Ok(Ok(())))));
-    if settings.database_url.is_none() {
-        let (free, size) = disk_space::of(&settings.data_dir).unwrap_or_default();
-        metrics.disk_free_bytes.set(gauge_value(free));
-        metrics.disk_size_bytes.set(gauge_value(size));
-    }
+pub(crate) async fn metrics(metrics: web::Data<Metrics>, store: StoreData) -> HttpResponse {
+    // What /readyz judges before its probe, from memory: a scrape never waits on the storage
+    // (a stalled disk would hold every worker that answers it, /readyz's included). The disk's
+    // space is read by a worker of its own (`disk_space`).
     let progress = store.progress();
+    metrics.ready.set(i64::from(stalled(&progress).is_none()));
     let oldest = progress.oldest_commit.unwrap_or_default();
     metrics.oldest_commit_seconds.set(oldest.as_secs_f64());
     let oldest = progress.oldest_write.unwrap_or_default();
@@ -60,35 +51,29 @@ pub(crate) async fn readyz(store: StoreData) -> Result<HttpResponse, ApiError> {
     Ok(health("ready"))
 }
 
-/// How long a scrape waits for the storage's answer before `orderly_ready` says 0.
-const READY_PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// A byte count as a gauge holds it (past i64's end, its end: no disk is that large).
-fn gauge_value(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
+/// Why the storage is not completing writes, from what waits on it now; `None` when nothing
+/// has waited `STALLED_AFTER`.
+fn stalled(progress: &Progress) -> Option<ApiError> {
+    // Progress, not only an answer: a storage whose commits hang still answers a read. A
+    // write counts whatever it waits on: writes queued on a row that another instance's
+    // stalled commit holds have no commit of their own in flight.
+    if let Some(waited) = progress.oldest_commit.filter(|w| *w >= STALLED_AFTER) {
+        return Some(ApiError::Unavailable(format!(
+            "a commit has waited {:.1} s for the storage",
+            waited.as_secs_f64()
+        )));
+    }
+    let waited = progress.oldest_write.filter(|w| *w >= STALLED_AFTER)?;
+    Some(ApiError::Unavailable(format!(
+        "a write has waited {:.1} s for the storage",
+        waited.as_secs_f64()
+    )))
 }
 
 /// What `/readyz` judges: the storage completes writes and answers.
 async fn readiness(store: &StoreData) -> Result<(), ApiError> {
-    // Progress, not only an answer: a storage whose commits hang still answers a read. A
-    // write counts whatever it waits on: writes queued on a row that another instance's
-    // stalled commit holds have no commit of their own in flight.
-    let progress = store.progress();
-    if let Some(waited) = progress.oldest_commit {
-        if waited >= STALLED_AFTER {
-            return Err(ApiError::Unavailable(format!(
-                "a commit has waited {:.1} s for the storage",
-                waited.as_secs_f64()
-            )));
-        }
-    }
-    if let Some(waited) = progress.oldest_write {
-        if waited >= STALLED_AFTER {
-            return Err(ApiError::Unavailable(format!(
-                "a write has waited {:.1} s for the storage",
-                waited.as_secs_f64()
-            )));
-        }
+    if let Some(why) = stalled(&store.progress()) {
+        return Err(why);
     }
     store
         .probe()

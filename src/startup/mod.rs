@@ -443,5 +443,22 @@ fn start_workers(
         },
         move || async move { draining.drain().await },
     )?;
-    Ok(vec![sweeper, pruner, fulfillment, webhooks])
+    let mut workers = vec![sweeper, pruner, fulfillment, webhooks];
+    if settings.database_url.is_none() {
+        // The sled store's disk, for /metrics: read here, off the threads that answer.
+        let (path, m) = (settings.data_dir.clone(), Arc::clone(metrics));
+        crate::disk_space::update(&path, &m);
+        let updated = Arc::clone(&m);
+        workers.push(Periodic::spawn(
+            "disk-space",
+            crate::disk_space::EVERY,
+            m,
+            stop,
+            move || {
+                crate::disk_space::update(&path, &updated);
+                async {}
+            },
+        )?);
+    }
+    Ok(workers)
 }
