@@ -270,6 +270,10 @@ async fn a_revocation_that_committed_but_found_no_connection_to_await_its_acknow
         })
     };
     until_pending_writes(&app, 2.0).await;
+    // The upsert counts as pending once admitted and joins the pool's queue a moment later;
+    // nothing outside the process shows that queue, so it is given a moment (a fast /metrics
+    // let the revocation, released first, win the connection back once in CI: a 200).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     drop(held_key_row);
 
     let (status, body) = revoking.await.unwrap();
