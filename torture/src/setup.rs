@@ -530,7 +530,10 @@ pub async fn restore_carried(ctx: &Arc<Ctx>) -> Result<String, String> {
         (None, None) => return Err("no store to restore into".into()),
     };
     let t = Instant::now();
-    let mut cmd = tokio::process::Command::new(&ctx.cfg.bin);
+    // By the build the instances start on: with rolling-upgrade, the earlier one (a store the
+    // newer build created, compressed, is one the build before compressed stores cannot open).
+    let bin = ctx.cluster.spawner.old_bin.as_ref().unwrap_or(&ctx.cfg.bin);
+    let mut cmd = tokio::process::Command::new(bin);
     cmd.arg("restore")
         .arg("--from")
         .arg(&path)
