@@ -29,14 +29,19 @@ async fn admin_status(app: &TestApp, token: &str) -> StatusCode {
         .status()
 }
 
-/// Sends SIGHUP, then waits (at most 10 s) until `token` answers `expected` on `app`.
-async fn hang_up_until(app: &TestApp, token: &str, expected: StatusCode) {
+/// `kill -HUP` to the server: it reads its credential files again.
+fn hang_up(app: &TestApp) {
     let pid = app.pid().to_string();
     let sent = std::process::Command::new("kill")
         .args(["-HUP", &pid])
         .status()
         .expect("kill");
     assert!(sent.success());
+}
+
+/// Sends SIGHUP, then waits (at most 10 s) until `token` answers `expected` on `app`.
+async fn hang_up_until(app: &TestApp, token: &str, expected: StatusCode) {
+    hang_up(app);
     let deadline = Instant::now() + Duration::from_secs(10);
     while admin_status(app, token).await != expected {
         assert!(
@@ -176,11 +181,7 @@ async fn a_token_file_that_no_longer_parses_keeps_the_tokens_in_force() {
     let app = spawn_app_with(&["--admin-token-file", &file.display().to_string()]).await;
     // Two tokens under one name: the reload is refused as a whole.
     std::fs::write(&file, format!("old={OLD}\nold={NEW}\n")).unwrap();
-    let pid = app.pid().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
+    hang_up(&app);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !app.logged().iter().any(|l| l.contains("SIGHUP")) {
         assert!(Instant::now() < deadline, "no SIGHUP line");
@@ -261,11 +262,7 @@ async fn a_provider_rolling_its_secret_is_accepted_by_either_until_the_old_one_i
 /// SIGHUP, then waits until the server says it read its credentials again.
 async fn hang_up_and_wait(app: &TestApp) {
     let before = count_reloads(app);
-    let pid = app.pid().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
+    hang_up(app);
     let deadline = Instant::now() + Duration::from_secs(10);
     while count_reloads(app) == before {
         assert!(Instant::now() < deadline, "no reload line");
