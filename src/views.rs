@@ -379,6 +379,9 @@ pub(crate) struct ApiKeyJson<'a> {
     pub(crate) key: &'a str,
     pub(crate) scopes: Vec<&'static str>,
     pub(crate) account_id: String,
+    /// The key's end, `null` when it has none.
+    #[schema(format = DateTime)]
+    pub(crate) expires_at: Option<String>,
 }
 
 /// `{"success":true}`.

@@ -21,7 +21,7 @@ use crate::domain::limits::{
 };
 use crate::domain::money::Cents;
 use crate::domain::product::Product;
-use crate::domain::time::now_millis;
+use crate::domain::time::{now_millis, parse_rfc3339, rfc3339_exact};
 use crate::error::{ApiError, ErrorEnvelope, MoneyIn};
 use crate::loc;
 use crate::store::{CreditRefusal, NewCredit, Prefetched, Store};
@@ -151,9 +151,14 @@ pub(crate) async fn get_account(
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct NewApiKeyBody {
     /// Default: all four scopes.
     scopes: Option<Vec<String>>,
+    /// The key's end (RFC 3339, in the future): from that instant it answers 401 on every
+    /// instance, as a revoked key does. Default: none.
+    #[schema(format = DateTime, example = "2027-01-31T00:00:00Z")]
+    expires_at: Option<String>,
 }
 
 impl JsonBody for NewApiKeyBody {}
@@ -186,6 +191,22 @@ pub(crate) async fn create_api_key(
             ),
         }
     }
+    let now = now_millis();
+    let expires_at = body.expires_at.as_deref().map(parse_rfc3339);
+    if let Some(end) = expires_at {
+        v.check(
+            end.is_some(),
+            || loc!("expiresAt"),
+            "expiresAt must be an RFC 3339 time, such as 2027-01-31T00:00:00Z",
+            "datetime_parsing",
+        );
+        v.check(
+            end.is_none_or(|end| end > now),
+            || loc!("expiresAt"),
+            "expiresAt must be in the future",
+            "datetime_future",
+        );
+    }
     v.into_result()?;
     let account = load_account(&**store, deadline, &path).await?;
     let plaintext = new_api_key();
@@ -194,7 +215,8 @@ pub(crate) async fn create_api_key(
         account_id: account.id,
         scopes,
         revoked: false,
-        created_at: now_millis(),
+        created_at: now,
+        expires_at: expires_at.flatten(),
     };
     store
         .create_api_key(deadline, hash_api_key(&plaintext), record.clone())
@@ -206,6 +228,7 @@ pub(crate) async fn create_api_key(
             key: &plaintext,
             scopes: record.scopes.iter().map(|s| s.as_str()).collect(),
             account_id: account.id.to_string(),
+            expires_at: record.expires_at.map(rfc3339_exact),
         },
     })))
 }

@@ -19,6 +19,7 @@ use crate::config::Settings;
 use crate::credentials::Credentials;
 use crate::domain::account::{hash_api_key, Account, Scope};
 use crate::domain::idempotency_key::{IdempotencyKey, KeyError};
+use crate::domain::time::now_millis;
 use crate::error::{ApiError, FieldError};
 use crate::header_names as names;
 use crate::metrics::Metrics;
@@ -100,6 +101,11 @@ async fn authenticate<S: RequiredScope>(
         .authenticate_with_key(deadline, key_hash, idempotency_key)
         .await?
         .ok_or(ApiError::Unauthorized)?;
+    // A key past its end is refused as a revoked one is (the engines leave out only revoked
+    // keys: an end is a business rule, judged here on every instance).
+    if !record.authenticates_at(now_millis()) {
+        return Err(ApiError::Unauthorized);
+    }
     if !account.wholesale {
         return Err(ApiError::NotWholesale);
     }

@@ -73,6 +73,21 @@ pub struct ApiKeyRecord {
     pub revoked: bool,
     /// When the key was created.
     pub created_at: Millis,
+    /// The instant from which the key authenticates nothing (`expiresAt`), if it was given
+    /// an end. Not in the record's serde form: each storage keeps it beside the record (sled
+    /// after the record's bytes, where earlier builds do not look; PostgreSQL in a column of
+    /// its own; a backup in the key's line), so a record an earlier build wrote reads as a key
+    /// without an end, and an earlier build reads a key with one.
+    #[serde(skip)]
+    pub expires_at: Option<Millis>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key authenticates at `now`: not revoked, and before its end. Every instance
+    /// judges an end by its own now, which instances sharing a database take from its clock.
+    pub fn authenticates_at(&self, now: Millis) -> bool {
+        !self.revoked && self.expires_at.is_none_or(|end| now < end)
+    }
 }
 
 /// Why a debit cannot be made; each maps to its own 402.
@@ -161,5 +176,40 @@ mod tests {
             debit(i64::MIN + 1, 0, i64::MAX),
             Err(Shortfall::InsufficientBalance)
         );
+    }
+
+    fn key(revoked: bool, expires_at: Option<Millis>) -> ApiKeyRecord {
+        ApiKeyRecord {
+            id: "key_x".into(),
+            account_id: AccountId::new(),
+            scopes: Scope::ALL.to_vec(),
+            revoked,
+            created_at: 0,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn a_key_with_an_end_authenticates_until_the_millisecond_before_it() {
+        let end = 1_800_000_000_000;
+        assert!(key(false, Some(end)).authenticates_at(end - 1));
+        assert!(!key(false, Some(end)).authenticates_at(end));
+        assert!(!key(false, Some(end)).authenticates_at(u64::MAX));
+    }
+
+    #[test]
+    fn a_key_without_an_end_authenticates_at_every_instant_until_revoked() {
+        for now in [0, 1, 1_800_000_000_000, u64::MAX] {
+            assert!(key(false, None).authenticates_at(now));
+            assert!(!key(true, None).authenticates_at(now));
+            assert!(!key(true, Some(u64::MAX)).authenticates_at(now));
+        }
+    }
+
+    #[test]
+    fn an_end_at_the_ends_of_time_is_judged_without_overflow() {
+        assert!(!key(false, Some(0)).authenticates_at(0));
+        assert!(key(false, Some(u64::MAX)).authenticates_at(u64::MAX - 1));
+        assert!(!key(false, Some(u64::MAX)).authenticates_at(u64::MAX));
     }
 }

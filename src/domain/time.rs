@@ -133,6 +133,16 @@ pub(crate) fn rfc3339(millis: Millis) -> String {
     humantime::format_rfc3339_seconds(instant).to_string()
 }
 
+/// `millis` in RFC 3339 to the millisecond when it is not a whole second (an instant a
+/// caller gave, answered as it is kept), else to the second as `rfc3339`.
+pub(crate) fn rfc3339_exact(millis: Millis) -> String {
+    if millis % 1000 == 0 {
+        return rfc3339(millis);
+    }
+    let instant = UNIX_EPOCH + Duration::from_millis(millis);
+    humantime::format_rfc3339_millis(instant).to_string()
+}
+
 /// `now + ttl`, saturating instead of wrapping for absurd TTLs.
 pub(crate) fn expiry_after(now: Millis, ttl: Duration) -> Millis {
     now.saturating_add(ttl.as_millis().min(u64::MAX as u128) as Millis)
@@ -212,6 +222,19 @@ mod tests {
             "2026-11-30T10:00:00é",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_instant_is_answered_to_the_millisecond_only_when_it_has_a_fraction() {
+        for (millis, text) in [
+            (1_796_032_800_000, "2026-11-30T10:00:00Z"),
+            (1_796_032_800_250, "2026-11-30T10:00:00.250Z"),
+            (1_796_032_800_001, "2026-11-30T10:00:00.001Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        ] {
+            assert_eq!(rfc3339_exact(millis), text);
+            assert_eq!(parse_rfc3339(text), Some(millis));
         }
     }
 

@@ -163,6 +163,7 @@ async fn seed(
                 scopes,
                 revoked: false,
                 created_at: now,
+                expires_at: None,
             };
             store
                 .create_api_key(deadline, hash_api_key(&k.key), record)

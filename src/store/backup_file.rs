@@ -50,6 +50,10 @@ enum Line {
         /// SHA-256 of the key, hex: the plaintext is never stored.
         hash: String,
         record: ApiKeyRecord,
+        /// The key's end, when it has one: beside the record, which keeps the fields earlier
+        /// builds read (a backup they restore gives the key no end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<Millis>,
     },
     Product {
         product: Product,
@@ -141,6 +145,7 @@ fn line_of(record: Record) -> Line {
         Record::Account { account, balance } => Line::Account { account, balance },
         Record::ApiKey { hash, record } => Line::ApiKey {
             hash: hex(&hash),
+            expires_at: record.expires_at,
             record,
         },
         Record::Product(product) => Line::Product { product },
@@ -175,9 +180,16 @@ fn record_of(line: Line) -> Result<Record, BackupError> {
     let damaged = |what: &str| BackupError::Damaged(what.to_string());
     Ok(match line {
         Line::Account { account, balance } => Record::Account { account, balance },
-        Line::ApiKey { hash, record } => Record::ApiKey {
-            hash: unhex(&hash).ok_or_else(|| damaged("an api key hash is not 32 hex bytes"))?,
+        Line::ApiKey {
+            hash,
             record,
+            expires_at,
+        } => Record::ApiKey {
+            hash: unhex(&hash).ok_or_else(|| damaged("an api key hash is not 32 hex bytes"))?,
+            record: ApiKeyRecord {
+                expires_at,
+                ..record
+            },
         },
         Line::Product { product } => Record::Product(product),
         Line::Order { order } => Record::Order(order),

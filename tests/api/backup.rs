@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::helpers::{
     basket, on_postgres, spawn_app_with, sql_i64, start, TestApp, TestDatabase, ADMIN_TOKEN,
 };
+use crate::key_ends::{key_ending_at, refused_within, rfc3339_in};
 
 /// Every key answered 200, with its order id and the exact body of that answer.
 type Answers = HashMap<String, (String, Vec<u8>)>;
@@ -252,6 +253,42 @@ async fn a_truncated_or_altered_backup_restores_nothing() {
     let target = dir.path().join("whole-db");
     let database = on_postgres().then(|| TestDatabase::create(&target));
     assert!(restore(&file, &target, &database).status.success());
+}
+
+#[tokio::test]
+async fn a_keys_end_is_kept_by_a_backup_and_its_restore() {
+    let app = spawn_app_with(&[]).await;
+    let p = app.partner_with_balance(10_000).await;
+    let later = key_ending_at(&app, &p.account_id, &rfc3339_in(Duration::from_secs(3_600))).await;
+    let soon = key_ending_at(&app, &p.account_id, &rfc3339_in(Duration::from_secs(4))).await;
+    let backup = backup_of(&app).await;
+    let ends = String::from_utf8_lossy(&backup)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["kind"] == "apiKey" && line.get("expiresAt").is_some())
+        .count();
+    assert_eq!(
+        ends, 2,
+        "each key with an end has it in its line, and only those"
+    );
+    drop(app);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orderly.backup");
+    std::fs::write(&file, &backup).unwrap();
+    let restored_dir = dir.path().join("restored");
+    let database = on_postgres().then(|| TestDatabase::create(&restored_dir));
+    let out = restore(&file, &restored_dir, &database);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restored = start(&restored_dir, &[]);
+    assert_eq!(restored.balance(&later).await, 10_000);
+    refused_within(&restored, &soon, Duration::from_secs(15)).await;
+    assert_eq!(restored.balance(&later).await, 10_000);
+    assert_eq!(restored.balance(&p.api_key).await, 10_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -154,6 +154,7 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
 /// How to undo each migration, newest first: what the database looked like before it. The
 /// tests that stand for "a database as an older orderly left it" use them.
 const UNDO_MIGRATIONS: &[(i64, &str)] = &[
+    (12, "ALTER TABLE api_keys DROP COLUMN expires_at;"),
     (
         11,
         "CREATE OR REPLACE FUNCTION orderly_api_key_changed() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -23,6 +23,7 @@ mod failover;
 mod fuzz;
 mod hardening;
 mod instances;
+mod key_ends;
 mod lifecycle;
 mod money_edges;
 mod operations;

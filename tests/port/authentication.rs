@@ -16,6 +16,7 @@ use crate::fixtures::*;
 conformance!(
     a_key_read_with_the_api_key_is_that_accounts_durable_row_or_none,
     a_revoked_api_key_authenticates_with_no_key_row_at_all,
+    a_key_given_an_end_reads_back_with_that_end_to_the_millisecond,
 );
 
 /// A live key of `account`; its plaintext.
@@ -27,6 +28,7 @@ async fn api_key(store: &dyn Store, account: &Account) -> String {
         scopes: vec![Scope::OrdersWrite],
         revoked: false,
         created_at: now_millis(),
+        expires_at: None,
     };
     store
         .create_api_key(soon(), hash_api_key(&plaintext), record)
@@ -151,4 +153,32 @@ async fn a_revoked_api_key_authenticates_with_no_key_row_at_all(store: &dyn Stor
         .await
         .unwrap();
     assert!(found.is_none(), "a revoked key reads nothing");
+}
+
+/// The engines keep a key's end (the API judges it: `ApiKeyRecord::authenticates_at`), past
+/// the auth cache too: a fresh key is read from storage, then from memory.
+async fn a_key_given_an_end_reads_back_with_that_end_to_the_millisecond(store: &dyn Store) {
+    let account = account_with(store, 1_000, 0).await;
+    let plaintext = new_api_key();
+    let end = now_millis() + 86_400_001;
+    let record = ApiKeyRecord {
+        id: Id::new(IdKind::ApiKey).to_string(),
+        account_id: account.id,
+        scopes: vec![Scope::OrdersWrite],
+        revoked: false,
+        created_at: now_millis(),
+        expires_at: Some(end),
+    };
+    store
+        .create_api_key(soon(), hash_api_key(&plaintext), record)
+        .await
+        .unwrap();
+    for read in ["from storage", "again"] {
+        let found = store
+            .authenticate(soon(), hash_api_key(&plaintext))
+            .await
+            .unwrap()
+            .expect("a key before its end is found");
+        assert_eq!(found.0.expires_at, Some(end), "read {read}");
+    }
 }

@@ -47,6 +47,7 @@ fn key_record(account: &Account) -> ApiKeyRecord {
         scopes: vec![Scope::OrdersWrite],
         revoked: false,
         created_at: now_millis(),
+        expires_at: None,
     }
 }
 

@@ -106,7 +106,7 @@ pub(super) fn account(row: &Row) -> Result<Account, StoreError> {
 }
 
 pub(super) const API_KEY: &str =
-    "k.hash, k.id AS key_id, k.account_id, k.scopes, k.revoked, k.created_at AS key_created_at";
+    "k.hash, k.id AS key_id, k.account_id, k.scopes, k.revoked, k.created_at AS key_created_at, k.expires_at AS key_expires_at";
 
 pub(super) fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError> {
     let hash: Vec<u8> = row.get("hash");
@@ -119,6 +119,7 @@ pub(super) fn api_key(row: &Row) -> Result<([u8; 32], ApiKeyRecord), StoreError>
         scopes: json(row, "scopes")?,
         revoked: row.get("revoked"),
         created_at: millis(row.get("key_created_at")),
+        expires_at: row.get::<_, Option<i64>>("key_expires_at").map(millis),
     };
     Ok((hash, record))
 }

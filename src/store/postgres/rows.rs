@@ -57,8 +57,8 @@ pub(super) async fn insert_api_key<C: Session>(
 ) -> Result<(), Fault> {
     execute(
         c,
-        "INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at, changed_in)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO api_keys (hash, id, account_id, scopes, revoked, created_at, changed_in, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             &&hash[..],
             &record.id,
@@ -67,6 +67,7 @@ pub(super) async fn insert_api_key<C: Session>(
             &record.revoked,
             &time(record.created_at),
             &changed_in,
+            &record.expires_at.map(time),
         ],
     )
     .await?;

@@ -565,6 +565,7 @@ mod tests {
             scopes: vec![],
             revoked: false,
             created_at: 0,
+            expires_at: None,
         }
     }
 

@@ -51,6 +51,19 @@ pub(super) fn move_money<R>(
     Ok(())
 }
 
+/// An API key's stored bytes: the record, then its end when it has one
+/// (`codec::encode_extended`: earlier builds read the record and ignore the end).
+pub(super) fn encode_key(record: &ApiKeyRecord) -> Result<Vec<u8>, codec::CodecError> {
+    codec::encode_extended(record, &record.expires_at)
+}
+
+/// What `encode_key` wrote, or an earlier build's record (a key without an end).
+pub(super) fn decode_key(bytes: &[u8]) -> Result<ApiKeyRecord, codec::CodecError> {
+    let (mut record, expires_at): (ApiKeyRecord, _) = codec::decode_extended(bytes)?;
+    record.expires_at = expires_at;
+    Ok(record)
+}
+
 impl Trees {
     pub(super) fn create_account(&self, account: &Account) -> Result<(), StoreError> {
         self.changes.put(
@@ -79,7 +92,7 @@ impl Trees {
         let outcome = (&self.api_keys, &self.api_key_ids).transaction(
             |(by_hash, by_id)| -> TxResult<(), ()> {
                 self.changes
-                    .insert(Spooled::ApiKey, by_hash, &hash[..], codec::encode(record)?)?;
+                    .insert(Spooled::ApiKey, by_hash, &hash[..], encode_key(record)?)?;
                 by_id.set(&key_id.bytes()[..], &hash[..]);
                 Ok(())
             },
@@ -106,7 +119,7 @@ impl Trees {
         &self,
         hash: &[u8; 32],
     ) -> Result<Option<(ApiKeyRecord, Account)>, StoreError> {
-        let Some(record) = Trees::get::<ApiKeyRecord>(&self.api_keys, hash)? else {
+        let Some(record) = self.api_key(hash)? else {
             return Ok(None);
         };
         if record.revoked {
@@ -130,7 +143,14 @@ impl Trees {
             .as_ref()
             .try_into()
             .map_err(|_| StoreError::Corrupt("api key hash is not 32 bytes".into()))?;
-        Ok(Trees::get(&self.api_keys, hash)?.map(|record| (hash, record)))
+        Ok(self.api_key(&hash)?.map(|record| (hash, record)))
+    }
+
+    fn api_key(&self, hash: &[u8; 32]) -> Result<Option<ApiKeyRecord>, StoreError> {
+        match self.api_keys.get(hash)? {
+            Some(bytes) => Ok(Some(decode_key(&bytes)?)),
+            None => Ok(None),
+        }
     }
 
     /// Marks the key revoked.
@@ -139,10 +159,10 @@ impl Trees {
             let Some(bytes) = tx(by_hash.get(hash))? else {
                 return refuse(());
             };
-            let mut record: ApiKeyRecord = codec::decode(&bytes)?;
+            let mut record = decode_key(&bytes)?;
             record.revoked = true;
             self.changes
-                .insert(Spooled::ApiKey, by_hash, &hash[..], codec::encode(&record)?)?;
+                .insert(Spooled::ApiKey, by_hash, &hash[..], encode_key(&record)?)?;
             Ok(())
         });
         settle(outcome)?.ok();

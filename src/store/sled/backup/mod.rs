@@ -18,13 +18,14 @@ mod spool_out;
 
 use std::collections::HashMap;
 
+use super::accounts::{decode_key, encode_key};
 use super::codec;
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
 use super::providers::{payment_key, ProviderPayment};
 use super::spooled::{Spooled, SpooledRow};
 use super::trees::Trees;
-use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::account::Account;
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind};
@@ -75,7 +76,7 @@ impl Trees {
                 Record::ApiKey { hash, record } => {
                     let id = Id::parse(IdKind::ApiKey, &record.id)
                         .ok_or_else(|| StoreError::Corrupt("bad api key id".into()))?;
-                    self.api_keys.insert(&hash[..], codec::encode(record)?)?;
+                    self.api_keys.insert(&hash[..], encode_key(record)?)?;
                     self.api_key_ids.insert(&id.bytes()[..], &hash[..])?;
                 }
                 Record::Product(product) => {
@@ -241,7 +242,7 @@ fn record(
         },
         Spooled::ApiKey => Record::ApiKey {
             hash: key.try_into().map_err(|_| corrupt("an api key row"))?,
-            record: codec::decode::<ApiKeyRecord>(value)?,
+            record: decode_key(value)?,
         },
         Spooled::Product => Record::Product(codec::decode::<Product>(value)?),
         Spooled::Order => Record::Order(codec::decode::<Order>(value)?),
