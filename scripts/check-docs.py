@@ -14,6 +14,13 @@
 3. Flags (with --bin): every flag each command's `--help` prints has a row of its own in
    docs/operations.md's tables ("Every flag of `orderly serve`", "Every flag of the other
    commands"), and every row names a flag the binary has.
+6. CI steps: every step `.ci/run` announces (`step "NAME"`) has an item `- **NAME**` under
+   docs/testing.md's "What CI runs" (a `$variable` in a name stands for any text), and every
+   item there names a step.
+5. Answers (with --bin): every response body README.md and docs/api.md show is the body the
+   real server gives for that request: scripts/doc_examples.py starts the binary with --demo,
+   sends each labelled request and compares (fields, their order, and every value but what
+   differs from run to run).
 4. Routes (with --bin): the route table (`routes()` in src/api/mod.rs) and the paths of the
    OpenAPI document the server serves are the same, both ways (the console's page and files,
    HTML and not API, excepted); and every route of that document appears in docs/api.md as
@@ -34,6 +41,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doc_examples  # noqa: E402  (beside this file)
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 PAGES = ["README.md", "CHANGELOG.md", "client/README.md", "perf/README.md", "torture/README.md"]
@@ -368,7 +378,60 @@ def check_routes(routes, overlay=None):
     ]
 
 
-def self_test(flags, routes):
+CI = ".ci/run"
+TESTING = "docs/testing.md"
+CI_SECTION = "## What CI runs"
+
+
+def check_ci_steps(overlay=None):
+    steps = [m.group(1) for m in re.finditer(r'^step "(.*)"$', read(CI, overlay or {}), re.M)]
+    steps = [s for s in steps if s != "done"]
+    text = read(TESTING, overlay or {})
+    if CI_SECTION not in text:
+        return [f"{TESTING}: no section \"{CI_SECTION[3:]}\" describing the steps of {CI}"]
+    section = text.split(CI_SECTION, 1)[1].split("\n## ", 1)[0]
+    items = [" ".join(item.split()) for item in re.split(r"^- ", section, flags=re.M)[1:]]
+    names = [m.group(1) for m in (re.match(r"\*\*(.+?)\*\*", item) for item in items) if m]
+    patterns = {s: re.compile(re.sub(r"\\\$\w+", ".+?", re.escape(s))) for s in steps}
+    problems = [
+        f"{TESTING}: the CI step \"{s}\" has no item under \"{CI_SECTION[3:]}\""
+        for s, p in patterns.items() if not any(p.fullmatch(n) for n in names)
+    ]
+    problems += [
+        f"{TESTING}: \"{n}\" (under \"{CI_SECTION[3:]}\") is not a step of {CI}"
+        for n in names if not any(p.fullmatch(n) for p in patterns.values())
+    ]
+    return problems
+
+
+def check_answers(sent, overlay=None):
+    problems, _ = doc_examples.check(ROOT, sent, overlay)
+    return problems
+
+
+def self_test_answers(sent):
+    """Bodies the server gives, planted back as they once were (without `code`), and one
+    example without a label: each is reported, and nothing else."""
+    failures = []
+    pages = {p: read(p, {}) for p in doc_examples.PAGES}
+    plants = [
+        ("docs/api.md", ',"code":"INVALID_API_KEY"}`;', '}`;', "invalid-api-key"),
+        ("docs/api.md", ',"code":"INVALID_SIGNATURE"}`', "}`", "invalid-signature"),
+        ("README.md", '","code":"IDEMPOTENCY_KEY_REUSED"}', '"}', "key-reused"),
+        ("docs/api.md", '"status":"ok"}`', '"status":"up"}`', "healthz"),
+        ("docs/api.md", "\n## Errors\n", '\n`{"success":true}`\n\n## Errors\n', "without a label"),
+    ]
+    for page, was, planted, want in plants:
+        if was not in pages[page]:
+            failures.append(f"answers: {was!r} is not in {page} to plant from")
+            continue
+        found = check_answers(sent, {page: pages[page].replace(was, planted, 1)})
+        if len(found) != 1 or want not in found[0] or not found[0].startswith(page):
+            failures.append(f"answers: expected one problem ({want}) in {page}, got {found}")
+    return failures
+
+
+def self_test(flags, routes, sent=None):
     """Each check must fail, with exactly the problem made, on pages that lack one thing."""
     failures = []
     api = read(API, {})
@@ -420,6 +483,13 @@ def self_test(flags, routes):
         found = check_route_table(route_table() + ["GET /b2b/secret"], routes)
         if found != [f"{ROUTE_TABLE}: GET /b2b/secret is served but not in /openapi.json"]:
             failures.append(f"route table: expected GET /b2b/secret undescribed, got {found}")
+    testing = read(TESTING, {})
+    gone = re.sub(r"^- \*\*disk full.*\n(  .*\n)*", "", testing, count=1, flags=re.M)
+    found = check_ci_steps({TESTING: gone})
+    if len(found) != 1 or "disk full" not in found[0]:
+        failures.append(f"CI steps: expected the disk-full step alone to be undescribed, got {found}")
+    if sent:
+        failures += self_test_answers(sent)
     for line in failures:
         print(f"check-docs self-test: {line}")
     if not failures:
@@ -428,7 +498,9 @@ def self_test(flags, routes):
             "(a missing heading and file, two file names, a file, an issue and a section in a "
             "comment, a serve and a restore flag without "
             "their rows and a row without its flag, "
-            f"{routes[0] if routes else 'no route'} undocumented, a route unserved and one undescribed)"
+            f"{routes[0] if routes else 'no route'} undocumented, a route unserved and one undescribed, "
+            "a CI step without its item"
+            f"{', four answers as they once were and one without a label' if sent else ''})"
         )
     return failures
 
@@ -440,18 +512,23 @@ def main():
     args = parser.parse_args()
     flags = command_flags(args.bin) if args.bin else {}
     routes = openapi_routes(args.bin) if args.bin else []
+    sent = doc_examples.scenario(args.bin, ROOT) if args.bin else {}
     if args.self_test:
-        return 1 if self_test(flags, routes) else 0
-    problems = check_links() + check_file_names() + check_comments()
+        return 1 if self_test(flags, routes, sent) else 0
+    problems = check_links() + check_file_names() + check_comments() + check_ci_steps()
+    counts = {"sent": 0, "shape": 0, "not sent": 0}
     if args.bin:
         problems += check_flags(flags) + check_routes(routes)
         problems += check_route_table(route_table(), routes)
+        answer_problems, counts = doc_examples.check(ROOT, sent)
+        problems += answer_problems
     for line in problems:
         print(line)
     pages_checked = len(pages())
     print(
         f"check-docs: {pages_checked} pages, {sum(len(f) for f in flags.values())} flags of "
-        f"{len(flags)} commands, {len(routes)} routes: {len(problems)} problems"
+        f"{len(flags)} commands, {len(routes)} routes, {counts['sent']} answers sent and compared "
+        f"({counts['shape']} shapes, {counts['not sent']} not sent): {len(problems)} problems"
     )
     return 1 if problems else 0
 

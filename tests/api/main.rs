@@ -28,6 +28,7 @@ mod lifecycle;
 mod money_edges;
 mod operations;
 mod order_of_checks;
+mod patroni;
 mod payment;
 mod postgres;
 mod providers;
