@@ -259,6 +259,138 @@ async fn a_provider_rolling_its_secret_is_accepted_by_either_until_the_old_one_i
     assert_eq!(app.assert_ledger_matches_balance(&p.api_key).await, 1_200);
 }
 
+/// A provider sending payments of 1 (each its own id) to both instances in turn until stopped,
+/// each signed with the secret it signs with at that moment: how many it sent, how many were
+/// refused.
+fn provider_sending(
+    apps: [Arc<TestApp>; 2],
+    account: String,
+    signing: Arc<std::sync::Mutex<&'static str>>,
+    stop: Arc<AtomicBool>,
+) -> (tokio::task::JoinHandle<()>, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (sent, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (s, r) = (Arc::clone(&sent), Arc::clone(&refused));
+    let task = tokio::spawn(async move {
+        let mut i = 0usize;
+        while !stop.load(Ordering::SeqCst) && i < 20_000 {
+            let body = serde_json::to_vec(&json!({"id": format!("pay_{i}"),
+                "type": "payment.succeeded", "accountId": account, "amount": 1, "currency": "USD"}))
+            .unwrap();
+            let secret = *signing.lock().unwrap();
+            let status = notify(
+                &apps[i % 2],
+                "acmepay",
+                &body,
+                &signature_with(secret, &body),
+            )
+            .await
+            .status();
+            s.fetch_add(1, Ordering::SeqCst);
+            if status != StatusCode::OK {
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+            i += 1;
+        }
+    });
+    (task, sent, refused)
+}
+
+/// Sends SIGHUP, then waits (at most 10 s) until a notification that moves no money, signed
+/// with `secret`, answers `expected` on `app`.
+async fn hang_up_until_signed(app: &TestApp, secret: &str, expected: StatusCode) {
+    hang_up(app);
+    let body = serde_json::to_vec(&json!({"id": "probe", "type": "payment.probe",
+        "accountId": "acc_x", "amount": 1, "currency": "USD"}))
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while notify(app, "acmepay", &body, &signature_with(secret, &body))
+        .await
+        .status()
+        != expected
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{secret} never answered {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_secret_rotated_on_two_running_instances_never_refuses_a_notification_signed_by_either(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        dir.path().join("providers-0"),
+        dir.path().join("providers-1"),
+    ];
+    for f in &files {
+        std::fs::write(f, "acmepay=sec-old\n").unwrap();
+    }
+    let flag = |f: &Path| f.display().to_string();
+    let first = spawn_app_with(&["--provider-secret-file", &flag(&files[0])]).await;
+    let partner = first.partner_with_balance(0).await;
+    // On PostgreSQL a second instance on the same database, with its own file; on sled the
+    // one process (and its file) twice.
+    let second = on_postgres().then(|| {
+        start(
+            &first.data_dir,
+            &["--provider-secret-file", &flag(&files[1])],
+        )
+    });
+    let files = if second.is_some() {
+        files.clone()
+    } else {
+        [files[0].clone(), files[0].clone()]
+    };
+    let first = Arc::new(first);
+    let second = second.map(Arc::new).unwrap_or_else(|| Arc::clone(&first));
+    let apps = [first, second];
+    let pids = [apps[0].pid(), apps[1].pid()];
+
+    let signing = Arc::new(std::sync::Mutex::new("sec-old"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (task, sent, refused) = provider_sending(
+        apps.clone(),
+        partner.account_id.clone(),
+        Arc::clone(&signing),
+        Arc::clone(&stop),
+    );
+    while sent.load(Ordering::SeqCst) < 20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The new secret added beside the old one on every instance, then the provider switches.
+    for (app, file) in apps.iter().zip(&files) {
+        std::fs::write(file, "acmepay=sec-old\nacmepay=sec-new\n").unwrap();
+        hang_up_until_signed(app, "sec-new", StatusCode::OK).await;
+    }
+    let switched_at = sent.load(Ordering::SeqCst);
+    *signing.lock().unwrap() = "sec-new";
+    while sent.load(Ordering::SeqCst) < switched_at + 20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The old secret retired everywhere.
+    for (app, file) in apps.iter().zip(&files) {
+        std::fs::write(file, "acmepay=sec-new\n").unwrap();
+        hang_up_until_signed(app, "sec-old", StatusCode::UNAUTHORIZED).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    task.await.unwrap();
+
+    let (sent, refused) = (sent.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
+    assert!(
+        switched_at >= 20,
+        "the provider signed with the old secret ({switched_at})"
+    );
+    assert_eq!(refused, 0, "{refused} of {sent} notifications refused");
+    assert_eq!([apps[0].pid(), apps[1].pid()], pids, "no restart");
+    // Each one credited once, through whichever instance it reached.
+    let balance = apps[1]
+        .assert_ledger_matches_balance(&partner.api_key)
+        .await;
+    assert_eq!(balance, sent as i64);
+}
+
 /// SIGHUP, then waits until the server says it read its credentials again.
 async fn hang_up_and_wait(app: &TestApp) {
     let before = count_reloads(app);
