@@ -38,19 +38,8 @@ dir=$(realpath -m "$dir") # absolute: the daemons run elsewhere, and own_pid mat
 # live under /root, which that user cannot read: Patroni gets its own venv from Debian's python3.
 venv=${PATRONI_VENV:-/opt/patroni-4.1.5}
 
-bin_dir() {
-  for d in /usr/lib/postgresql/*/bin; do
-    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
-  done
-  return 1
-}
-
-if ! bindir=$(bin_dir); then
-  echo "installing Debian's postgresql" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-  bindir=$(bin_dir) || { echo "no PostgreSQL server binaries after the install" >&2; exit 1; }
-fi
+# shellcheck source=scripts/pg-common.sh
+source "$(dirname "$0")/pg-common.sh" # bindir, revoke_from_public
 
 ensure_patroni() {
   [ -x "$venv/bin/patroni" ] && [ -x "$venv/bin/patroni_raft_controller" ] && return 0
@@ -238,13 +227,7 @@ YAML
     wait_for 90 "a leader with a streaming synchronous replica" has_sync_replica
     leader=$(leader_node)
     for db in template1 postgres; do
-      sql "$leader" "$db" "
-        REVOKE EXECUTE ON FUNCTION pg_control_system(), pg_control_checkpoint(),
-          pg_control_recovery(), pg_control_init(), pg_current_wal_lsn(),
-          pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn(), pg_walfile_name(pg_lsn),
-          pg_walfile_name_offset(pg_lsn), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(),
-          pg_wal_lsn_diff(pg_lsn, pg_lsn)
-        FROM PUBLIC" >&2
+      sql "$leader" "$db" "$revoke_from_public" >&2
     done
     # pg_rewind asks its source for pg_current_wal_insert_lsn() (in the database postgres, as the
     # rewind user, to whom Patroni granted only pg_ls_dir, pg_stat_file, pg_read_binary_file).

@@ -30,19 +30,8 @@ set -euo pipefail
 cmd=${1:?usage: pg-cluster.sh start|stop|restart|down|up|standby|promote|kill|crash-restart DIR}
 dir=${2:?usage: pg-cluster.sh start|stop|restart|down|up DIR}
 
-bin_dir() {
-  for d in /usr/lib/postgresql/*/bin; do
-    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
-  done
-  return 1
-}
-
-if ! bindir=$(bin_dir); then
-  echo "installing Debian's postgresql" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-  bindir=$(bin_dir) || { echo "no PostgreSQL server binaries after the install" >&2; exit 1; }
-fi
+# shellcheck source=scripts/pg-common.sh
+source "$(dirname "$0")/pg-common.sh" # bindir, revoke_from_public
 
 as_postgres() {
   if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi
@@ -73,13 +62,7 @@ CONF
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >&2
     echo "$port" >"$dir/port"
     for db in template1 postgres; do
-      as_postgres "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" -c "
-        REVOKE EXECUTE ON FUNCTION pg_control_system(), pg_control_checkpoint(),
-          pg_control_recovery(), pg_control_init(), pg_current_wal_lsn(),
-          pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn(), pg_walfile_name(pg_lsn),
-          pg_walfile_name_offset(pg_lsn), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(),
-          pg_wal_lsn_diff(pg_lsn, pg_lsn)
-        FROM PUBLIC" >&2
+      as_postgres "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" -c "$revoke_from_public" >&2
     done
     as_postgres "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
       -c "CREATE ROLE orderly LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" >&2

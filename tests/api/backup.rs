@@ -41,6 +41,33 @@ fn restore_command(file: &Path, data_dir: &Path, database: &Option<TestDatabase>
     command
 }
 
+/// A backup restored by `orderly restore` into a fresh place, and a server started on it.
+struct Restored {
+    /// Declared first, dropped first: the server stops before its database and folder go.
+    app: TestApp,
+    _database: Option<TestDatabase>,
+    _dir: tempfile::TempDir,
+}
+
+fn restored_from(backup: &[u8]) -> Restored {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orderly.backup");
+    std::fs::write(&file, backup).unwrap();
+    let restored_dir = dir.path().join("restored");
+    let database = on_postgres().then(|| TestDatabase::create(&restored_dir));
+    let out = restore(&file, &restored_dir, &database);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Restored {
+        app: start(&restored_dir, &[]),
+        _database: database,
+        _dir: dir,
+    }
+}
+
 /// A server holding one order (key "k"), and its backup.
 async fn backup_of_one_order() -> (TestApp, Vec<u8>) {
     let app = spawn_app_with(&[]).await;
@@ -273,20 +300,10 @@ async fn a_keys_end_is_kept_by_a_backup_and_its_restore() {
     );
     drop(app);
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("orderly.backup");
-    std::fs::write(&file, &backup).unwrap();
-    let restored_dir = dir.path().join("restored");
-    let database = on_postgres().then(|| TestDatabase::create(&restored_dir));
-    let out = restore(&file, &restored_dir, &database);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let restored = start(&restored_dir, &[]);
+    let run = restored_from(&backup);
+    let restored = &run.app;
     assert_eq!(restored.balance(&later).await, 10_000);
-    refused_within(&restored, &soon, Duration::from_secs(15)).await;
+    refused_within(restored, &soon, Duration::from_secs(15)).await;
     assert_eq!(restored.balance(&later).await, 10_000);
     assert_eq!(restored.balance(&p.api_key).await, 10_000);
 }

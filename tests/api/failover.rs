@@ -129,22 +129,8 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
         port(&primary),
         port(&standby)
     );
-    let args = ["--database-url", url.as_str(), "--request-deadline", "3s"];
-    let a = start(&base.join("a"), &args);
-    let b = start(&base.join("b"), &args);
-    let partner = a.partner_with_balance(FUNDS).await;
-    let (a_pid, b_pid) = (a.pid(), b.pid());
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let workers = load([&a, &b], &partner, &stop, &seen);
-    until_acknowledged(
-        &seen,
-        0,
-        30,
-        "no order was acknowledged before the failover",
-    )
-    .await;
+    let mut run = UnderLoad::start(&base, &url).await;
+    let (a, b, seen) = (&run.a, &run.b, &run.seen);
 
     cluster("kill", &primary_dir);
     let before_promotion = seen.lock().unwrap().acknowledged.len();
@@ -152,7 +138,7 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
     cluster("promote", &standby_dir);
     let promoted = Instant::now();
     until_acknowledged(
-        &seen,
+        seen,
         before_promotion,
         1,
         "orders did not resume on the promoted standby",
@@ -165,31 +151,74 @@ async fn a_primary_killed_under_load_is_replaced_by_its_standby_with_no_restart_
         promoted - killed
     );
     until_acknowledged(
-        &seen,
+        seen,
         before_promotion,
         30,
         "orders did not resume on the promoted standby",
     )
     .await;
     // A key revoked right after the failover: the other instance refuses it at once.
-    let (key, key_id) = key_b_has_seen(&a, &b).await;
-    revoke_through_a(&a, &key_id).await;
+    let (key, key_id) = key_b_has_seen(a, b).await;
+    revoke_through_a(a, &key_id).await;
     assert_eq!(
         b.get(&key, "/b2b/balance").await.status(),
         StatusCode::UNAUTHORIZED
     );
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    assert_eq!((a.pid(), b.pid()), (a_pid, b_pid), "no instance restarted");
-
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = run.stop().await;
     assert!(
         seen.answers.iter().any(|(_, s, _)| *s != StatusCode::OK),
         "some orders met the failover"
     );
-    nothing_lost_and_each_intent_charged_once(&a, &b, &partner, &seen).await;
+    nothing_lost_and_each_intent_charged_once(&run.a, &run.b, &run.partner, &seen).await;
+}
+
+/// Two instances on `url` (a 3 s deadline), a funded partner, and orders streaming through both
+/// (`load`), 30 of them acknowledged already.
+pub struct UnderLoad {
+    pub a: TestApp,
+    pub b: TestApp,
+    pub partner: Partner,
+    pub seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    pids: [u32; 2],
+}
+
+impl UnderLoad {
+    /// The instances keep their files under `base`.
+    pub async fn start(base: &std::path::Path, url: &str) -> UnderLoad {
+        let args = ["--database-url", url, "--request-deadline", "3s"];
+        let (a, b) = (start(&base.join("a"), &args), start(&base.join("b"), &args));
+        let partner = a.partner_with_balance(FUNDS).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let workers = load([&a, &b], &partner, &stop, &seen);
+        until_acknowledged(&seen, 0, 30, "no order was acknowledged at first").await;
+        let pids = [a.pid(), b.pid()];
+        UnderLoad {
+            a,
+            b,
+            partner,
+            seen,
+            stop,
+            workers,
+            pids,
+        }
+    }
+
+    /// Stops the orders and waits for them; what they saw. Asserts no instance restarted.
+    pub async fn stop(&mut self) -> Seen {
+        self.stop.store(true, Ordering::SeqCst);
+        for worker in self.workers.drain(..) {
+            worker.await.unwrap();
+        }
+        assert_eq!(
+            [self.a.pid(), self.b.pid()],
+            self.pids,
+            "no instance restarted"
+        );
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
 }
 
 /// After the load has stopped: every answer was 200, 500 or 503 within the deadline; every

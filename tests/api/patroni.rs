@@ -7,14 +7,13 @@
 //! `ORDERLY_PATRONI_ROUNDS` (default 1) repeats the three events.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::failover::{
-    load, nothing_lost_and_each_intent_charged_once, until_acknowledged, Seen, FUNDS,
+    nothing_lost_and_each_intent_charged_once, until_acknowledged, Seen, UnderLoad,
 };
-use crate::helpers::{script, start};
+use crate::helpers::script;
 
 /// How soon after each event every instance must serve orders again.
 const SERVING_AGAIN: Duration = Duration::from_secs(10);
@@ -85,17 +84,9 @@ async fn under_patroni_a_switchover_a_failover_and_a_rejoin_under_load_lose_noth
     let cluster_dir = base.join("cluster");
     let url = patroni("start", &cluster_dir, "");
     let _cluster = OwnPatroni(cluster_dir.clone());
-    let args = ["--database-url", url.as_str(), "--request-deadline", "3s"];
-    let a = start(&base.join("a"), &args);
-    let b = start(&base.join("b"), &args);
-    let partner = a.partner_with_balance(FUNDS).await;
-    let (a_pid, b_pid) = (a.pid(), b.pid());
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let workers = load([&a, &b], &partner, &stop, &seen);
+    let mut run = UnderLoad::start(&base, &url).await;
+    let seen = &run.seen;
     let acknowledged = || seen.lock().unwrap().acknowledged.len();
-    until_acknowledged(&seen, 0, 30, "no order was acknowledged under Patroni").await;
 
     let rounds: usize = std::env::var("ORDERLY_PATRONI_ROUNDS")
         .ok()
@@ -108,7 +99,7 @@ async fn under_patroni_a_switchover_a_failover_and_a_rejoin_under_load_lose_noth
         patroni("switchover", &cluster_dir, "");
         let switched = Instant::now();
         println!("patroni: switchover done in {:?}", switched - started);
-        each_serves_again(&seen, switched, "the switchover").await;
+        each_serves_again(seen, switched, "the switchover").await;
 
         // A failover: the leader's machine lost (its Patroni and PostgreSQL killed); the
         // replica's Patroni promotes it once the leader key expires.
@@ -121,7 +112,7 @@ async fn under_patroni_a_switchover_a_failover_and_a_rejoin_under_load_lose_noth
             other(&killed),
             promoted - kill
         );
-        each_serves_again(&seen, promoted, "the failover's promotion").await;
+        each_serves_again(seen, promoted, "the failover's promotion").await;
 
         // The old leader comes back as a replica through pg_rewind; orders go on meanwhile.
         let restarted = Instant::now();
@@ -130,9 +121,9 @@ async fn under_patroni_a_switchover_a_failover_and_a_rejoin_under_load_lose_noth
         let rejoined = patroni("wait-replica", &cluster_dir, &killed);
         println!("patroni: {rejoined} ({:?})", restarted.elapsed());
         // From here every commit waits for the rejoined replica again (synchronous_mode).
-        each_serves_again(&seen, Instant::now(), "the rejoin").await;
+        each_serves_again(seen, Instant::now(), "the rejoin").await;
         until_acknowledged(
-            &seen,
+            seen,
             from,
             30,
             "orders stopped while the old leader rejoined",
@@ -140,12 +131,7 @@ async fn under_patroni_a_switchover_a_failover_and_a_rejoin_under_load_lose_noth
         .await;
     }
 
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    assert_eq!((a.pid(), b.pid()), (a_pid, b_pid), "no instance restarted");
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = run.stop().await;
     print!("patroni: ");
-    nothing_lost_and_each_intent_charged_once(&a, &b, &partner, &seen).await;
+    nothing_lost_and_each_intent_charged_once(&run.a, &run.b, &run.partner, &seen).await;
 }

@@ -21,6 +21,11 @@ conformance!(
 
 /// A live key of `account`; its plaintext.
 async fn api_key(store: &dyn Store, account: &Account) -> String {
+    api_key_ending(store, account, None).await
+}
+
+/// A live key of `account` that ends at `expires_at`; its plaintext.
+async fn api_key_ending(store: &dyn Store, account: &Account, expires_at: Option<u64>) -> String {
     let plaintext = new_api_key();
     let record = ApiKeyRecord {
         id: Id::new(IdKind::ApiKey).to_string(),
@@ -28,7 +33,7 @@ async fn api_key(store: &dyn Store, account: &Account) -> String {
         scopes: vec![Scope::OrdersWrite],
         revoked: false,
         created_at: now_millis(),
-        expires_at: None,
+        expires_at,
     };
     store
         .create_api_key(soon(), hash_api_key(&plaintext), record)
@@ -159,20 +164,8 @@ async fn a_revoked_api_key_authenticates_with_no_key_row_at_all(store: &dyn Stor
 /// the auth cache too: a fresh key is read from storage, then from memory.
 async fn a_key_given_an_end_reads_back_with_that_end_to_the_millisecond(store: &dyn Store) {
     let account = account_with(store, 1_000, 0).await;
-    let plaintext = new_api_key();
     let end = now_millis() + 86_400_001;
-    let record = ApiKeyRecord {
-        id: Id::new(IdKind::ApiKey).to_string(),
-        account_id: account.id,
-        scopes: vec![Scope::OrdersWrite],
-        revoked: false,
-        created_at: now_millis(),
-        expires_at: Some(end),
-    };
-    store
-        .create_api_key(soon(), hash_api_key(&plaintext), record)
-        .await
-        .unwrap();
+    let plaintext = api_key_ending(store, &account, Some(end)).await;
     for read in ["from storage", "again"] {
         let found = store
             .authenticate(soon(), hash_api_key(&plaintext))
