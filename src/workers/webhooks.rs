@@ -16,7 +16,7 @@ use crate::bounds::{Deadline, WORKER_CALL};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -166,7 +166,18 @@ fn retry_after(response: &reqwest::Response) -> Option<Duration> {
         return None;
     }
     let value = response.headers().get("Retry-After")?.to_str().ok()?;
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+    retry_after_value(value, SystemTime::now())
+}
+
+/// A `Retry-After` value as a wait from `now`: whole seconds (`120`) or an HTTP date (RFC 9110
+/// allows both; a date already past asks for no wait). Anything else is not read.
+fn retry_after_value(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 impl WebhookSender {
@@ -446,6 +457,34 @@ impl WebhookSender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_seconds_or_as_an_http_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_032_800); // 2026-11-30T10:00:00Z
+        assert_eq!(
+            retry_after_value("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(retry_after_value(" 0 ", now), Some(Duration::ZERO));
+        for date in [
+            "Mon, 30 Nov 2026 10:05:00 GMT",
+            "Monday, 30-Nov-26 10:05:00 GMT",
+            "Mon Nov 30 10:05:00 2026",
+        ] {
+            assert_eq!(
+                retry_after_value(date, now),
+                Some(Duration::from_secs(300)),
+                "{date}"
+            );
+        }
+        assert_eq!(
+            retry_after_value("Mon, 30 Nov 2026 09:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        for bad in ["", "-5", "1.5", "soon", "2026-11-30T10:05:00Z"] {
+            assert_eq!(retry_after_value(bad, now), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_signature_follows_standard_webhooks() {

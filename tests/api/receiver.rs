@@ -69,7 +69,7 @@ impl Receiver {
     }
 
     /// Answers with each scripted status and extra header lines in turn, then 200.
-    fn replying(port: u16, script: Vec<(u16, String)>) -> Receiver {
+    pub fn replying(port: u16, script: Vec<(u16, String)>) -> Receiver {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("receiver bind");
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));

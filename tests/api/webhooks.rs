@@ -181,6 +181,33 @@ async fn a_redirect_is_not_followed_and_counts_as_a_failure() {
 }
 
 #[tokio::test]
+async fn a_retry_after_given_as_an_http_date_on_a_429_is_honoured() {
+    let app = spawn_app_with(&[
+        "--fulfillment-delay",
+        "100ms",
+        "--allow-private-callbacks",
+        "--webhook-retry-schedule",
+        "100ms,6s",
+    ])
+    .await;
+    let p = app.partner_with_balance(10_000).await;
+    // Between 3 and 4 s from now, in the HTTP-date form (whole seconds); the first attempt
+    // comes about 100 ms after the order.
+    let at = std::time::SystemTime::now() + Duration::from_secs(4);
+    let header = format!("Retry-After: {}\r\n", httpdate::fmt_http_date(at));
+    let receiver = Receiver::replying(0, vec![(429, header)]);
+    order_with_callback(&app, &p.api_key, &receiver.url()).await;
+
+    let got = receiver.wait_for(2, Duration::from_secs(10)).await;
+    let waited = got[1].at.duration_since(got[0].at);
+    // The schedule says 100 ms; the date asks for about 3 s (at least 2 s even on a slow run).
+    assert!(
+        waited >= Duration::from_millis(2_000),
+        "retried after {waited:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_longer_retry_after_on_a_503_is_honoured() {
     let receiver = Receiver::scripted(0, vec![(503, Some(2))]);
     let app = spawn_app_with(&[
