@@ -85,7 +85,7 @@ pub struct ApiKeyRecord {
 impl ApiKeyRecord {
     /// Whether the key authenticates at `now`: not revoked, and before its end. Every instance
     /// judges an end by its own now, which instances sharing a database take from its clock.
-    pub fn authenticates_at(&self, now: Millis) -> bool {
+    pub(crate) fn authenticates_at(&self, now: Millis) -> bool {
         !self.revoked && self.expires_at.is_none_or(|end| now < end)
     }
 }
