@@ -33,6 +33,10 @@ pub enum Command {
     Stats(StatsArgs),
     /// Restore a backup (from GET /admin/backup) into an empty data directory or database.
     Restore(RestoreArgs),
+    /// Check every account's ledger as a chain (each hash, seq, balance after, and the
+    /// balance): a stopped server's sled store, a PostgreSQL database while instances run,
+    /// or a backup file. Exit 0 when all of it holds, 1 naming each break.
+    Verify(VerifyArgs),
     /// Apply the pending schema migrations to a PostgreSQL database, then exit.
     Migrate(MigrateArgs),
     /// Move a stopped sled deployment whole into an empty PostgreSQL database.
@@ -76,6 +80,21 @@ pub struct MigrateArgs {
     /// postgres://user:password@host:port/dbname (sslmode=disable|prefer|require).
     #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true)]
     pub(crate) database_url: String,
+}
+
+/// The flags of `orderly verify`.
+#[derive(Clone, Debug, Args)]
+pub struct VerifyArgs {
+    /// The sled database directory (the server must not be running on it).
+    #[arg(long, env = "ORDERLY_DATA_DIR", default_value = "./data/db")]
+    pub(crate) data_dir: PathBuf,
+    /// Or a PostgreSQL database (instances may be running on it; read in one snapshot):
+    /// postgres://user:password@host:port/dbname.
+    #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true, conflicts_with = "backup")]
+    pub(crate) database_url: Option<String>,
+    /// Or a backup file (from GET /admin/backup): its digest and counts are checked too.
+    #[arg(long)]
+    pub(crate) backup: Option<PathBuf>,
 }
 
 /// The flags of `orderly stats`.

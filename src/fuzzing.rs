@@ -104,6 +104,9 @@ mod tests {
                 reference: "r".into(),
                 balance_after: Cents(after),
                 created_at: 1,
+                seq: 0,
+                hash: [0; 32],
+                previous_hash: [0; 32],
             },
         };
         let (mut writer, mut out) = Writer::start(0);

@@ -32,7 +32,9 @@ mod workers;
 
 // The binary: its flags and their values, its commands, its log, and the panic that stops it.
 pub use commands::run as run_command;
-pub use config::{Cli, Command, CopyArgs, MigrateArgs, RestoreArgs, Settings, StatsArgs};
+pub use config::{
+    Cli, Command, CopyArgs, MigrateArgs, RestoreArgs, Settings, StatsArgs, VerifyArgs,
+};
 pub use domain::invariant::VIOLATED as INVARIANT_VIOLATED;
 pub use logging::{flush as flush_log, init as init_log};
 
@@ -62,6 +64,7 @@ pub use bounds::{Deadline, WRITES_FLOWING_WITHIN};
 pub use domain::account::{hash_api_key, new_api_key, Account, ApiKeyRecord, Scope, Shortfall};
 pub use domain::basket::{BasketRejection, RequestedLine};
 pub use domain::callback_url::{AddressPolicy, CallbackRefusal, CallbackUrl};
+pub use domain::chain::{Funds, LedgerHead};
 pub use domain::event::{Delivery, DeliveryAttempt, DeliveryEnd, DeliveryLog, Event, EventKind};
 pub use domain::fingerprint::{Fingerprint, LineRef, Operation};
 pub use domain::idempotency_key::{IdempotencyKey, KeyError};

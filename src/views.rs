@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 use crate::domain::account::Account;
+use crate::domain::chain::{to_hex, LedgerHead};
 use crate::domain::event::{DeliveryLog, DeliveryState, Event};
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::money::Cents;
@@ -92,10 +93,20 @@ pub(crate) struct LedgerEntryJson<'a> {
     reference: &'a str,
     balance_after: i64,
     created_at: String,
+    /// The entry's place in the account's ledger: 1, 2, 3 ... without gaps (`null` only for
+    /// an entry an instance of an earlier version wrote moments ago, not chained yet).
+    #[schema(minimum = 1)]
+    seq: Option<u64>,
+    /// SHA-256 (lowercase hex) over this entry and `previousHash`: docs/api.md "Verifying
+    /// your ledger".
+    hash: Option<String>,
+    /// The hash of the entry before (for seq 1, the account's genesis hash).
+    previous_hash: Option<String>,
 }
 
 impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
     fn from(e: &'a LedgerEntry) -> Self {
+        let chained = e.seq != 0;
         LedgerEntryJson {
             id: &e.id,
             amount: e.amount.0,
@@ -103,6 +114,26 @@ impl<'a> From<&'a LedgerEntry> for LedgerEntryJson<'a> {
             reference: &e.reference,
             balance_after: e.balance_after.0,
             created_at: rfc3339(e.created_at),
+            seq: chained.then_some(e.seq),
+            hash: chained.then(|| to_hex(&e.hash)),
+            previous_hash: chained.then(|| to_hex(&e.previous_hash)),
+        }
+    }
+}
+
+/// The newest entry of a ledger: `seq` 0 and the genesis hash when it has none.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LedgerHeadJson {
+    seq: u64,
+    hash: String,
+}
+
+impl From<&LedgerHead> for LedgerHeadJson {
+    fn from(head: &LedgerHead) -> Self {
+        LedgerHeadJson {
+            seq: head.seq,
+            hash: to_hex(&head.hash),
         }
     }
 }
@@ -327,8 +358,12 @@ response!(
     RefundMade<'a> { refund: RefundJson<'a>, order: OrderJson<'a> }
 );
 response!(
-    /// The balance now, or after a credit.
+    /// The balance after a credit.
     BalanceOne<'a> { balance: BalanceJson<'a> }
+);
+response!(
+    /// `GET /b2b/balance`: the balance now and the head of the ledger that sums to it.
+    BalanceNow<'a> { balance: BalanceJson<'a>, ledger_head: LedgerHeadJson }
 );
 response!(
     /// An account as the operator sees it.

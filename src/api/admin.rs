@@ -62,7 +62,7 @@ async fn account_response(
     deadline: Deadline,
     account: &Account,
 ) -> Result<HttpResponse, ApiError> {
-    let balance = store.balance(deadline, account.id).await?;
+    let balance = store.balance(deadline, account.id).await?.available;
     Ok(json_response(to_json(&AccountOne {
         success: true,
         account: AccountJson::new(account, balance),

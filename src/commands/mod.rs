@@ -8,6 +8,7 @@ mod progress;
 pub(crate) mod restore;
 pub(crate) mod serve;
 pub(crate) mod stats;
+pub(crate) mod verify;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::Restore(args) => finish(restore::command(&args)),
         Command::Migrate(args) => finish(migrate::run(&args.database_url)),
         Command::Copy(args) => finish(copy::command(&args)),
+        Command::Verify(args) => finish(verify::run(&args)),
     }
 }
 

@@ -8,11 +8,12 @@ use proptest::prelude::*;
 
 use super::account::Account;
 use super::basket::RequestedLine;
+use super::chain::Funds;
 use super::ids::{Id, IdKind, OrderId};
 use super::lifecycle::{cancel, complete, refund, CancelRefused, RefundAsk, RefundRefused, Stamp};
 use super::limits::{MAX_AMOUNT, MAX_QUANTITY};
 use super::money::Cents;
-use super::money_in::money_in;
+use super::money_in::{money_in, Incoming};
 use super::order::{Order, OrderStatus};
 use super::placing::{place, OrderRefused, OrderStamp, OrderTerms};
 use super::product::Product;
@@ -118,12 +119,20 @@ fn product(price: i64) -> Product {
     }
 }
 
-/// One order of `quantity` at `price` on `balance`, decided as both engines decide it.
+/// `balance` on `who`'s empty ledger.
+fn holding(who: &Account, balance: Cents) -> Funds {
+    Funds {
+        available: balance,
+        ..Funds::empty(&who.id.to_string())
+    }
+}
+
+/// One order of `quantity` at `price` on `funds`, decided as both engines decide it.
 fn place_one(
     who: &Account,
     price: i64,
     quantity: u64,
-    balance: Cents,
+    funds: Funds,
 ) -> Result<(Order, super::ledger::LedgerEntry), OrderRefused> {
     let lines = [RequestedLine {
         product_id: "prd_edge".into(),
@@ -143,7 +152,7 @@ fn place_one(
         txn: Id::new(IdKind::Transaction),
     };
     let lookup = |_: &str| Ok::<_, std::convert::Infallible>(Some(product(price)));
-    match place(&terms, lookup, balance, stamp) {
+    match place(&terms, lookup, funds, stamp) {
         Ok(decided) => decided.map(|placed| (placed.order, placed.entry)),
         Err(never) => match never {},
     }
@@ -163,11 +172,12 @@ proptest! {
     ) {
         let who = Account::for_tests(credit_limit);
         let limit = Cents(credit_limit);
-        let mut balance = Cents(start);
+        let account = who.id.to_string();
+        let mut funds = holding(&who, Cents(start));
         let mut orders: Vec<Order> = Vec::new();
         for step in steps {
             let moved = match step {
-                Step::Place { price, quantity } => match place_one(&who, price, quantity, balance) {
+                Step::Place { price, quantity } => match place_one(&who, price, quantity, funds) {
                     Ok((order, entry)) => {
                         prop_assert!(entry.balance_after >= -limit);
                         orders.push(order);
@@ -176,7 +186,7 @@ proptest! {
                     Err(OrderRefused::Shortfall(_)) => {
                         let total = Cents(price).times(quantity);
                         let fits = total
-                            .and_then(|t| balance.checked_sub(t))
+                            .and_then(|t| funds.available.checked_sub(t))
                             .is_some_and(|after| after >= -limit);
                         prop_assert!(!fits, "refused an order the balance covers");
                         None
@@ -189,13 +199,13 @@ proptest! {
                 },
                 Step::Cancel { which } => {
                     let Some(order) = orders.get(which).cloned() else { continue };
-                    match cancel(Some(order.clone()), who.id, balance, &stamp()) {
+                    match cancel(Some(order.clone()), who.id, funds, &stamp()) {
                         Ok(change) => {
                             orders[which] = change.order;
                             Some(change.entry)
                         }
                         Err(CancelRefused::BalanceTooLarge) => {
-                            prop_assert!(balance.checked_add(order.total).is_none());
+                            prop_assert!(funds.available.checked_add(order.total).is_none());
                             None
                         }
                         Err(CancelRefused::NotCancellable(status)) => {
@@ -218,14 +228,14 @@ proptest! {
                 Step::Refund { which, amount } => {
                     let Some(order) = orders.get(which).cloned() else { continue };
                     let ask = RefundAsk { amount: amount.map(Cents), reason: None, id: Id::new(IdKind::Refund) };
-                    match refund(Some(order.clone()), who.id, balance, ask, &stamp()) {
+                    match refund(Some(order.clone()), who.id, funds, ask, &stamp()) {
                         Ok(change) => {
                             orders[which] = change.order;
                             Some(change.entry)
                         }
                         Err(RefundRefused::BalanceTooLarge) => {
                             let asked = amount.map_or(order.refundable(), Cents);
-                            prop_assert!(balance.checked_add(asked).is_none());
+                            prop_assert!(funds.available.checked_add(asked).is_none());
                             None
                         }
                         Err(RefundRefused::ExceedsRemaining { remaining }) => {
@@ -245,14 +255,16 @@ proptest! {
                 }
                 Step::MoneyIn { amount } => {
                     let txn = Id::new(IdKind::Transaction);
-                    let entry = money_in(balance, Cents(amount), LedgerReason::Credit, "c".into(), &txn, 4);
-                    prop_assert_eq!(entry.is_none(), balance.checked_add(Cents(amount)).is_none());
+                    let incoming = Incoming { amount: Cents(amount), reason: LedgerReason::Credit, reference: "c".into() };
+                    let entry = money_in(who.id, funds, incoming, &txn, 4);
+                    prop_assert_eq!(entry.is_none(), funds.available.checked_add(Cents(amount)).is_none());
                     entry
                 }
             };
             if let Some(entry) = moved {
-                prop_assert_eq!(balance.checked_add(entry.amount), Some(entry.balance_after));
-                balance = entry.balance_after;
+                prop_assert_eq!(funds.available.checked_add(entry.amount), Some(entry.balance_after));
+                prop_assert!(super::chain::check(&account, &funds, &entry).is_empty());
+                funds = Funds::after(&entry);
             }
             for order in &orders {
                 prop_assert!(Cents::ZERO <= order.refunded && order.refunded <= order.total);
@@ -284,10 +296,16 @@ fn a_cancel_whose_return_would_not_fit_is_refused_and_one_that_just_fits_is_made
     let order = processing(&who, 999);
     let near_max = Cents(i64::MAX - 998);
     assert_eq!(
-        cancel(Some(order.clone()), who.id, near_max, &stamp()).unwrap_err(),
+        cancel(Some(order.clone()), who.id, holding(&who, near_max), &stamp()).unwrap_err(),
         CancelRefused::BalanceTooLarge
     );
-    let change = cancel(Some(order), who.id, Cents(i64::MAX - 999), &stamp()).unwrap();
+    let change = cancel(
+        Some(order),
+        who.id,
+        holding(&who, Cents(i64::MAX - 999)),
+        &stamp(),
+    )
+    .unwrap();
     assert_eq!(change.entry.balance_after, Cents(i64::MAX));
 }
 
@@ -305,13 +323,20 @@ fn a_refund_whose_return_would_not_fit_is_refused_and_one_that_just_fits_is_made
         refund(
             Some(order.clone()),
             who.id,
-            Cents(i64::MAX - 1),
+            holding(&who, Cents(i64::MAX - 1)),
             ask(2),
             &stamp()
         )
         .unwrap_err(),
         RefundRefused::BalanceTooLarge
     );
-    let change = refund(Some(order), who.id, Cents(i64::MAX - 1), ask(1), &stamp()).unwrap();
+    let change = refund(
+        Some(order),
+        who.id,
+        holding(&who, Cents(i64::MAX - 1)),
+        ask(1),
+        &stamp(),
+    )
+    .unwrap();
     assert_eq!(change.entry.balance_after, Cents(i64::MAX));
 }

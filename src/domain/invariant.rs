@@ -9,6 +9,7 @@
 //! after it, as after a failed flush. Better down than wrong. Each check is a few integer
 //! operations; none reads storage.
 
+use super::chain::Funds;
 use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::order::Order;
@@ -25,15 +26,24 @@ fn require(holds: bool, what: std::fmt::Arguments<'_>) {
 }
 
 /// Invariant 1: A ledger entry moves the balance by exactly its amount: `before + amount = after`,
-/// with no overflow.
+/// with no overflow, and is the next link of the account's chain: the `seq` after the head's,
+/// its `previous_hash` the head's hash.
 #[track_caller]
-pub(crate) fn entry_moves_the_balance(before: Cents, entry: &LedgerEntry) {
-    let after = before.checked_add(entry.amount);
+pub(crate) fn entry_moves_the_balance(before: &Funds, entry: &LedgerEntry) {
+    let after = before.available.checked_add(entry.amount);
     require(
         after == Some(entry.balance_after),
         format_args!(
             "ledger entry {} of {} on a balance of {} says {} after",
-            entry.id, entry.amount.0, before.0, entry.balance_after.0
+            entry.id, entry.amount.0, before.available.0, entry.balance_after.0
+        ),
+    );
+    require(
+        before.head.seq.checked_add(1) == Some(entry.seq)
+            && entry.previous_hash == before.head.hash,
+        format_args!(
+            "ledger entry {} is seq {} on a head of seq {}, or does not link to its hash",
+            entry.id, entry.seq, before.head.seq
         ),
     );
 }
@@ -129,11 +139,11 @@ pub(crate) fn cancel_returns_the_rest(before: &Order, entry: &LedgerEntry) {
 /// the batch decided them). `before` and `after` give each account's balance.
 #[track_caller]
 pub(crate) fn batch_adds_up<'a, A: PartialEq + Copy + std::fmt::Debug + 'a>(
-    before: impl Fn(A) -> Option<Cents>,
+    before: impl Fn(A) -> Option<Funds>,
     entries: impl IntoIterator<Item = (A, &'a LedgerEntry)>,
-    after: &[(A, Cents)],
+    after: &[(A, Funds)],
 ) {
-    let mut running: Vec<(A, Cents)> = Vec::new();
+    let mut running: Vec<(A, Funds)> = Vec::new();
     for (account, entry) in entries {
         let balance = match running.iter().position(|(a, _)| *a == account) {
             Some(i) => running[i].1,
@@ -143,14 +153,15 @@ pub(crate) fn batch_adds_up<'a, A: PartialEq + Copy + std::fmt::Debug + 'a>(
                     start.is_some(),
                     format_args!("account {account:?} has no balance before the batch"),
                 );
-                running.push((account, start.unwrap_or_default()));
-                running[running.len() - 1].1
+                let Some(start) = start else { continue };
+                running.push((account, start));
+                start
             }
         };
-        entry_moves_the_balance(balance, entry);
+        entry_moves_the_balance(&balance, entry);
         let slot = running.iter_mut().find(|(a, _)| *a == account);
         if let Some(slot) = slot {
-            slot.1 = entry.balance_after;
+            slot.1 = Funds::after(entry);
         }
     }
     require(
@@ -166,9 +177,7 @@ pub(crate) fn batch_adds_up<'a, A: PartialEq + Copy + std::fmt::Debug + 'a>(
         require(
             moved == Some(*written),
             format_args!(
-                "account {account:?}: the batch writes a balance of {} where its entries end at {:?}",
-                written.0,
-                moved.map(|c| c.0)
+                "account {account:?}: the batch writes {written:?} where its entries end at {moved:?}"
             ),
         );
     }
@@ -193,7 +202,29 @@ mod tests {
             reference: reference.into(),
             balance_after: Cents(after),
             created_at: 1,
+            seq: 1,
+            hash: [1; 32],
+            previous_hash: [0; 32],
         }
+    }
+
+    /// A balance of `cents` on an empty ledger whose genesis is all zeros, as `entry` links.
+    fn funds(cents: i64) -> Funds {
+        Funds {
+            available: Cents(cents),
+            head: crate::domain::chain::LedgerHead {
+                seq: 0,
+                hash: [0; 32],
+            },
+        }
+    }
+
+    /// `entry` made the one after `before`.
+    fn after(before: &Funds, mut entry: LedgerEntry) -> LedgerEntry {
+        entry.seq = before.head.seq + 1;
+        entry.previous_hash = before.head.hash;
+        entry.hash = [entry.seq as u8; 32];
+        entry
     }
 
     fn order(lines: &[(u64, i64)], total: i64, refunded: i64) -> Order {
@@ -234,16 +265,37 @@ mod tests {
     #[test]
     fn an_entry_that_moves_the_balance_by_another_amount_fires() {
         let right = entry(-300, 700, LedgerReason::Order, "ord_x");
-        assert!(!fires(|| entry_moves_the_balance(Cents(1000), &right)));
+        assert!(!fires(|| entry_moves_the_balance(&funds(1000), &right)));
         // The bug: the balance after computed from a stale balance.
         let stale = entry(-300, 800, LedgerReason::Order, "ord_x");
-        assert!(fires(|| entry_moves_the_balance(Cents(1000), &stale)));
+        assert!(fires(|| entry_moves_the_balance(&funds(1000), &stale)));
         // The bug: an addition that saturated instead of failing.
         let saturated = entry(5, i64::MAX, LedgerReason::Credit, "c");
         assert!(fires(|| entry_moves_the_balance(
-            Cents(i64::MAX - 1),
+            &funds(i64::MAX - 1),
             &saturated
         )));
+    }
+
+    #[test]
+    fn an_entry_that_does_not_extend_the_head_fires() {
+        let head = after(&funds(0), entry(10, 10, LedgerReason::Credit, "c"));
+        let on = Funds::after(&head);
+        let next = after(&on, entry(5, 15, LedgerReason::Credit, "c"));
+        assert!(!fires(|| entry_moves_the_balance(&on, &next)));
+        // The bug: the entry chained onto the head before the last (a stale head).
+        let stale = after(&funds(10), entry(5, 15, LedgerReason::Credit, "c"));
+        assert!(fires(|| entry_moves_the_balance(&on, &stale)));
+        // The bug: the right seq, linked to another hash.
+        let mut unlinked = next.clone();
+        unlinked.previous_hash = [9; 32];
+        assert!(fires(|| entry_moves_the_balance(&on, &unlinked)));
+        // The end of the seq's range: no seq after u64::MAX.
+        let mut last = on;
+        last.head.seq = u64::MAX;
+        let mut wrapped = next;
+        wrapped.seq = 0;
+        assert!(fires(|| entry_moves_the_balance(&last, &wrapped)));
     }
 
     #[test]
@@ -343,28 +395,28 @@ mod tests {
 
     #[test]
     fn a_batch_whose_balances_do_not_follow_its_entries_fires() {
-        let before = |account: u8| Some(Cents(if account == 1 { 1000 } else { 50 }));
-        let first = entry(-300, 700, LedgerReason::Order, "o1");
-        let second = entry(-200, 500, LedgerReason::Order, "o2");
-        let other = entry(-50, 0, LedgerReason::Order, "o3");
+        let before = |account: u8| Some(funds(if account == 1 { 1000 } else { 50 }));
+        let first = after(&funds(1000), entry(-300, 700, LedgerReason::Order, "o1"));
+        let second = after(
+            &Funds::after(&first),
+            entry(-200, 500, LedgerReason::Order, "o2"),
+        );
+        let other = after(&funds(50), entry(-50, 0, LedgerReason::Order, "o3"));
         let entries = || vec![(1u8, &first), (2u8, &other), (1u8, &second)];
-        assert!(!fires(|| batch_adds_up(
-            before,
-            entries(),
-            &[(1, Cents(500)), (2, Cents(0))]
-        )));
+        let written = [(1, Funds::after(&second)), (2, Funds::after(&other))];
+        assert!(!fires(|| batch_adds_up(before, entries(), &written)));
         // The bug: the second order of an account decided on the balance before the first.
-        let on_stale = entry(-200, 800, LedgerReason::Order, "o2");
+        let on_stale = after(&funds(1000), entry(-200, 800, LedgerReason::Order, "o2"));
         assert!(fires(|| batch_adds_up(
             before,
             vec![(1u8, &first), (1u8, &on_stale)],
-            &[(1, Cents(800))]
+            &[(1, Funds::after(&on_stale))]
         )));
         // The bug: the balance written is the first order's, not the last's.
         assert!(fires(|| batch_adds_up(
             before,
             entries(),
-            &[(1, Cents(700)), (2, Cents(0))]
+            &[(1, Funds::after(&first)), (2, Funds::after(&other))]
         )));
     }
 }

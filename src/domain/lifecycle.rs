@@ -10,7 +10,8 @@
 use super::event::{Delivery, Event, EventKind};
 use super::ids::{AccountId, Id};
 use super::invariant;
-use super::ledger::{LedgerEntry, LedgerReason};
+use super::chain::Funds;
+use super::ledger::{LedgerEntry, LedgerReason, Movement};
 use super::money::Cents;
 use super::order::{Order, OrderStatus, Refund};
 use super::time::Millis;
@@ -105,27 +106,33 @@ fn own(order: Option<Order>, account: AccountId) -> Option<Order> {
 /// have come in since (a credit, a provider's payment): the balance can be anywhere up to
 /// i64::MAX by now, so the sum is checked, never saturated (invariant 1 holds it exact).
 fn give_back(
-    balance: Cents,
+    account: AccountId,
+    funds: &Funds,
     amount: Cents,
     reason: LedgerReason,
     reference: String,
     stamp: &Stamp,
 ) -> Option<LedgerEntry> {
-    Some(LedgerEntry {
+    let movement = Movement {
         id: stamp.txn.to_string(),
         amount,
         reason,
         reference,
-        balance_after: balance.checked_add(amount)?,
+        balance_after: funds.available.checked_add(amount)?,
         created_at: stamp.now,
-    })
+    };
+    Some(LedgerEntry::chained(
+        &account.to_string(),
+        &funds.head,
+        movement,
+    ))
 }
 
 /// Cancels a `processing` order of `account` and returns its whole total to the balance.
 pub(crate) fn cancel(
     order: Option<Order>,
     account: AccountId,
-    balance: Cents,
+    funds: Funds,
     stamp: &Stamp,
 ) -> Result<Change, CancelRefused> {
     let mut order = own(order, account).ok_or(CancelRefused::NotFound)?;
@@ -133,7 +140,8 @@ pub(crate) fn cancel(
         return Err(CancelRefused::NotCancellable(order.status));
     }
     let entry = give_back(
-        balance,
+        account,
+        &funds,
         order.total - order.refunded,
         LedgerReason::Cancel,
         order.id.to_string(),
@@ -143,7 +151,7 @@ pub(crate) fn cancel(
     order.status = OrderStatus::Cancelled;
     order.updated_at = stamp.now;
     invariant::cancel_returns_the_rest(&order, &entry);
-    invariant::entry_moves_the_balance(balance, &entry);
+    invariant::entry_moves_the_balance(&funds, &entry);
     let emitted = emit(
         EventKind::OrderCancelled,
         &order,
@@ -174,7 +182,7 @@ pub(crate) struct RefundAsk {
 pub(crate) fn refund(
     order: Option<Order>,
     account: AccountId,
-    balance: Cents,
+    funds: Funds,
     ask: RefundAsk,
     stamp: &Stamp,
 ) -> Result<Change, RefundRefused> {
@@ -188,7 +196,8 @@ pub(crate) fn refund(
         return Err(RefundRefused::ExceedsRemaining { remaining });
     }
     let entry = give_back(
-        balance,
+        account,
+        &funds,
         amount,
         LedgerReason::Refund,
         ask.id.to_string(),
@@ -206,7 +215,7 @@ pub(crate) fn refund(
     };
     invariant::refunded_within_total(&order);
     invariant::money_in_is_positive(&entry);
-    invariant::entry_moves_the_balance(balance, &entry);
+    invariant::entry_moves_the_balance(&funds, &entry);
     let emitted = emit(
         EventKind::OrderRefunded,
         &order,
@@ -273,6 +282,14 @@ mod tests {
         }
     }
 
+    /// `cents` on `account`'s empty ledger.
+    fn holding(account: AccountId, cents: i64) -> Funds {
+        Funds {
+            available: Cents(cents),
+            ..Funds::empty(&account.to_string())
+        }
+    }
+
     #[test]
     fn a_cancel_returns_the_whole_total_and_emits_order_cancelled() {
         let account = AccountId::new();
@@ -282,7 +299,7 @@ mod tests {
             OrderStatus::Processing,
             Some("https://p.example/cb"),
         );
-        let change = cancel(Some(placed), account, Cents(300), &stamp(9)).unwrap();
+        let change = cancel(Some(placed), account, holding(account, 300), &stamp(9)).unwrap();
         assert_eq!(change.order.status, OrderStatus::Cancelled);
         assert_eq!(change.order.updated_at, 9);
         assert_eq!(change.entry.amount, Cents(700));
@@ -304,11 +321,11 @@ mod tests {
         let other = order(AccountId::new(), 5, OrderStatus::Processing, None);
         let me = AccountId::new();
         assert_eq!(
-            cancel(Some(other.clone()), me, Cents::ZERO, &stamp(1)).unwrap_err(),
+            cancel(Some(other.clone()), me, holding(me, 0), &stamp(1)).unwrap_err(),
             CancelRefused::NotFound
         );
         assert_eq!(
-            refund(Some(other), me, Cents::ZERO, ask(None), &stamp(1)).unwrap_err(),
+            refund(Some(other), me, holding(me, 0), ask(None), &stamp(1)).unwrap_err(),
             RefundRefused::NotFound
         );
     }
@@ -319,7 +336,7 @@ mod tests {
         for status in [OrderStatus::Completed, OrderStatus::Cancelled] {
             let done = order(account, 5, status, None);
             assert_eq!(
-                cancel(Some(done), account, Cents::ZERO, &stamp(1)).unwrap_err(),
+                cancel(Some(done), account, holding(account, 0), &stamp(1)).unwrap_err(),
                 CancelRefused::NotCancellable(status)
             );
         }
@@ -330,12 +347,12 @@ mod tests {
         let account = AccountId::new();
         let open = order(account, 5, OrderStatus::Processing, None);
         assert_eq!(
-            refund(Some(open), account, Cents::ZERO, ask(None), &stamp(1)).unwrap_err(),
+            refund(Some(open), account, holding(account, 0), ask(None), &stamp(1)).unwrap_err(),
             RefundRefused::NotRefundable(OrderStatus::Processing)
         );
         let done = order(account, 5, OrderStatus::Completed, None);
         assert_eq!(
-            refund(Some(done), account, Cents::ZERO, ask(Some(0)), &stamp(1)).unwrap_err(),
+            refund(Some(done), account, holding(account, 0), ask(Some(0)), &stamp(1)).unwrap_err(),
             RefundRefused::ExceedsRemaining {
                 remaining: Cents(5)
             }
@@ -366,17 +383,18 @@ mod tests {
             let account = AccountId::new();
             let mut current = order(account, total, OrderStatus::Completed, None);
             let (total, start) = (Cents(total), Cents(start));
-            let mut balance = start;
+            let mut funds = Funds { available: start, ..Funds::empty(&account.to_string()) };
             let mut refunded = Cents::ZERO;
             for amount in asks {
-                match refund(Some(current.clone()), account, balance, ask(amount), &stamp(3)) {
+                match refund(Some(current.clone()), account, funds, ask(amount), &stamp(3)) {
                     Ok(change) => {
                         let refund = change.refund.unwrap();
                         prop_assert!(refund.amount.is_positive());
                         prop_assert_eq!(change.entry.amount, refund.amount);
-                        prop_assert_eq!(change.entry.balance_after, balance + refund.amount);
+                        prop_assert_eq!(change.entry.balance_after, funds.available + refund.amount);
+                        prop_assert_eq!(change.entry.seq, funds.head.seq + 1);
                         refunded = refunded + refund.amount;
-                        balance = change.entry.balance_after;
+                        funds = Funds::after(&change.entry);
                         current = change.order;
                     }
                     Err(RefundRefused::ExceedsRemaining { remaining }) => {
@@ -387,7 +405,7 @@ mod tests {
                 prop_assert!(current.refunded <= total);
                 prop_assert_eq!(current.refunded, refunded);
             }
-            prop_assert_eq!(balance, start + refunded);
+            prop_assert_eq!(funds.available, start + refunded);
         }
     }
 }

@@ -3,6 +3,7 @@
 pub(crate) mod account;
 pub(crate) mod basket;
 pub(crate) mod callback_url;
+pub(crate) mod chain;
 pub(crate) mod cidr;
 #[cfg(test)]
 mod edges;

@@ -7,7 +7,8 @@ use super::basket::{price_basket, BasketRejection, RequestedLine};
 use super::callback_url::CallbackUrl;
 use super::ids::{Id, OrderId};
 use super::invariant;
-use super::ledger::{LedgerEntry, LedgerReason};
+use super::chain::Funds;
+use super::ledger::{LedgerEntry, LedgerReason, Movement};
 use super::money::Cents;
 use super::order::{Order, OrderStatus};
 use super::product::Product;
@@ -50,7 +51,7 @@ pub(crate) struct Placed {
 pub(crate) fn place<E>(
     terms: &OrderTerms<'_>,
     lookup: impl FnMut(&str) -> Result<Option<Product>, E>,
-    balance: Cents,
+    funds: Funds,
     stamp: OrderStamp,
 ) -> Result<Result<Placed, OrderRefused>, E> {
     let region = terms.account.region.as_deref();
@@ -58,7 +59,7 @@ pub(crate) fn place<E>(
         Ok(priced) => priced,
         Err(rejection) => return Ok(Err(OrderRefused::Basket(rejection))),
     };
-    let after = match debit(balance, terms.account.credit_limit, total) {
+    let after = match debit(funds.available, terms.account.credit_limit, total) {
         Ok(after) => after,
         Err(shortfall) => return Ok(Err(OrderRefused::Shortfall(shortfall))),
     };
@@ -75,7 +76,7 @@ pub(crate) fn place<E>(
         created_at: stamp.now,
         updated_at: stamp.now,
     };
-    let entry = LedgerEntry {
+    let movement = Movement {
         id: stamp.txn.to_string(),
         amount: -total,
         reason: LedgerReason::Order,
@@ -83,9 +84,10 @@ pub(crate) fn place<E>(
         balance_after: after,
         created_at: stamp.now,
     };
+    let entry = LedgerEntry::chained(&order.account_id.to_string(), &funds.head, movement);
     invariant::total_is_the_lines(&order);
     invariant::charged_its_total(&order, &entry);
-    invariant::entry_moves_the_balance(balance, &entry);
+    invariant::entry_moves_the_balance(&funds, &entry);
     invariant::within_credit_line(after, terms.account.credit_limit);
     Ok(Ok(Placed { order, entry }))
 }
@@ -138,6 +140,19 @@ mod tests {
         price: i64,
         balance: i64,
     ) -> Result<Placed, OrderRefused> {
+        let funds = Funds {
+            available: Cents(balance),
+            ..Funds::empty(&who.id.to_string())
+        };
+        place_on(who, quantity, price, funds)
+    }
+
+    fn place_on(
+        who: &Account,
+        quantity: u64,
+        price: i64,
+        funds: Funds,
+    ) -> Result<Placed, OrderRefused> {
         let lines = [line(quantity)];
         let terms = OrderTerms {
             account: who,
@@ -147,7 +162,7 @@ mod tests {
             external_order_id: None,
         };
         let lookup = |_: &str| Ok::<_, Infallible>(Some(product(price)));
-        match place(&terms, lookup, Cents(balance), order_stamp(1)) {
+        match place(&terms, lookup, funds, order_stamp(1)) {
             Ok(decided) => decided,
             Err(never) => match never {},
         }
@@ -209,19 +224,20 @@ mod tests {
         ) {
             let who = account(credit_limit);
             let (start, credit_limit) = (Cents(start), Cents(credit_limit));
-            let mut balance = start;
+            let account = who.id.to_string();
+            let mut funds = Funds { available: start, ..Funds::empty(&account) };
             let mut ledger: Vec<LedgerEntry> = Vec::new();
             let mut orders: Vec<crate::domain::order::Order> = Vec::new();
             let stamp = || Stamp { now: 2, txn: Id::new(IdKind::Transaction), event: Id::new(IdKind::Event) };
             for step in steps {
                 let entry = match step {
-                    Step::Place { quantity } => match place_at(&who, quantity, price, balance.0) {
+                    Step::Place { quantity } => match place_on(&who, quantity, price, funds) {
                         Ok(placed) => { orders.push(placed.order); Some(placed.entry) }
                         Err(_) => None,
                     },
                     Step::Cancel { which } => {
                         let Some(order) = orders.get(which).cloned() else { continue };
-                        cancel(Some(order), who.id, balance, &stamp()).ok().map(|c| {
+                        cancel(Some(order), who.id, funds, &stamp()).ok().map(|c| {
                             orders[which] = c.order;
                             c.entry
                         })
@@ -236,21 +252,23 @@ mod tests {
                     Step::Refund { which, amount } => {
                         let Some(order) = orders.get(which).cloned() else { continue };
                         let ask = RefundAsk { amount: amount.map(Cents), reason: None, id: Id::new(IdKind::Refund) };
-                        refund(Some(order), who.id, balance, ask, &stamp()).ok().map(|c| {
+                        refund(Some(order), who.id, funds, ask, &stamp()).ok().map(|c| {
                             orders[which] = c.order;
                             c.entry
                         })
                     }
                 };
                 if let Some(entry) = entry {
-                    prop_assert_eq!(entry.balance_after, balance + entry.amount);
-                    balance = entry.balance_after;
+                    prop_assert_eq!(entry.balance_after, funds.available + entry.amount);
+                    prop_assert!(crate::domain::chain::check(&account, &funds, &entry).is_empty());
+                    funds = Funds::after(&entry);
                     ledger.push(entry);
                 }
-                prop_assert!(balance >= -credit_limit);
+                prop_assert!(funds.available >= -credit_limit);
             }
             let sum: Cents = ledger.iter().map(|e| e.amount).sum();
-            prop_assert_eq!(start + sum, balance);
+            prop_assert_eq!(start + sum, funds.available);
+            prop_assert_eq!(funds.head.seq, ledger.len() as u64);
             for order in &orders {
                 prop_assert!(order.refunded <= order.total);
             }

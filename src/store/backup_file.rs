@@ -64,6 +64,13 @@ enum Line {
     Ledger {
         account: AccountId,
         entry: LedgerEntry,
+        /// The entry's place in its account's chain and its hash (hex), beside the entry,
+        /// which keeps the fields earlier builds read; absent in a backup of a build before
+        /// chained ledgers, whose entries are chained when the restored store first opens.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hash: Option<String>,
     },
     Refund {
         refund: Refund,
@@ -150,7 +157,12 @@ fn line_of(record: Record) -> Line {
         },
         Record::Product(product) => Line::Product { product },
         Record::Order(order) => Line::Order { order },
-        Record::Ledger { account, entry } => Line::Ledger { account, entry },
+        Record::Ledger { account, entry } => Line::Ledger {
+            account,
+            seq: (entry.seq != 0).then_some(entry.seq),
+            hash: (entry.seq != 0).then(|| hex(&entry.hash)),
+            entry,
+        },
         Record::Refund(refund) => Line::Refund { refund },
         Record::Event(event) => Line::Event { event },
         Record::Delivery { due_at, delivery } => Line::Delivery { due_at, delivery },
@@ -193,7 +205,21 @@ fn record_of(line: Line) -> Result<Record, BackupError> {
         },
         Line::Product { product } => Record::Product(product),
         Line::Order { order } => Record::Order(order),
-        Line::Ledger { account, entry } => Record::Ledger { account, entry },
+        Line::Ledger {
+            account,
+            mut entry,
+            seq,
+            hash,
+        } => {
+            if let Some(seq) = seq.filter(|s| *s != 0) {
+                entry.seq = seq;
+                entry.hash = hash
+                    .as_deref()
+                    .and_then(unhex)
+                    .ok_or_else(|| damaged("a ledger entry's hash is not 32 hex bytes"))?;
+            }
+            Record::Ledger { account, entry }
+        }
         Line::Refund { refund } => Record::Refund(refund),
         Line::Event { event } => Record::Event(event),
         Line::Delivery { due_at, delivery } => Record::Delivery { due_at, delivery },

@@ -16,6 +16,7 @@ pub(crate) mod backup_file;
 mod batch;
 /// Rows already read, kept in memory exact under change.
 mod cache;
+pub(crate) mod ledger_check;
 mod open;
 /// The shared engine, PostgreSQL: only `open`, `migrate` and their types are public.
 pub(crate) mod postgres;
@@ -36,6 +37,7 @@ pub(crate) use open::open_embedded;
 pub use open::{open, Engine, FlushHook, FlushStep, OpenError};
 
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::Funds;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
@@ -224,8 +226,9 @@ pub trait Store: Send + Sync + 'static {
         deadline: Deadline,
         id: AccountId,
     ) -> Result<Option<Account>, StoreError>;
-    /// The account's available balance as last made durable (0 for an unknown account).
-    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError>;
+    /// The account's available balance and the head of its ledger, as last made durable
+    /// (0 and the genesis head for an unknown account).
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Funds, StoreError>;
 
     // --- the operator's writes
     /// Writes a new account with a balance of 0. Resolves once durable.
@@ -332,7 +335,8 @@ pub trait Store: Send + Sync + 'static {
         before: Option<OrderId>,
         limit: usize,
     ) -> Result<Page<Order>, StoreError>;
-    /// Ledger entries strictly older than `before` (a `txn_` id), newest first.
+    /// Ledger entries strictly older than `before` (a `txn_` id), newest first, each with its
+    /// `previous_hash`.
     async fn ledger_page(
         &self,
         deadline: Deadline,
@@ -340,6 +344,15 @@ pub trait Store: Send + Sync + 'static {
         before: Option<Id>,
         limit: usize,
     ) -> Result<Page<LedgerEntry>, StoreError>;
+    /// At most `limit` ledger entries with a `seq` above `after`, oldest first, each with its
+    /// `previous_hash`.
+    async fn ledger_after(
+        &self,
+        deadline: Deadline,
+        account: AccountId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerEntry>, StoreError>;
     /// The delivery logs of these events of the account (`None`: no attempt yet).
     async fn delivery_logs(
         &self,

@@ -487,11 +487,13 @@ pub fn checked_counts(records: &[Record]) -> Result<RestoreCounts, StoreError> {
 pub(crate) struct Tally {
     counts: RestoreCounts,
     books: std::collections::HashMap<AccountId, (Option<Cents>, i128)>,
+    chains: super::ledger_check::LedgerCheck,
 }
 
 impl Tally {
     pub(crate) fn add(&mut self, record: &Record) {
         *self.counts.entry(record.kind()).or_insert(0) += 1;
+        self.chains.add(record);
         match record {
             Record::Account { account, balance } => {
                 self.books.entry(account.id).or_default().0 = Some(*balance);
@@ -504,7 +506,8 @@ impl Tally {
         }
     }
 
-    /// The counts, once every ledger is found to sum to its account's balance.
+    /// The counts, once every ledger is found to sum to its account's balance and to hold
+    /// as a chain.
     pub(crate) fn finish(self) -> Result<RestoreCounts, StoreError> {
         for (account, (balance, sum)) in self.books {
             let Some(balance) = balance else {
@@ -517,6 +520,13 @@ impl Tally {
                     "account {account}: the ledger sums to {sum}, the balance is {balance}"
                 )));
             }
+        }
+        let report = self.chains.finish();
+        if let Some(first) = report.breaks.first() {
+            return Err(StoreError::Refused(format!(
+                "the ledger's chain breaks ({} break(s)), first {first}",
+                report.breaks.len() as u64 + report.more_breaks
+            )));
         }
         Ok(self.counts)
     }
@@ -578,7 +588,7 @@ mod tests {
         (account.id, Record::Account { account, balance })
     }
 
-    fn entry(account: AccountId, amount: i64) -> Record {
+    fn entry(account: AccountId, amount: i64, after: i64) -> Record {
         Record::Ledger {
             account,
             entry: LedgerEntry {
@@ -586,8 +596,11 @@ mod tests {
                 amount: Cents(amount),
                 reason: LedgerReason::Credit,
                 reference: "r".into(),
-                balance_after: Cents::ZERO,
+                balance_after: Cents(after),
                 created_at: 0,
+                seq: 0,
+                hash: [0; 32],
+                previous_hash: [0; 32],
             },
         }
     }
@@ -595,7 +608,7 @@ mod tests {
     #[test]
     fn a_backup_whose_ledgers_sum_to_their_balances_is_counted_by_kind() {
         let (id, record) = account(70);
-        let records = [record, entry(id, 100), entry(id, -30)];
+        let records = [record, entry(id, 100, 100), entry(id, -30, 70)];
         let counts = checked_counts(&records).unwrap();
         assert_eq!(counts.get("account"), Some(&1));
         assert_eq!(counts.get("ledger"), Some(&2));
@@ -604,7 +617,7 @@ mod tests {
     #[test]
     fn a_backup_whose_ledger_does_not_sum_to_the_balance_is_refused_before_anything_is_written() {
         let (id, record) = account(71);
-        let refused = checked_counts(&[record, entry(id, 100), entry(id, -30)]);
+        let refused = checked_counts(&[record, entry(id, 100, 100), entry(id, -30, 70)]);
         assert!(
             matches!(&refused, Err(StoreError::Refused(why)) if why.contains("sums to 70")),
             "{refused:?}"
@@ -614,7 +627,7 @@ mod tests {
     #[test]
     fn ledger_entries_of_an_account_the_backup_does_not_hold_are_refused() {
         let (_, record) = account(0);
-        let refused = checked_counts(&[record, entry(AccountId::new(), 5)]);
+        let refused = checked_counts(&[record, entry(AccountId::new(), 5, 5)]);
         assert!(
             matches!(refused, Err(StoreError::Refused(_))),
             "{refused:?}"

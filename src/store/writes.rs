@@ -6,8 +6,8 @@
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{self, Change, Stamp};
-use crate::domain::money::Cents;
-use crate::domain::money_in::money_in;
+use crate::domain::chain::Funds;
+use crate::domain::money_in::{money_in, Incoming};
 use crate::domain::order::{BalanceView, Order};
 use crate::domain::time::Millis;
 use crate::store::batch::first_use;
@@ -33,15 +33,19 @@ impl<T> Decided<T> {
 }
 
 impl NewCredit {
-    /// The credit on `balance` (`domain::money_in::money_in`), its body and key row.
+    /// The credit on `funds` (`domain::money_in::money_in`), its body and key row.
     pub(crate) fn decide(
         &self,
-        balance: Cents,
+        funds: Funds,
         txn: &Id,
         now: Millis,
     ) -> Result<Decided<LedgerEntry>, CreditRefusal> {
-        let reference = self.reference.clone();
-        let entry = money_in(balance, self.amount, self.reason, reference, txn, now)
+        let incoming = Incoming {
+            amount: self.amount,
+            reason: self.reason,
+            reference: self.reference.clone(),
+        };
+        let entry = money_in(self.account.id, funds, incoming, txn, now)
             .ok_or(CreditRefusal::BalanceOverflow)?;
         let body = (self.render)(&BalanceView {
             available: entry.balance_after,
@@ -53,17 +57,20 @@ impl NewCredit {
 }
 
 impl ProviderCredit {
-    /// A first notification's credit on `balance`, and the payment's row that makes a
+    /// A first notification's credit on `funds`, and the payment's row that makes a
     /// repeat a duplicate.
     pub(crate) fn decide(
         &self,
-        balance: Cents,
+        funds: Funds,
         txn: &Id,
         now: Millis,
     ) -> Result<(LedgerEntry, ProviderPaymentRecord), ProviderRefusal> {
-        let reason = LedgerReason::ProviderPayment;
-        let reference = self.external_id.clone();
-        let entry = money_in(balance, self.amount, reason, reference, txn, now)
+        let incoming = Incoming {
+            amount: self.amount,
+            reason: LedgerReason::ProviderPayment,
+            reference: self.external_id.clone(),
+        };
+        let entry = money_in(self.account, funds, incoming, txn, now)
             .ok_or(ProviderRefusal::BalanceOverflow)?;
         let record = ProviderPaymentRecord {
             provider: self.provider.clone(),
@@ -93,12 +100,12 @@ pub(super) trait OrderChange {
     /// The refusal when a concurrent first use of the key committed first (`taken`, its row
     /// when the engine read it).
     fn key_taken(taken: Taken) -> Self::Refusal;
-    /// The change of `order` (`None`: not found) on `balance`, its body and key row. The
+    /// The change of `order` (`None`: not found) on `funds`, its body and key row. The
     /// error is a store error when the decision is malformed (a refund without its refund).
     fn decide(
         &self,
         order: Option<Order>,
-        balance: Cents,
+        funds: Funds,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, Self::Refusal>, StoreError>;
 }
@@ -129,10 +136,10 @@ impl OrderChange for CancelRequest {
     fn decide(
         &self,
         order: Option<Order>,
-        balance: Cents,
+        funds: Funds,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, CancelRefusal>, StoreError> {
-        let change = match lifecycle::cancel(order, self.account, balance, stamp) {
+        let change = match lifecycle::cancel(order, self.account, funds, stamp) {
             Ok(change) => change,
             Err(refused) => return Ok(Err(refused.into())),
         };
@@ -167,10 +174,10 @@ impl OrderChange for RefundRequest {
     fn decide(
         &self,
         order: Option<Order>,
-        balance: Cents,
+        funds: Funds,
         stamp: &Stamp,
     ) -> Result<Result<Decided<Change>, RefundRefusal>, StoreError> {
-        let change = match lifecycle::refund(order, self.account, balance, self.ask(), stamp) {
+        let change = match lifecycle::refund(order, self.account, funds, self.ask(), stamp) {
             Ok(change) => change,
             Err(refused) => return Ok(Err(refused.into())),
         };

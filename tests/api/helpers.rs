@@ -154,6 +154,11 @@ pub fn sql_i64(url: String, sql: String) -> Result<i64, String> {
 /// How to undo each migration, newest first: what the database looked like before it. The
 /// tests that stand for "a database as an older orderly left it" use them.
 const UNDO_MIGRATIONS: &[(i64, &str)] = &[
+    (
+        13,
+        "DROP INDEX ledger_unchained; DROP INDEX ledger_account_seq;
+         ALTER TABLE ledger DROP COLUMN seq, DROP COLUMN hash;",
+    ),
     (12, "ALTER TABLE api_keys DROP COLUMN expires_at;"),
     (
         11,

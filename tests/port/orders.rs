@@ -43,7 +43,7 @@ async fn one_key_used_ten_times_at_once_places_one_order(store: &dyn Store) {
         }
     }
     assert_eq!(
-        store.balance(soon(), account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().available.0,
         1_000 - PRICE
     );
 }
@@ -83,7 +83,7 @@ async fn an_orders_answer_is_its_keys_replay_byte_for_byte_expiring_ttl_after_th
         (3 * PRICE, OrderStatus::Processing)
     );
     assert_eq!(
-        store.balance(soon(), account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().available.0,
         1_000 - 3 * PRICE
     );
 }
@@ -101,7 +101,7 @@ async fn a_second_use_of_a_key_is_key_taken_and_writes_nothing(store: &dyn Store
         .unwrap();
     assert!(matches!(again, Err(OrderRefusal::KeyTaken(_))), "{again:?}");
     assert_eq!(
-        store.balance(soon(), account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().available.0,
         1_000 - PRICE
     );
     let page = store
@@ -127,7 +127,7 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .is_none());
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 150);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 150);
     assert_eq!(ledger(store, &account).await.len(), 1, "only the credit");
     // The same key is a first use once the money is there.
     store
@@ -140,7 +140,7 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 0);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 0);
 }
 
 async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store: &dyn Store) {
@@ -153,7 +153,7 @@ async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store
         .filter(|o| matches!(o, Ok(Err(OrderRefusal::Shortfall(_)))))
         .count();
     assert_eq!((accepted, short), (10, 15), "{outcomes:?}");
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 0);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 0);
     let entries = ledger(store, &account).await;
     assert_eq!(entries.len(), 11, "one credit and ten charges");
     let mut running: Vec<i64> = entries.iter().map(|e| e.balance_after.0).collect();
@@ -175,7 +175,7 @@ async fn the_credit_line_is_spent_to_its_limit_and_named_in_the_refusal(store: &
         .unwrap()
         .unwrap();
     assert_eq!(
-        store.balance(soon(), account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().available.0,
         -2 * PRICE
     );
     let refused = store

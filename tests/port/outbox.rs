@@ -120,7 +120,7 @@ async fn a_sweep_deletes_only_keys_that_expired_before_now(store: &dyn Store) {
         .unwrap()
         .is_some());
     assert_eq!(
-        store.balance(soon(), account.id).await.unwrap().0,
+        store.balance(soon(), account.id).await.unwrap().available.0,
         2,
         "sweeping moves no money"
     );
@@ -145,6 +145,6 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         .filter(|o| matches!(o, Ok(Ok(Recorded::Duplicate))))
         .count();
     assert_eq!((credited, duplicate), (1, 9), "{outcomes:?}");
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().0, 700);
+    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 700);
     assert_eq!(ledger(store, &account).await.len(), 1);
 }

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::ledger::LedgerEntry;
-use crate::domain::money::Cents;
+use crate::domain::chain::Funds;
 use crate::domain::order::Order;
 use crate::domain::placing::{place, OrderStamp, Placed};
 use crate::domain::product::Product;
@@ -78,8 +78,9 @@ impl Wants {
 /// batch is written (sled: its one writer; PostgreSQL: the locks taken while reading).
 #[derive(Default)]
 pub(super) struct OrderView {
-    /// Every wanted account's balance (an account missing here is a corrupt store).
-    pub(crate) balances: HashMap<AccountId, Cents>,
+    /// Every wanted account's balance and ledger head (an account missing here is a corrupt
+    /// store).
+    pub(crate) balances: HashMap<AccountId, Funds>,
     /// The wanted keys that already have a row, expired or not.
     pub(crate) stored: HashMap<(AccountId, String), Box<KeyRecord>>,
     /// The wanted products that exist, by id.
@@ -105,8 +106,9 @@ pub(super) struct Decisions {
     /// Per order, in batch order: an index into `accepted`, or the refusal.
     decided: Vec<Result<usize, OrderRefusal>>,
     pub(crate) accepted: Vec<Accepted>,
-    /// Each debited account's balance after the whole batch, sorted by account.
-    pub(crate) balances: Vec<(AccountId, Cents)>,
+    /// Each debited account's balance and ledger head after the whole batch, sorted by
+    /// account.
+    pub(crate) balances: Vec<(AccountId, Funds)>,
 }
 
 /// Decides each order in turn on `view` as the orders before it left it. `now` is the
@@ -136,7 +138,7 @@ pub(super) fn decide(
             decided.push(Err(OrderRefusal::KeyTaken(Some(row))));
             continue;
         }
-        let balance = *view
+        let funds = *view
             .balances
             .get(&account)
             .ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance")))?;
@@ -148,7 +150,7 @@ pub(super) fn decide(
         };
         let catalog = &view.catalog;
         let lookup = |id: &str| Ok::<_, StoreError>(catalog.get(id).cloned());
-        let Placed { order, entry } = match place(&new.terms(), lookup, balance, stamp)? {
+        let Placed { order, entry } = match place(&new.terms(), lookup, funds, stamp)? {
             Ok(placed) => placed,
             Err(refused) => {
                 decided.push(Err(refused.into()));
@@ -156,7 +158,7 @@ pub(super) fn decide(
             }
         };
         let body = new.answer(&order, entry.balance_after);
-        view.balances.insert(account, entry.balance_after);
+        view.balances.insert(account, Funds::after(&entry));
         view.newest_txn.insert(account, txn);
         taken_here.insert(key, accepted.len());
         decided.push(Ok(accepted.len()));
@@ -168,7 +170,7 @@ pub(super) fn decide(
             key: first_use(&new.claim, now, body),
         });
     }
-    let mut balances: Vec<(AccountId, Cents)> = accepted
+    let mut balances: Vec<(AccountId, Funds)> = accepted
         .iter()
         .map(|a| (a.order.account_id, view.balances[&a.order.account_id]))
         .collect();
@@ -226,6 +228,7 @@ mod tests {
     use crate::domain::account::Account;
     use crate::domain::basket::RequestedLine;
     use crate::domain::limits::{MAX_AMOUNT, MAX_QUANTITY};
+    use crate::domain::money::Cents;
     use crate::store::NewOrder;
 
     fn product(id: &str, price: i64) -> Product {
@@ -270,7 +273,8 @@ mod tests {
             let accounts: Vec<Account> = balances.iter().zip(&limits).map(|(_, limit)| Account::for_tests(*limit)).collect();
             let mut view = OrderView::default();
             for (account, balance) in accounts.iter().zip(&balances) {
-                view.balances.insert(account.id, Cents(*balance));
+                let funds = Funds { available: Cents(*balance), ..Funds::empty(&account.id.to_string()) };
+                view.balances.insert(account.id, funds);
             }
             for (i, price) in prices.iter().enumerate() {
                 view.catalog.insert(format!("prd_{i}"), product(&format!("prd_{i}"), *price));
@@ -287,9 +291,10 @@ mod tests {
             let decisions = decide(view, &refs, 5).unwrap();
             for accepted in &decisions.accepted {
                 let before = running[&accepted.order.account_id];
-                prop_assert_eq!(before.checked_add(accepted.entry.amount), Some(accepted.entry.balance_after));
+                let account = accepted.order.account_id.to_string();
+                prop_assert!(crate::domain::chain::check(&account, &before, &accepted.entry).is_empty());
                 prop_assert_eq!(accepted.entry.amount, -accepted.order.total);
-                running.insert(accepted.order.account_id, accepted.entry.balance_after);
+                running.insert(accepted.order.account_id, Funds::after(&accepted.entry));
             }
             for (account, after) in &decisions.balances {
                 prop_assert_eq!(running[account], *after);

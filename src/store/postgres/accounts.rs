@@ -85,7 +85,7 @@ pub(super) async fn credit(
         other => other?,
     };
     let txn = Id::after(IdKind::Transaction, locked.newest_txn);
-    let decided = match credit.decide(locked.balance, &txn, now_millis()) {
+    let decided = match credit.decide(locked.funds, &txn, now_millis()) {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };
@@ -121,7 +121,7 @@ pub(super) async fn record_provider_payment(
     }
     let locked = lock_balance(&tx, &payment.account).await?;
     let txn = Id::after(IdKind::Transaction, locked.newest_txn);
-    let (entry, record) = match payment.decide(locked.balance, &txn, now_millis()) {
+    let (entry, record) = match payment.decide(locked.funds, &txn, now_millis()) {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };

@@ -18,18 +18,21 @@
 //! of its batch or the batches queued behind it. A COMMIT whose outcome is unknown fails every order of the batch with that fault: the
 //! partner's retry with the same key replays what did commit or places it then.
 
+use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
+use super::chain_rows::{catch_up, head_of};
 use super::codec;
 use super::db::{self, Bound, Conn, Db};
 use super::orders::{catalog, write_decisions, PRODUCTS_SQL};
 use super::rows::{txn_id, NEWEST_TXNS_SQL};
 use super::tx::{first_cause, query, query_planned, retried, Fault, Tx, MAX_TRIES};
 use crate::bounds::{Deadline, COMMIT_PATIENCE, EDGE_MARGIN};
+use crate::domain::chain::{Funds, LedgerHead};
 use crate::domain::ids::AccountId;
 use crate::domain::time::now_millis;
 use crate::store::admission::{self, not_sent, Admitted};
@@ -361,9 +364,23 @@ async fn read_view(tx: &Tx<'_>, gate: &db::Gate, wants: &Wants) -> Result<OrderV
         }
     };
     let mut view = OrderView::default();
+    let mut heads = HashMap::new();
+    for row in &newest {
+        let account = account_of(row, "a ledger entry")?;
+        view.newest_txn.insert(account, txn_id(row)?);
+        heads.insert(account, head_of(&account, Some(row))?);
+    }
     for row in &balances {
-        view.balances
-            .insert(account_of(row, "a balance")?, row.get("available"));
+        let account = account_of(row, "a balance")?;
+        let head = match heads.get(&account) {
+            // No entry yet.
+            None => LedgerHead::genesis(&account.to_string()),
+            Some(Some(head)) => *head,
+            // Written by an instance of the version before chained ledgers.
+            Some(None) => catch_up(tx, &account).await?,
+        };
+        let available = row.get("available");
+        view.balances.insert(account, Funds { available, head });
     }
     for row in &key_rows {
         let key: String = row.get("key");
@@ -371,10 +388,6 @@ async fn read_view(tx: &Tx<'_>, gate: &db::Gate, wants: &Wants) -> Result<OrderV
             (account_of(row, "a key row")?, key),
             Box::new(codec::key_record(row)?),
         );
-    }
-    for row in &newest {
-        view.newest_txn
-            .insert(account_of(row, "a ledger entry")?, txn_id(row)?);
     }
     view.catalog = catalog(&products)?;
     Ok(view)

@@ -158,9 +158,13 @@ pub(super) fn order(row: &Row) -> Result<Order, StoreError> {
 }
 
 pub(super) const LEDGER: &str =
-    "id, account_id, amount, reason, reference, balance_after, created_at";
+    "id, account_id, amount, reason, reference, balance_after, created_at, seq, hash";
 
+/// A ledger row; `seq` 0 when it is not chained yet (written by an instance of the version
+/// before chained ledgers). Its `previous_hash` is left for whoever reads it in order.
 pub(super) fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
+    let seq: Option<i64> = row.get("seq");
+    let hash: Option<&[u8]> = row.get("hash");
     Ok(LedgerEntry {
         id: row.get("id"),
         amount: row.get("amount"),
@@ -168,7 +172,18 @@ pub(super) fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
         reference: row.get("reference"),
         balance_after: row.get("balance_after"),
         created_at: millis(row.get("created_at")),
+        seq: seq.map_or(Ok(0), u64::try_from).map_err(|_| bad("a ledger seq"))?,
+        hash: match hash {
+            None => [0; 32],
+            Some(bytes) => bytes.try_into().map_err(|_| bad("a ledger hash"))?,
+        },
+        previous_hash: [0; 32],
     })
+}
+
+/// `what` read back malformed.
+fn bad(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what} is malformed"))
 }
 
 pub(super) fn refund(row: &Row) -> Result<Refund, StoreError> {

@@ -17,7 +17,7 @@ use super::tx::{first_cause, query, query_opt, Fault, Tx};
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
-use crate::domain::money::Cents;
+use crate::domain::chain::Funds;
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
 use crate::store::writes::{Decided, OrderChange};
@@ -46,7 +46,7 @@ async fn lock_view(
     gate: &Gate,
     order: &OrderId,
     account: &AccountId,
-) -> Result<Option<(Option<Order>, Cents, Stamp)>, Fault> {
+) -> Result<Option<(Option<Order>, Funds, Stamp)>, Fault> {
     let bound = gate.limit_waits(tx);
     let locks = async {
         futures_util::future::join3(
@@ -70,7 +70,7 @@ async fn lock_view(
         txn: Id::after(IdKind::Transaction, locked.newest_txn),
         event: Id::after(IdKind::Event, newest),
     };
-    Ok(Some((order, locked.balance, stamp)))
+    Ok(Some((order, locked.funds, stamp)))
 }
 
 /// Writes the event and, when it has one, its first callback.
@@ -133,11 +133,11 @@ pub(super) async fn change_order<C: OrderChange>(
             return Ok(Err(C::key_taken(row)));
         }
     }
-    let Some((order, balance, stamp)) = lock_view(&tx, &gate, request.order(), &account).await?
+    let Some((order, funds, stamp)) = lock_view(&tx, &gate, request.order(), &account).await?
     else {
         return Ok(Err(C::key_taken(None)));
     };
-    let decided = match request.decide(order, balance, &stamp)? {
+    let decided = match request.decide(order, funds, &stamp)? {
         Ok(decided) => decided,
         Err(refused) => return Ok(Err(refused)),
     };

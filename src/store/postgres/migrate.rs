@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("migrations/0011_restored_keys_at_once.sql"),
     ),
     (12, include_str!("migrations/0012_api_key_ends.sql")),
+    (13, include_str!("migrations/0013_chained_ledger.sql")),
 ];
 
 /// The advisory lock under which migrations run (an arbitrary constant: "orderly").

@@ -23,6 +23,7 @@
 mod accounts;
 mod backup;
 mod batch;
+mod chain_rows;
 mod clock;
 mod codec;
 pub(crate) mod connect;
@@ -53,6 +54,7 @@ use deadpool_postgres::Pool;
 
 use crate::bounds::{Deadline, PROBE_TIMEOUT};
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::Funds;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
@@ -188,6 +190,7 @@ pub(crate) async fn open(options: Options) -> Result<Arc<dyn Store>, OpenError> 
         refuse_rows(&pool, &options.url).await?;
     }
     migrated(&pool, &options.url).await?;
+    chain_rows::chain_unchained(&pool).await?;
     privileges::report(&pool)
         .await
         .map_err(|e| OpenError::Database(format!("reading what the role may execute: {e}")))?;
@@ -442,7 +445,7 @@ impl Store for PgStore {
         read!(self, deadline, |c| reads::account(&c, &id))
     }
 
-    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError> {
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Funds, StoreError> {
         read!(self, deadline, |c| reads::balance(&c, &id))
     }
 
@@ -601,6 +604,18 @@ impl Store for PgStore {
     ) -> Result<Page<LedgerEntry>, StoreError> {
         read!(self, deadline, |c| reads::ledger_page(
             &c, &account, before, limit
+        ))
+    }
+
+    async fn ledger_after(
+        &self,
+        deadline: Deadline,
+        account: AccountId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerEntry>, StoreError> {
+        read!(self, deadline, |c| reads::ledger_after(
+            &c, &account, after, limit
         ))
     }
 

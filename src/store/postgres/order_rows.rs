@@ -10,6 +10,7 @@ use tokio_postgres::types::Json;
 
 use super::codec::{tag, time};
 use super::tx::{execute, Fault, Param, Session};
+use crate::domain::chain::Funds;
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerEntry;
 use crate::domain::money::Cents;
@@ -28,10 +29,10 @@ const INSERT_ORDERS: &str = "INSERT INTO orders (id, account_id, status, items, 
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bigint[],
          $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[])";
 
-const INSERT_LEDGER: &str =
-    "INSERT INTO ledger (id, account_id, amount, reason, reference, balance_after, created_at)
+const INSERT_LEDGER: &str = "INSERT INTO ledger (id, account_id, amount, reason, reference,
+         balance_after, created_at, seq, hash)
      SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-         $6::bigint[], $7::bigint[])";
+         $6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[])";
 
 const INSERT_KEY_ROWS: &str = "INSERT INTO idempotency_keys (account_id, key, operation,
          fingerprint, expires_at, status, content_type, body)
@@ -62,13 +63,13 @@ static WRITE_ORDERS: LazyLock<String> = LazyLock::new(|| {
 /// in one statement. The caller holds the balance rows' locks.
 pub(super) async fn write_orders<C: Session>(
     c: &C,
-    balances: &[(AccountId, Cents)],
+    balances: &[(AccountId, Funds)],
     orders: &[&Order],
     entries: &[(&AccountId, &LedgerEntry)],
     keys: &[(&AccountId, &str, &KeyRecord)],
 ) -> Result<(), Fault> {
     let columns: Columns = [
-        balance_columns(balances),
+        balance_columns(balances.iter().map(|(a, f)| (a, f.available))),
         order_columns(orders),
         ledger_columns(entries),
         key_columns(keys),
@@ -86,7 +87,8 @@ pub(super) async fn set_balances<C: Session>(
     c: &C,
     balances: &[(AccountId, Cents)],
 ) -> Result<(), Fault> {
-    execute(c, SET_BALANCES, &refs(&balance_columns(balances))).await?;
+    let columns = balance_columns(balances.iter().map(|(a, b)| (a, *b)));
+    execute(c, SET_BALANCES, &refs(&columns)).await?;
     Ok(())
 }
 
@@ -114,9 +116,9 @@ pub(super) async fn insert_key_rows<C: Session>(
     Ok(())
 }
 
-fn balance_columns(balances: &[(AccountId, Cents)]) -> Columns<'static> {
-    let accounts: Vec<String> = balances.iter().map(|(a, _)| a.to_string()).collect();
-    let available: Vec<i64> = balances.iter().map(|(_, b)| b.0).collect();
+fn balance_columns<'a>(balances: impl Iterator<Item = (&'a AccountId, Cents)>) -> Columns<'static> {
+    let (accounts, available): (Vec<String>, Vec<i64>) =
+        balances.map(|(a, b)| (a.to_string(), b.0)).unzip();
     vec![Box::new(accounts), Box::new(available)]
 }
 
@@ -143,7 +145,7 @@ fn order_columns<'a>(orders: &[&'a Order]) -> Columns<'a> {
     ]
 }
 
-fn ledger_columns(entries: &[(&AccountId, &LedgerEntry)]) -> Columns<'static> {
+fn ledger_columns<'a>(entries: &[(&AccountId, &'a LedgerEntry)]) -> Columns<'a> {
     let text = |f: fn(&AccountId, &LedgerEntry) -> String| {
         Box::new(entries.iter().map(|(a, e)| f(a, e)).collect::<Vec<_>>())
     };
@@ -158,6 +160,20 @@ fn ledger_columns(entries: &[(&AccountId, &LedgerEntry)]) -> Columns<'static> {
         text(|_, e| e.reference.clone()),
         number(|e| e.balance_after.0),
         number(|e| time(e.created_at)),
+        // An entry restored from a backup of a build before chained ledgers has none yet
+        // (chained at the next start).
+        Box::new(
+            entries
+                .iter()
+                .map(|(_, e)| (e.seq != 0).then(|| i64::try_from(e.seq).unwrap_or(i64::MAX)))
+                .collect::<Vec<_>>(),
+        ),
+        Box::new(
+            entries
+                .iter()
+                .map(|(_, e)| (e.seq != 0).then_some(&e.hash[..]))
+                .collect::<Vec<_>>(),
+        ),
     ]
 }
 
@@ -254,7 +270,7 @@ mod tests {
 
     #[test]
     fn each_statement_takes_as_many_parameters_as_its_columns() {
-        assert_eq!(placeholders(SET_BALANCES), balance_columns(&[]).len());
+        assert_eq!(placeholders(SET_BALANCES), balance_columns(std::iter::empty()).len());
         assert_eq!(placeholders(INSERT_ORDERS), order_columns(&[]).len());
         assert_eq!(placeholders(INSERT_LEDGER), ledger_columns(&[]).len());
         assert_eq!(placeholders(INSERT_KEY_ROWS), key_columns(&[]).len());
@@ -263,13 +279,13 @@ mod tests {
     #[test]
     fn the_one_statement_numbers_its_parts_parameters_one_after_another() {
         let all = placeholders(&WRITE_ORDERS);
-        assert_eq!(all, 2 + 11 + 7 + 8);
+        assert_eq!(all, 2 + 11 + 9 + 8);
         for n in 1..=all {
             assert!(WRITE_ORDERS.contains(&format!("${n}::")), "${n} is missing");
         }
         assert!(WRITE_ORDERS.starts_with("WITH set_balances AS (UPDATE balances"));
         assert!(WRITE_ORDERS.contains("unnest($3::text[], $4::text[]"));
         assert!(WRITE_ORDERS.contains("unnest($14::text[]"));
-        assert!(WRITE_ORDERS.contains("unnest($21::text[]"));
+        assert!(WRITE_ORDERS.contains("unnest($23::text[]"));
     }
 }

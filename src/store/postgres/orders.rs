@@ -50,7 +50,7 @@ pub(super) async fn place_order(
         return Ok(Err(OrderRefusal::KeyTaken(row)));
     }
     let view = OrderView {
-        balances: [(account, locked.balance)].into(),
+        balances: [(account, locked.funds)].into(),
         stored: Default::default(),
         catalog: catalog(&rows)?,
         newest_txn: locked

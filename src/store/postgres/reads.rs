@@ -3,9 +3,11 @@
 
 use deadpool_postgres::Object;
 
+use super::chain_rows::head_of;
 use super::codec;
 use super::tx::{query, query_opt, Fault};
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::{fill_previous, Funds, LedgerHead};
 use crate::domain::event::{DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
@@ -92,14 +94,36 @@ pub(super) async fn account(c: &Object, id: &AccountId) -> Result<Option<Account
     })
 }
 
-pub(super) async fn balance(c: &Object, id: &AccountId) -> Result<Cents, Fault> {
+/// The balance and the head of the chained entries that sum to it, in one snapshot. (Entries
+/// an instance of the version before chained ledgers wrote moments ago are not in the head
+/// until they are chained: `chain_rows.rs`.)
+pub(super) async fn balance(c: &Object, id: &AccountId) -> Result<Funds, Fault> {
     let row = query_opt(
         c,
-        "SELECT available FROM balances WHERE account_id = $1",
+        "SELECT b.available, l.seq, l.hash FROM balances b
+         LEFT JOIN LATERAL (SELECT seq, hash FROM ledger
+                            WHERE account_id = b.account_id AND seq IS NOT NULL
+                            ORDER BY seq DESC LIMIT 1) AS l ON true
+         WHERE b.account_id = $1",
         &[&id.to_string()],
     )
     .await?;
-    Ok(row.map(|r| r.get(0)).unwrap_or(Cents::ZERO))
+    let Some(row) = row else {
+        return Ok(Funds::empty(&id.to_string()));
+    };
+    let seq: Option<i64> = row.get("seq");
+    let head = match seq {
+        None => LedgerHead::genesis(&id.to_string()),
+        Some(_) => head_of(id, Some(&row))?.ok_or_else(|| {
+            Fault::from(crate::store::StoreError::Corrupt(format!(
+                "account {id}'s head has no hash"
+            )))
+        })?,
+    };
+    Ok(Funds {
+        available: row.get("available"),
+        head,
+    })
 }
 
 pub(super) async fn product(c: &Object, id: &str) -> Result<Option<Product>, Fault> {
@@ -211,11 +235,42 @@ pub(super) async fn ledger_page(
         &[&account.to_string(), &before, &fetch_limit(limit)],
     )
     .await?;
-    let items = rows
+    let mut items = rows
         .iter()
         .map(codec::ledger)
         .collect::<Result<Vec<_>, _>>()?;
+    // The row past the page, when there is one, is the page's oldest entry's predecessor.
+    fill_previous(&account.to_string(), &mut items, true);
     Ok(page(items, limit, |e| e.id.clone()))
+}
+
+/// The account's entries with a `seq` above `after`, oldest first, at most `limit`, read
+/// with the one at `after` (their first one's predecessor).
+pub(super) async fn ledger_after(
+    c: &Object,
+    account: &AccountId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<LedgerEntry>, Fault> {
+    let sql = format!(
+        "SELECT {} FROM ledger WHERE account_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+        codec::LEDGER
+    );
+    let from = i64::try_from(after.max(1)).unwrap_or(i64::MAX);
+    let rows = query(
+        c,
+        &sql,
+        &[&account.to_string(), &from, &fetch_limit(limit)],
+    )
+    .await?;
+    let mut items = rows
+        .iter()
+        .map(codec::ledger)
+        .collect::<Result<Vec<_>, _>>()?;
+    fill_previous(&account.to_string(), &mut items, false);
+    items.retain(|e| e.seq > after);
+    items.truncate(limit);
+    Ok(items)
 }
 
 pub(super) async fn events_page(

@@ -3,10 +3,12 @@
 
 use tokio_postgres::types::Json;
 
+use super::chain_rows::{catch_up, head_of, NEWEST_ENTRY_SQL};
 use super::codec::{tag, time};
 pub(super) use super::order_rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
 use super::tx::{execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::Funds;
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
@@ -112,8 +114,9 @@ pub(super) async fn update_order<C: Session>(c: &C, order: &Order) -> Result<(),
     Ok(())
 }
 
-/// The account's balance, its row locked until the commit: what a decision that moves money
-/// reads, so that no other transaction moves it in between.
+/// The account's balance and ledger head, its row locked until the commit: what a decision
+/// that moves money reads, so that no other transaction moves it in between. Entries an
+/// instance of the version before chained ledgers wrote are chained first (`catch_up`).
 pub(super) async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Result<Locked, Fault> {
     let id = account.to_string();
     // Pipelined: the second statement runs once the lock is held, and sees every entry
@@ -124,27 +127,33 @@ pub(super) async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Resu
             "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
             &[&id],
         ),
-        super::tx::query_opt(c, NEWEST_TXN_SQL, &[&id]),
+        super::tx::query_opt(c, NEWEST_ENTRY_SQL, &[&id]),
     )
     .await?;
     let row =
         row.ok_or_else(|| StoreError::Corrupt(format!("account {account} has no balance row")))?;
+    let head = match head_of(account, newest.as_ref())? {
+        Some(head) => head,
+        None => catch_up(c, account).await?,
+    };
     Ok(Locked {
-        balance: row.get(0),
+        funds: Funds {
+            available: row.get(0),
+            head,
+        },
         newest_txn: newest.map(|r| txn_id(&r)).transpose()?,
     })
 }
 
-/// The newest ledger entry id of account `$1`.
-const NEWEST_TXN_SQL: &str = "SELECT id FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT 1";
-
-/// The newest ledger entry id of each of the accounts `$1`: one backward step of the
-/// `(account_id, id)` index per account, whatever the ledger's length. (`DISTINCT ON` over
-/// the same index read and sorted every entry of the accounts: 33 ms for three accounts of
-/// 5,000 entries, against 0.1 ms, and a batch holds its balance locks meanwhile.)
+/// The newest ledger entry (id, `seq`, `hash`) of each of the accounts `$1`: one backward
+/// step of the `(account_id, id)` index per account, whatever the ledger's length.
+/// (`DISTINCT ON` over the same index read and sorted every entry of the accounts: 33 ms for
+/// three accounts of 5,000 entries, against 0.1 ms, and a batch holds its balance locks
+/// meanwhile.)
 pub(super) const NEWEST_TXNS_SQL: &str =
-    "SELECT a.account_id, l.id FROM unnest($1::text[]) AS a(account_id)
-     CROSS JOIN LATERAL (SELECT id FROM ledger WHERE ledger.account_id = a.account_id COLLATE \"C\"
+    "SELECT a.account_id, l.id, l.seq, l.hash FROM unnest($1::text[]) AS a(account_id)
+     CROSS JOIN LATERAL (SELECT id, seq, hash FROM ledger
+                         WHERE ledger.account_id = a.account_id COLLATE \"C\"
                          ORDER BY id DESC LIMIT 1) AS l";
 
 /// A ledger entry id read back.
@@ -154,12 +163,12 @@ pub(super) fn txn_id(row: &tokio_postgres::Row) -> Result<Id, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("bad ledger id {id:?}")))
 }
 
-/// An account's balance, its row locked to the commit, and its newest ledger entry id, read
-/// under that lock: an entry made now with `Id::after` of it follows every entry committed
-/// before, whichever instance made them, so ids list an account's ledger in the order its
-/// balance moved.
+/// An account's balance and ledger head, its row locked to the commit, and its newest ledger
+/// entry id, read under that lock: an entry made now with `Id::after` of it follows every
+/// entry committed before, whichever instance made them, so ids list an account's ledger in
+/// the order its balance moved.
 pub(super) struct Locked {
-    pub(crate) balance: Cents,
+    pub(crate) funds: Funds,
     pub(crate) newest_txn: Option<Id>,
 }
 

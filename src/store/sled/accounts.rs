@@ -3,6 +3,7 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
+use super::chained::{encode_entry, encode_funds, funds_of};
 use super::changes::Changes;
 use super::idempotency::KeyTrees;
 use super::spooled::Spooled;
@@ -10,20 +11,19 @@ use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
 use super::{codec, keys};
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::Funds;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
-use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
 
-pub(super) fn read_balance<R>(
+/// The account's balance and ledger head, in a transaction.
+pub(super) fn read_funds<R>(
     balances: &TransactionalTree,
     account: &AccountId,
-) -> TxResult<Cents, R> {
-    match tx(balances.get(account.bytes()))? {
-        Some(bytes) => Ok(codec::decode(&bytes)?),
-        None => Ok(Cents::ZERO),
-    }
+) -> TxResult<Funds, R> {
+    let stored = tx(balances.get(account.bytes()))?;
+    Ok(funds_of(account, stored.as_deref())?)
 }
 
 /// Writes the new balance and its ledger entry: the one way money moves.
@@ -40,13 +40,13 @@ pub(super) fn move_money<R>(
         Spooled::Balance,
         balances,
         &account[..],
-        codec::encode(&entry.balance_after)?,
+        encode_funds(&Funds::after(entry))?,
     )?;
     changes.insert(
         Spooled::Ledger,
         ledger,
         keys::child_key(&account, &txn.bytes()),
-        codec::encode(entry)?,
+        encode_entry(entry)?,
     )?;
     Ok(())
 }
@@ -78,8 +78,9 @@ impl Trees {
         Trees::get(&self.accounts, id.bytes())
     }
 
-    pub(super) fn balance(&self, id: &AccountId) -> Result<Cents, StoreError> {
-        Ok(Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO))
+    /// The account's balance and ledger head.
+    pub(super) fn funds(&self, id: &AccountId) -> Result<Funds, StoreError> {
+        Ok(funds_of(id, self.balances.get(id.bytes())?.as_deref())?)
     }
 
     pub(super) fn create_api_key(
@@ -191,8 +192,8 @@ impl Trees {
                     credit.claim.as_ref(),
                     CreditRefusal::KeyTaken(None),
                 )?;
-                let balance = read_balance(balances, &account)?;
-                let decided = match credit.decide(balance, &txn, now) {
+                let funds = read_funds(balances, &account)?;
+                let decided = match credit.decide(funds, &txn, now) {
                     Ok(decided) => decided,
                     Err(refused) => return refuse(refused),
                 };

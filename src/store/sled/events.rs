@@ -83,7 +83,7 @@ impl Trees {
         {
             let (_, bytes) = row?;
             let account: Account = codec::decode(&bytes)?;
-            let balance = self.balance(&account.id)?;
+            let balance = self.funds(&account.id)?.available;
             items.push((account, balance));
         }
         let next_cursor = if items.len() > limit {

@@ -1,7 +1,10 @@
-//! The balance ledger as partners read it: newest first, a page at a time.
+//! The balance ledger as partners read it: newest first a page at a time, or the entries
+//! after a `seq`, oldest first. An account's entries are keyed by their time-ordered ids, so
+//! the order of their keys is the order of their `seq`: the entry of `seq` n is the n-th key.
 
-use super::codec;
+use super::chained::decode_entry;
 use super::trees::{newest_first, trailing_id, Trees};
+use crate::domain::chain::fill_previous;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
 use crate::store::{Page, StoreError};
@@ -21,14 +24,17 @@ impl Trees {
             before.map(|b| b.bytes()).as_ref(),
             limit,
         )?;
+        // The key past the page, when there is one, is the page's oldest entry's predecessor.
         let mut items = Vec::with_capacity(keys.len());
-        for key in keys.iter().take(limit) {
+        for key in &keys {
             let bytes = self
                 .ledger
                 .get(key)?
                 .ok_or_else(|| StoreError::Corrupt("ledger key vanished".into()))?;
-            items.push(codec::decode(&bytes)?);
+            items.push(decode_entry(&bytes)?);
         }
+        fill_previous(&account.to_string(), &mut items, true);
+        items.truncate(limit);
         let next_cursor = if keys.len() > limit {
             let last = trailing_id(&keys[limit - 1])?;
             Id::from_bytes(IdKind::Transaction, &last).map(|id| id.to_string())
@@ -36,5 +42,42 @@ impl Trees {
             None
         };
         Ok(Page { items, next_cursor })
+    }
+
+    /// At most `limit` entries with a `seq` above `after`, oldest first. The account's head
+    /// says how many entries it has; they are read from whichever end of its keys is nearer,
+    /// with the one at `after` (their first one's predecessor).
+    pub(super) fn ledger_after(
+        &self,
+        account: &AccountId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerEntry>, StoreError> {
+        let total = self.funds(account)?.head.seq;
+        if after >= total || limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Positions (0-based) `first..end`: the predecessor (when `after` > 0), then the wanted.
+        let first = after.saturating_sub(1);
+        let end = total.min(after.saturating_add(limit as u64));
+        let count = usize::try_from(end - first).unwrap_or(usize::MAX);
+        let prefix = account.bytes();
+        let rows = self.ledger.scan_prefix(prefix);
+        let mut items = Vec::with_capacity(count);
+        if first <= total - end {
+            let skip = usize::try_from(first).unwrap_or(usize::MAX);
+            for item in rows.skip(skip).take(count) {
+                items.push(decode_entry(&item?.1)?);
+            }
+        } else {
+            let skip = usize::try_from(total - end).unwrap_or(usize::MAX);
+            for item in rows.rev().skip(skip).take(count) {
+                items.push(decode_entry(&item?.1)?);
+            }
+            items.reverse();
+        }
+        fill_previous(&account.to_string(), &mut items, false);
+        items.retain(|e| e.seq > after);
+        Ok(items)
     }
 }

@@ -5,7 +5,7 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
-use super::accounts::{move_money, read_balance};
+use super::accounts::{move_money, read_funds};
 use super::changes::Changes;
 use super::codec;
 use super::events::record_event;
@@ -15,7 +15,7 @@ use super::trees::Trees;
 use super::tx::{refuse, settle, tx, NineTrees, TxResult};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
-use crate::domain::money::Cents;
+use crate::domain::chain::Funds;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::time::Millis;
 use crate::store::writes::OrderChange;
@@ -80,11 +80,11 @@ impl<'a> ChangeView<'a> {
         }
     }
 
-    /// The order and the account's balance a decision reads.
-    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, Cents), R> {
+    /// The order and the account's balance and ledger head a decision reads.
+    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, Funds), R> {
         Ok((
             read_order(self.orders, order)?,
-            read_balance(self.balances, account)?,
+            read_funds(self.balances, account)?,
         ))
     }
 
@@ -223,8 +223,8 @@ impl Trees {
             let view = ChangeView::of(trees, &self.changes);
             view.keys
                 .require_free(&account, request.claim(), C::key_taken(None))?;
-            let (order, balance) = view.read(request.order(), &account)?;
-            let decided = match request.decide(order, balance, &stamp) {
+            let (order, funds) = view.read(request.order(), &account)?;
+            let decided = match request.decide(order, funds, &stamp) {
                 Ok(Ok(decided)) => decided,
                 Ok(Err(refused)) => return refuse(refused),
                 // Caught by the writer and answered as a corrupt store.

@@ -10,6 +10,7 @@
 mod accounts;
 mod backup;
 mod catalog;
+mod chained;
 mod changes;
 mod codec;
 mod compression;
@@ -44,6 +45,7 @@ use crate::bounds::{
     Deadline, MAX_READS_IN_FLIGHT, PROBE_TIMEOUT, READ_THREADS, WRITES_FLOWING_WITHIN,
 };
 use crate::domain::account::{Account, ApiKeyRecord};
+use crate::domain::chain::Funds;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, OrderId};
@@ -112,6 +114,7 @@ pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
     upgrade::check_layout(&trees)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;
+    chained::chain_unchained(&trees, &options.path)?;
     // Ids and times never go back past what the store holds, whatever the clock says now.
     crate::domain::time::never_before(trees.newest_time()?);
     let known_keys = trees.api_key_hashes()?;
@@ -343,9 +346,9 @@ impl Store for SledStore {
         self.settled(deadline, account, Stripe::profile(&id)).await
     }
 
-    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Cents, StoreError> {
-        let balance = self.read(deadline, move |t| t.balance(&id)).await?;
-        self.settled(deadline, balance, Stripe::account(&id)).await
+    async fn balance(&self, deadline: Deadline, id: AccountId) -> Result<Funds, StoreError> {
+        let funds = self.read(deadline, move |t| t.funds(&id)).await?;
+        self.settled(deadline, funds, Stripe::account(&id)).await
     }
 
     async fn create_account(&self, deadline: Deadline, account: Account) -> Result<(), StoreError> {
@@ -565,6 +568,20 @@ impl Store for SledStore {
             .read(deadline, move |t| t.ledger_page(&account, before, limit))
             .await?;
         self.settled(deadline, page, Stripe::account(&account))
+            .await
+    }
+
+    async fn ledger_after(
+        &self,
+        deadline: Deadline,
+        account: AccountId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerEntry>, StoreError> {
+        let entries = self
+            .read(deadline, move |t| t.ledger_after(&account, after, limit))
+            .await?;
+        self.settled(deadline, entries, Stripe::account(&account))
             .await
     }
 

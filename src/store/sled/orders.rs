@@ -40,7 +40,7 @@ impl Trees {
     fn order_view(&self, wants: &Wants) -> Result<OrderView, StoreError> {
         let mut view = OrderView::default();
         for account in &wants.accounts {
-            view.balances.insert(*account, self.balance(account)?);
+            view.balances.insert(*account, self.funds(account)?);
         }
         for (account, key) in &wants.keys {
             if let Some(row) = self.replay_lookup(account, key)? {
@@ -175,7 +175,11 @@ mod tests {
         let (rich, poor) = (Account::for_tests(0), Account::for_tests(0));
         for (who, balance) in [(&rich, Cents(10)), (&poor, Cents(1))] {
             trees.create_account(who).unwrap();
-            let encoded = codec::encode(&balance).unwrap();
+            let funds = crate::domain::chain::Funds {
+                available: balance,
+                ..crate::domain::chain::Funds::empty(&who.id.to_string())
+            };
+            let encoded = super::super::chained::encode_funds(&funds).unwrap();
             trees.balances.insert(who.id.bytes(), encoded).unwrap();
         }
         let orders = [
@@ -197,8 +201,9 @@ mod tests {
         assert!(outcomes[2].is_ok());
         assert!(matches!(outcomes[3], Err(OrderRefusal::KeyTaken(Some(_)))));
         assert!(matches!(outcomes[4], Err(OrderRefusal::Shortfall(_))));
-        assert_eq!(trees.balance(&rich.id).unwrap(), Cents(1));
-        assert_eq!(trees.balance(&poor.id).unwrap(), Cents(1));
+        assert_eq!(trees.funds(&rich.id).unwrap().available, Cents(1));
+        assert_eq!(trees.funds(&poor.id).unwrap().head.seq, 0);
+        assert_eq!(trees.funds(&rich.id).unwrap().head.seq, 2);
         assert_eq!(trees.orders.len(), 2, "only the two accepted orders exist");
         assert_eq!(trees.ledger.len(), 2, "one charge per accepted order");
         assert_eq!(trees.idem_keys.len(), 2, "refused orders took no key");

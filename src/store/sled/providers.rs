@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use sled::Transactional;
 
-use super::accounts::{move_money, read_balance};
+use super::accounts::{move_money, read_funds};
 use super::codec;
 use super::spooled::Spooled;
 use super::trees::Trees;
@@ -46,8 +46,8 @@ impl Trees {
                 if tx(payments.get(&key))?.is_some() {
                     return Ok(Recorded::Duplicate);
                 }
-                let balance = read_balance(balances, &account)?;
-                let (entry, record) = match credit.decide(balance, &txn_id, now) {
+                let funds = read_funds(balances, &account)?;
+                let (entry, record) = match credit.decide(funds, &txn_id, now) {
                     Ok(decided) => decided,
                     Err(refused) => return refuse(refused),
                 };

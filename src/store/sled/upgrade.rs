@@ -120,7 +120,7 @@ pub(super) fn merge_split_key_rows(trees: &Trees, data_dir: &Path) -> Result<(),
 /// Makes what the upgrade wrote durable as a group commit does (`writer.rs`): sled's flush,
 /// then the data file's fdatasync (sled's flush alone does not reach the disk's cache; sled
 /// synced its blob files as it wrote them).
-fn durable(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
+pub(super) fn durable(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
     let failed = |what: &str, e: std::io::Error| StoreError::Failed(format!("{what}: {e}"));
     trees.db.flush()?;
     File::open(data_dir.join("db"))

@@ -19,6 +19,7 @@ mod spool_out;
 use std::collections::HashMap;
 
 use super::accounts::{decode_key, encode_key};
+use super::chained::{decode_entry, encode_entry};
 use super::codec;
 use super::events::{event_id, outbox_key};
 use super::keys::{child_key, expiry_key, external_prefix};
@@ -29,7 +30,6 @@ use crate::domain::account::Account;
 use crate::domain::event::{Delivery, DeliveryLog, Event};
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind};
-use crate::domain::ledger::LedgerEntry;
 use crate::domain::money::Cents;
 use crate::domain::order::{Order, OrderStatus, Refund};
 use crate::domain::product::Product;
@@ -89,7 +89,7 @@ impl Trees {
                         .ok_or_else(|| StoreError::Corrupt("bad ledger id".into()))?;
                     self.ledger.insert(
                         child_key(&account.bytes(), &txn.bytes()),
-                        codec::encode(entry)?,
+                        encode_entry(entry)?,
                     )?;
                 }
                 Record::Refund(refund) => {
@@ -248,7 +248,7 @@ fn record(
         Spooled::Order => Record::Order(codec::decode::<Order>(value)?),
         Spooled::Ledger => Record::Ledger {
             account: account_of(key)?,
-            entry: codec::decode::<LedgerEntry>(value)?,
+            entry: decode_entry(value)?,
         },
         Spooled::Refund => Record::Refund(codec::decode::<Refund>(value)?),
         Spooled::Event => Record::Event(codec::decode::<Event>(value)?),
