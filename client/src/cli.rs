@@ -85,6 +85,16 @@ enum Command {
         /// The intent id (all intents when absent).
         intent: Option<String>,
     },
+    /// Verify the account's ledger as a chain onto what this client verified before (kept
+    /// beside the journal): one JSON line with the head; exit 3 on a divergence.
+    Ledger {
+        /// The account's id (acc_…), which every entry's hash covers.
+        #[arg(long, env = "ORDERLY_CLIENT_ACCOUNT")]
+        account: String,
+        /// Fetch and verify every entry again, each kept one against its kept hash.
+        #[arg(long)]
+        from_start: bool,
+    },
     /// Receive orderly's signed callbacks and run CMD once per event.
     Receive {
         /// Address to listen on, e.g. 127.0.0.1:8081.
@@ -111,6 +121,13 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    if let Command::Ledger {
+        account,
+        from_start,
+    } = &cli.command
+    {
+        return ledger(&cli.settings, account, *from_start);
+    }
     let result = match cli.command {
         Command::Place { intent, basket } => place(&cli.settings, &intent, &basket),
         Command::Resume => resume(&cli.settings),
@@ -121,6 +138,7 @@ pub fn run() -> ExitCode {
             inbox,
             command,
         } => crate::receive::run(&listen, &secret, &inbox, command).map(|()| Vec::new()),
+        Command::Ledger { .. } => unreachable!("answered above"),
     };
     match result {
         Ok(outcomes) => {
@@ -132,6 +150,43 @@ pub fn run() -> ExitCode {
             } else {
                 ExitCode::from(1)
             }
+        }
+        Err(Failure::Usage(message)) => {
+            eprintln!("orderly-client: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(message)) => {
+            eprintln!("orderly-client: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `ledger`: the verified head as one JSON line (exit 0); a divergence as one JSON line
+/// `{"account","divergence":{"firstSeq","what"}}` (exit 3); anything else on stderr (exit 1,
+/// or 2 for bad usage).
+fn ledger(settings: &Settings, account: &str, from_start: bool) -> ExitCode {
+    let verified = client(settings).map(|c| c.verify_ledger(account, from_start));
+    match verified {
+        Ok(Ok(head)) => {
+            println!("{}", serde_json::to_string(&head).expect("a head serializes"));
+            ExitCode::SUCCESS
+        }
+        Ok(Err(orderly_client::LedgerError::Divergence {
+            account,
+            first_seq,
+            what,
+        })) => {
+            let line = serde_json::json!({
+                "account": account,
+                "divergence": {"firstSeq": first_seq, "what": what},
+            });
+            println!("{line}");
+            ExitCode::from(3)
+        }
+        Ok(Err(other)) => {
+            eprintln!("orderly-client: {other}");
+            ExitCode::from(1)
         }
         Err(Failure::Usage(message)) => {
             eprintln!("orderly-client: {message}");

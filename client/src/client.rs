@@ -96,6 +96,10 @@ impl Client {
         &self.config
     }
 
+    pub(crate) fn agent(&self) -> &ureq::Agent {
+        &self.agent
+    }
+
     /// Journals the intent (fsynced) before anything is sent, then places it. An intent that
     /// is already finished answers its journaled outcome and sends nothing; the same intent
     /// with another basket is `IntentChanged` and sends nothing.

@@ -24,6 +24,8 @@ mod fuzz;
 mod hardening;
 mod instances;
 mod key_ends;
+mod ledger_chain;
+mod ledger_verify;
 mod lifecycle;
 mod money_edges;
 mod operations;

@@ -124,10 +124,14 @@ async fn the_balance_has_the_documented_shape() {
     let app = spawn_app().await;
     let p = app.partner_with_balance(1234).await;
     let body = app.get_json(&p.api_key, "/b2b/balance").await;
+    let head = body["ledgerHead"]["hash"].as_str().unwrap().to_string();
     assert_eq!(
         body,
-        json!({"success": true, "balance": {"available": 1234, "creditLimit": 0, "currency": "USD"}})
+        json!({"success": true, "balance": {"available": 1234, "creditLimit": 0, "currency": "USD"},
+               "ledgerHead": {"seq": 1, "hash": head}})
     );
+    assert_eq!(head.len(), 64);
+    assert!(head.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
 }
 
 #[tokio::test]

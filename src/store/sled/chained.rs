@@ -47,9 +47,10 @@ pub(super) fn funds_of(account: &AccountId, stored: Option<&[u8]>) -> Result<Fun
     }
 }
 
-/// An entry's stored bytes: the entry, then its `seq` and `hash`.
+/// An entry's stored bytes: the entry, then its `seq` and `hash` (nothing for one not chained
+/// yet: restored from a backup of a build before chained ledgers).
 pub(super) fn encode_entry(entry: &LedgerEntry) -> Result<Vec<u8>, CodecError> {
-    let link: Link = Some((entry.seq, entry.hash));
+    let link: Link = (entry.seq != 0).then_some((entry.seq, entry.hash));
     codec::encode_extended(entry, &link)
 }
 
