@@ -335,6 +335,108 @@ fn s(v: &Value, k: &str) -> String {
     v[k].as_str().unwrap_or("").to_string()
 }
 
+/// Every ledger head a balance of account `idx` answered is on its final chain (the entry of
+/// its seq has its hash), unless a rewind may have undone it (then counted in `lost`).
+fn heads_on_the_chain(
+    ctx: &Arc<Ctx>,
+    idx: usize,
+    d: &AccountData,
+    rw: &Rewinds,
+    lost: &mut u64,
+) {
+    let heads: Vec<crate::state::SeenHead> = {
+        let all = ctx.state.heads.lock().unwrap();
+        all.0.iter().filter(|h| h.account == idx).cloned().collect()
+    };
+    let oldest_first: Vec<&Value> = d.ledger.iter().rev().collect();
+    for head in heads {
+        ctx.check();
+        let on_chain = match head.seq {
+            0 => true,
+            seq => oldest_first
+                .get(seq as usize - 1)
+                .is_some_and(|e| e["hash"].as_str() == Some(head.hash.as_str())),
+        };
+        if on_chain {
+            continue;
+        }
+        if rw.at_risk(head.span) {
+            *lost += 1;
+        } else {
+            ctx.violation(
+                "ledger-head-lost",
+                &format!(
+                    "account {}: a balance answered at {:?} had ledgerHead seq {} hash {}, not on the final chain ({} entries)",
+                    d.id, head.span, head.seq, head.hash, oldest_first.len()
+                ),
+            );
+        }
+    }
+}
+
+fn chain_field(hasher: &mut Sha256, text: &str) {
+    hasher.update((text.len() as u32).to_be_bytes());
+    hasher.update(text.as_bytes());
+}
+
+fn chain_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first account's ledger entry (oldest first) that is not the next link of the chain:
+/// its `seq` the next, its `previousHash` the hash before (the genesis of the account for the
+/// first), its `hash` what the documented encoding gives. Entries an earlier build wrote
+/// (rolling-upgrade) have no chain yet, and may only be the newest.
+pub fn chain_break(account: &str, oldest_first: &[&Value]) -> Option<String> {
+    let mut hasher = Sha256::new();
+    for text in ["orderly-ledger-v1", "genesis", account] {
+        chain_field(&mut hasher, text);
+    }
+    let mut previous = chain_hex(&hasher.finalize());
+    let mut unchained_from = None;
+    for (i, x) in oldest_first.iter().enumerate() {
+        let id = s(x, "id");
+        if x["seq"].is_null() {
+            unchained_from.get_or_insert(i);
+            continue;
+        }
+        if let Some(first) = unchained_from {
+            return Some(format!(
+                "entry {id} (seq {}) is chained after an entry without a chain ({} from the oldest)",
+                x["seq"], first + 1
+            ));
+        }
+        if x["seq"].as_u64() != Some(i as u64 + 1) {
+            return Some(format!("entry {id} is seq {}, the {}th entry", x["seq"], i + 1));
+        }
+        if x["previousHash"].as_str() != Some(previous.as_str()) {
+            return Some(format!("entry {id} (seq {}) does not link to the hash before it", i + 1));
+        }
+        let mut hasher = Sha256::new();
+        let number = |name: &str| x[name].as_i64().map(|n| n.to_string()).unwrap_or_default();
+        for text in [
+            "orderly-ledger-v1".to_string(),
+            account.to_string(),
+            id.clone(),
+            (i + 1).to_string(),
+            number("amount"),
+            s(x, "reason"),
+            s(x, "reference"),
+            number("balanceAfter"),
+            s(x, "createdAt"),
+            previous.clone(),
+        ] {
+            chain_field(&mut hasher, &text);
+        }
+        let hash = chain_hex(&hasher.finalize());
+        if x["hash"].as_str() != Some(hash.as_str()) {
+            return Some(format!("entry {id} (seq {}): its hash is not what its fields give", i + 1));
+        }
+        previous = hash;
+    }
+    None
+}
+
 pub fn check_account(d: &AccountData, e: &Expected) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut f = |check: &'static str, detail: String| {
@@ -385,6 +487,10 @@ pub fn check_account(d: &AccountData, e: &Expected) -> Vec<Finding> {
             );
             break;
         }
+    }
+    // The chain (docs/api.md "Verifying your ledger"), each hash recomputed here.
+    if let Some(detail) = chain_break(&d.id, &oldest_first) {
+        f("ledger-hash-chain", detail);
     }
     // Entries by reason and reference.
     let mut by: HashMap<(String, String), Vec<i64>> = HashMap::new();
@@ -674,6 +780,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
     let rw = ctx.state.rewinds();
     // What the store holds after the run, for the count of what the rewinds undid.
     let mut finals: HashMap<usize, AccountData> = HashMap::new();
+    let mut heads_lost = 0u64;
 
     // 1. Orders and ledgers.
     let ex = expectations(ctx);
@@ -720,6 +827,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
                 ctx.checks((d.orders.len() + d.ledger.len()) as u64 + 1);
                 let findings = check_account(&d, &e);
                 report(ctx, findings);
+                heads_on_the_chain(ctx, idx, &d, &rw, &mut heads_lost);
                 ctx.note(&format!(
                     "end: account {} ({}): {} orders, {} ledger entries, balance {}",
                     idx,
@@ -738,6 +846,14 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
             ),
         }
     }
+
+    let (seen, unkept) = {
+        let heads = ctx.state.heads.lock().unwrap();
+        (heads.0.len(), heads.1)
+    };
+    println!(
+        "torture: end: {seen} ledger heads answered ({unkept} more not kept), each on its final chain but {heads_lost} a rewind lost"
+    );
 
     // 2. Every acknowledged key, again; every key that only heard "nothing was changed" must
     // not replay (orders and credits are judged by the ledger above; cancels and refunds here).

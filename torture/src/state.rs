@@ -73,9 +73,23 @@ pub struct CursorProbe {
     pub answer: String,
 }
 
+/// A ledger head a balance answered (`ledgerHead`), to be found on the chain at the end.
+#[derive(Clone, Debug)]
+pub struct SeenHead {
+    pub account: usize,
+    pub seq: u64,
+    pub hash: String,
+    pub span: Span,
+}
+
+/// Heads kept at most: past it the rest are not kept (and counted).
+pub const MAX_SEEN_HEADS: usize = 50_000;
+
 #[derive(Default)]
 pub struct State {
     pub accounts: RwLock<Vec<Account>>,
+    /// Ledger heads answered during the run (at most `MAX_SEEN_HEADS`), and how many more.
+    pub heads: Mutex<(Vec<SeenHead>, u64)>,
     pub keys: Mutex<Keys>,
     pub revocables: Mutex<HashMap<String, Revocable>>,
     /// Account creations of the run, by name.
@@ -135,6 +149,21 @@ pub struct PrefillKey {
 }
 
 impl State {
+    /// Keeps the head a balance of `account` answered at `span`.
+    pub fn saw_head(&self, account: usize, body: &serde_json::Value, span: Span) {
+        let head = &body["ledgerHead"];
+        let (Some(seq), Some(hash)) = (head["seq"].as_u64(), head["hash"].as_str()) else {
+            return;
+        };
+        let mut heads = self.heads.lock().unwrap();
+        if heads.0.len() < MAX_SEEN_HEADS {
+            let hash = hash.to_string();
+            heads.0.push(SeenHead { account, seq, hash, span });
+        } else {
+            heads.1 += 1;
+        }
+    }
+
     pub fn account(&self, idx: usize) -> Account {
         self.accounts.read().unwrap()[idx].clone()
     }

@@ -212,6 +212,9 @@ impl Client {
                     .auth(Auth::Key(self.api_key(acc)));
                 let r = self.send(&req).await;
                 self.expect_not_auth_failure(&r, "a setup key");
+                if let (true, Some(body)) = (r.ok(), r.json()) {
+                    self.ctx.state.saw_head(acc, &body, (r.start_ms, r.end_ms));
+                }
             }
             "read.admin" => self.read_admin().await,
             "readyz" => {
