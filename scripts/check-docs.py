@@ -48,7 +48,7 @@ import doc_examples  # noqa: E402  (beside this file)
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 PAGES = ["README.md", "CHANGELOG.md", "client/README.md", "perf/README.md", "torture/README.md"]
 ROUTE_TABLE = "src/api/mod.rs"
-COMMANDS = ["serve", "stats", "restore", "migrate", "copy"]
+COMMANDS = ["serve", "stats", "restore", "migrate", "copy", "verify"]
 SERVE_TABLE = "Every flag of `orderly serve`"
 OTHER_TABLE = "Every flag of the other commands"
 # Served by the route table but not API: the console's page and its files (docs/api.md says so).

@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -41,7 +42,9 @@ INLINE = re.compile(r"(?:<!-- answer: (.+?) -->)?`(\{\"(?:success|error|detail)\
 SHELL_ANSWER = re.compile(r"^#\s*(?:(\d{3})\s+)?(\{.*\})\s*$")
 ID = re.compile(r"^([a-z]+)_[0-9a-f]{32}$")
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-RUN_SPECIFIC = [ID, TIME, re.compile(r"^gc_live_[0-9a-f]{32}$"), re.compile(r"^whsec_\S+$")]
+HASH = re.compile(r"^[0-9a-f]{64}$")
+RUN_SPECIFIC = [ID, TIME, HASH, re.compile(r"^gc_live_[0-9a-f]{32}$"), re.compile(r"^whsec_\S+$")]
+DEMO_ACCOUNT = "acc_0193a0c0000070008000000000000001"
 
 
 class Example:
@@ -210,6 +213,37 @@ def until(what, check, within=20):
         time.sleep(0.1)
 
 
+def ledger_example(server, root):
+    """docs/ledger/verify.py, as docs/api.md "Verifying your ledger" shows it, against the demo
+    partner's ledger: it verifies every entry, then nothing new, and a kept head the server's
+    history does not contain is a divergence (exit 3)."""
+    script = os.path.join(root, "docs", "ledger", "verify.py")
+    base = f"http://127.0.0.1:{server.port}"
+    with tempfile.TemporaryDirectory() as scratch:
+        state = os.path.join(scratch, "head.json")
+
+        def run():
+            done = subprocess.run([sys.executable, script, base, PARTNER, DEMO_ACCOUNT, state],
+                                  capture_output=True, text=True, timeout=60)
+            return done.returncode, done.stdout.strip()
+
+        code, out = run()
+        entries = server.send("GET", "/b2b/transactions", key=PARTNER)[1]["transactions"]
+        if code != 0 or json.loads(out)["new"] != len(entries) or len(entries) < 2:
+            raise SystemExit(f"check-docs: docs/ledger/verify.py did not verify the demo ledger: {code} {out}")
+        code, out = run()
+        if code != 0 or json.loads(out)["new"] != 0:
+            raise SystemExit(f"check-docs: docs/ledger/verify.py, run again: {code} {out}")
+        with open(state) as f:
+            head = json.load(f)
+        head["hash"] = "0" * 64
+        with open(state, "w") as f:
+            json.dump(head, f)
+        code, out = run()
+        if code != 3 or "divergence" not in out:
+            raise SystemExit(f"check-docs: docs/ledger/verify.py took a head the server never had: {code} {out}")
+
+
 def scenario(binary, root):
     """Each label's answer: (status, body), from requests against the real binary."""
     sent = {}
@@ -228,6 +262,7 @@ def scenario(binary, root):
         order = sent["order-placed"][1]["order"]["id"]
         sent["balance"] = s("GET", "/b2b/balance", key=PARTNER)
         sent["transactions"] = s("GET", "/b2b/transactions", key=PARTNER)
+        ledger_example(server, root)
         changed = dict(order_body, items=[dict(order_body["items"][0], quantity=3)])
         sent["key-reused"] = s("POST", "/b2b/orders", changed, PARTNER,
                                headers={"X-Idempotency-Key": "checkout-8812"})

@@ -90,7 +90,12 @@ pub struct VerifyArgs {
     pub(crate) data_dir: PathBuf,
     /// Or a PostgreSQL database (instances may be running on it; read in one snapshot):
     /// postgres://user:password@host:port/dbname.
-    #[arg(long, env = "ORDERLY_DATABASE_URL", hide_env_values = true, conflicts_with = "backup")]
+    #[arg(
+        long,
+        env = "ORDERLY_DATABASE_URL",
+        hide_env_values = true,
+        conflicts_with = "backup"
+    )]
     pub(crate) database_url: Option<String>,
     /// Or a backup file (from GET /admin/backup): its digest and counts are checked too.
     #[arg(long)]

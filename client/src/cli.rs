@@ -169,7 +169,10 @@ fn ledger(settings: &Settings, account: &str, from_start: bool) -> ExitCode {
     let verified = client(settings).map(|c| c.verify_ledger(account, from_start));
     match verified {
         Ok(Ok(head)) => {
-            println!("{}", serde_json::to_string(&head).expect("a head serializes"));
+            println!(
+                "{}",
+                serde_json::to_string(&head).expect("a head serializes")
+            );
             ExitCode::SUCCESS
         }
         Ok(Err(orderly_client::LedgerError::Divergence {

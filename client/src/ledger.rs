@@ -88,7 +88,12 @@ pub fn genesis_hash(account: &str) -> String {
 /// field is missing.
 pub fn entry_hash(account: &str, entry: &Value) -> Option<String> {
     let text = |name: &str| entry.get(name).and_then(Value::as_str);
-    let number = |name: &str| entry.get(name).and_then(Value::as_i64).map(|n| n.to_string());
+    let number = |name: &str| {
+        entry
+            .get(name)
+            .and_then(Value::as_i64)
+            .map(|n| n.to_string())
+    };
     let mut hasher = Sha256::new();
     for text in [
         "orderly-ledger-v1",
@@ -227,13 +232,17 @@ impl Client {
             for entry in page {
                 let seq = entry["seq"].as_u64().unwrap_or(0);
                 if seq != head.seq + 1 {
-                    return Err(self.first_difference(&book, head.seq + 1, format!(
-                        "the entry after seq {} is seq {seq}",
-                        head.seq
-                    )));
+                    return Err(self.first_difference(
+                        &book,
+                        head.seq + 1,
+                        format!("the entry after seq {} is seq {seq}", head.seq),
+                    ));
                 }
                 if entry["previousHash"].as_str() != Some(head.hash.as_str()) {
-                    let what = format!("seq {seq} no longer follows the entry kept at seq {}", head.seq);
+                    let what = format!(
+                        "seq {seq} no longer follows the entry kept at seq {}",
+                        head.seq
+                    );
                     return Err(self.first_difference(&book, seq, what));
                 }
                 if entry_hash(account, &entry).as_deref() != entry["hash"].as_str() {
@@ -266,7 +275,7 @@ impl Client {
             s if s > before.seq => fresh
                 .get((s - before.seq - 1) as usize)
                 .is_some_and(|k| k.hash == server_hash),
-            s if s == 0 => server_hash == genesis_hash(account),
+            0 => server_hash == genesis_hash(account),
             s => book.hash_at(s) == Some(server_hash.as_str()),
         };
         if !on_chain || server_seq < before.seq {
@@ -291,7 +300,10 @@ impl Client {
     fn entries_after(&self, after: u64) -> Result<Vec<Value>, LedgerError> {
         let page = self.get_json(
             "/b2b/transactions",
-            &[("afterSeq", &after.to_string()), ("limit", &PAGE.to_string())],
+            &[
+                ("afterSeq", &after.to_string()),
+                ("limit", &PAGE.to_string()),
+            ],
         )?;
         Ok(page["transactions"].as_array().cloned().unwrap_or_default())
     }
@@ -361,8 +373,7 @@ impl Client {
                 String::from_utf8_lossy(&body)
             )));
         }
-        serde_json::from_slice(&body)
-            .map_err(|e| LedgerError::Unavailable(format!("{path}: {e}")))
+        serde_json::from_slice(&body).map_err(|e| LedgerError::Unavailable(format!("{path}: {e}")))
     }
 }
 

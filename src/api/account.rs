@@ -37,7 +37,7 @@ pub(crate) async fn balance(
 
 #[utoipa::path(
     get, path = "/b2b/transactions", tag = "account", summary = "List ledger entries, newest first (or, with afterSeq, those after a seq, oldest first)",
-    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page"), ("afterSeq" = Option<u64>, Query, minimum = 0, description = "Only the entries whose seq is greater, oldest first, at most limit of them (nextCursor is then null: ask again with the last seq)")),
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page"), ("afterSeq" = Option<u64>, Query, minimum = 0, maximum = 9223372036854775807_i64, description = "Only the entries whose seq is greater, oldest first, at most limit of them (nextCursor is then null: ask again with the last seq)")),
     responses((status = 200, description = "The ledger, newest first; it sums to the balance", body = TransactionList)),
     security(("api_key" = []))
 )]

@@ -67,7 +67,7 @@ pub(crate) async fn account_orders(
 
 #[utoipa::path(
     get, path = "/admin/accounts/{id}/transactions", tag = "admin", summary = "List an account's ledger, newest first (or, with afterSeq, those after a seq, oldest first)",
-    params(("id" = String, Path, description = "acc_…"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page"), ("afterSeq" = Option<u64>, Query, minimum = 0, description = "Only the entries whose seq is greater, oldest first")),
+    params(("id" = String, Path, description = "acc_…"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 50)"), ("cursor" = Option<String>, Query, description = "nextCursor of the previous page"), ("afterSeq" = Option<u64>, Query, minimum = 0, maximum = 9223372036854775807_i64, description = "Only the entries whose seq is greater, oldest first")),
     responses((status = 200, description = "As GET /b2b/transactions lists them", body = TransactionList), (status = 404, description = "account_not_found", body = ErrorEnvelope)),
     security(("admin_token" = []))
 )]

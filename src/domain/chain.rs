@@ -170,7 +170,10 @@ pub(crate) enum Break {
     /// Its `hash` is not what its fields and `previousHash` give.
     Hash,
     /// Its `balanceAfter` is not the balance before it plus its amount.
-    BalanceAfter { expected: Option<Cents>, found: Cents },
+    BalanceAfter {
+        expected: Option<Cents>,
+        found: Cents,
+    },
 }
 
 impl std::fmt::Display for Break {
@@ -281,11 +284,7 @@ mod tests {
         let mut funds = Funds::empty(account);
         let mut chain = Vec::new();
         for (i, amount) in [100i64, -30, 5].into_iter().enumerate() {
-            let mut e = entry(
-                &format!("txn_{i}"),
-                amount,
-                funds.available.0 + amount,
-            );
+            let mut e = entry(&format!("txn_{i}"), amount, funds.available.0 + amount);
             link(account, &funds.head, &mut e);
             assert!(check(account, &funds, &e).is_empty());
             funds = Funds::after(&e);

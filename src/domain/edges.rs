@@ -296,7 +296,13 @@ fn a_cancel_whose_return_would_not_fit_is_refused_and_one_that_just_fits_is_made
     let order = processing(&who, 999);
     let near_max = Cents(i64::MAX - 998);
     assert_eq!(
-        cancel(Some(order.clone()), who.id, holding(&who, near_max), &stamp()).unwrap_err(),
+        cancel(
+            Some(order.clone()),
+            who.id,
+            holding(&who, near_max),
+            &stamp()
+        )
+        .unwrap_err(),
         CancelRefused::BalanceTooLarge
     );
     let change = cancel(

@@ -7,10 +7,10 @@
 //! commit (`Stamp`). It returns the rows to write or the refusal, which writes nothing. The
 //! engines only read, call and write.
 
+use super::chain::Funds;
 use super::event::{Delivery, Event, EventKind};
 use super::ids::{AccountId, Id};
 use super::invariant;
-use super::chain::Funds;
 use super::ledger::{LedgerEntry, LedgerReason, Movement};
 use super::money::Cents;
 use super::order::{Order, OrderStatus, Refund};
@@ -347,12 +347,26 @@ mod tests {
         let account = AccountId::new();
         let open = order(account, 5, OrderStatus::Processing, None);
         assert_eq!(
-            refund(Some(open), account, holding(account, 0), ask(None), &stamp(1)).unwrap_err(),
+            refund(
+                Some(open),
+                account,
+                holding(account, 0),
+                ask(None),
+                &stamp(1)
+            )
+            .unwrap_err(),
             RefundRefused::NotRefundable(OrderStatus::Processing)
         );
         let done = order(account, 5, OrderStatus::Completed, None);
         assert_eq!(
-            refund(Some(done), account, holding(account, 0), ask(Some(0)), &stamp(1)).unwrap_err(),
+            refund(
+                Some(done),
+                account,
+                holding(account, 0),
+                ask(Some(0)),
+                &stamp(1)
+            )
+            .unwrap_err(),
             RefundRefused::ExceedsRemaining {
                 remaining: Cents(5)
             }

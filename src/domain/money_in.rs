@@ -1,10 +1,10 @@
 //! Money coming in (an admin credit, a provider's payment): the one ledger entry it makes,
 //! checked by `invariant.rs` before anything writes it.
 
-use super::ids::Id;
-use super::invariant;
 use super::chain::Funds;
 use super::ids::AccountId;
+use super::ids::Id;
+use super::invariant;
 use super::ledger::{LedgerEntry, LedgerReason, Movement};
 use super::money::Cents;
 use super::time::Millis;
@@ -74,7 +74,12 @@ mod tests {
         };
         let entry = money_in(account, five, credit(7), &txn, 3).unwrap();
         assert_eq!(
-            (entry.amount, entry.balance_after, entry.created_at, entry.seq),
+            (
+                entry.amount,
+                entry.balance_after,
+                entry.created_at,
+                entry.seq
+            ),
             (Cents(7), Cents(12), 3, 1)
         );
         assert_eq!(entry.previous_hash, empty.head.hash);

@@ -5,9 +5,9 @@
 use super::account::{debit, Account, Shortfall};
 use super::basket::{price_basket, BasketRejection, RequestedLine};
 use super::callback_url::CallbackUrl;
+use super::chain::Funds;
 use super::ids::{Id, OrderId};
 use super::invariant;
-use super::chain::Funds;
 use super::ledger::{LedgerEntry, LedgerReason, Movement};
 use super::money::Cents;
 use super::order::{Order, OrderStatus};

@@ -65,7 +65,11 @@ impl LedgerCheck {
         if self.current.as_ref().map(|(a, _, _)| *a) != Some(account) {
             self.end_account();
             if self.ended.contains_key(&account) {
-                self.named(&account.to_string(), entry.seq, "its entries are not together");
+                self.named(
+                    &account.to_string(),
+                    entry.seq,
+                    "its entries are not together",
+                );
             }
             let text = account.to_string();
             let empty = Funds::empty(&text);
@@ -140,7 +144,11 @@ impl LedgerCheck {
         let mut orphans: Vec<_> = std::mem::take(&mut self.ended).into_keys().collect();
         orphans.sort();
         for account in orphans {
-            self.named(&account.to_string(), 0, "entries of an account there is none of");
+            self.named(
+                &account.to_string(),
+                0,
+                "entries of an account there is none of",
+            );
         }
         self.report
     }
@@ -229,12 +237,18 @@ mod tests {
         let mut swapped = whole.clone();
         swapped.swap(1, 2);
         let report = walk(&a, 127, &swapped);
-        assert!(report.breaks.iter().any(|b| b.contains("seq 3: seq is 3, expected 2")));
+        assert!(report
+            .breaks
+            .iter()
+            .any(|b| b.contains("seq 3: seq is 3, expected 2")));
         // One dropped from the middle.
         let mut gap = whole.clone();
         gap.remove(1);
         let report = walk(&a, 127, &gap);
-        assert!(report.breaks.iter().any(|b| b.contains("seq 3: seq is 3, expected 2")));
+        assert!(report
+            .breaks
+            .iter()
+            .any(|b| b.contains("seq 3: seq is 3, expected 2")));
     }
 
     #[test]

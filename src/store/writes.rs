@@ -3,10 +3,10 @@
 //! the rows it returns. Each wraps the decision in `domain/` with what the port adds to it:
 //! the 200 body (rendered by the request) and the key's row that stores it.
 
+use crate::domain::chain::Funds;
 use crate::domain::ids::{AccountId, Id, OrderId};
 use crate::domain::ledger::{LedgerEntry, LedgerReason};
 use crate::domain::lifecycle::{self, Change, Stamp};
-use crate::domain::chain::Funds;
 use crate::domain::money_in::{money_in, Incoming};
 use crate::domain::order::{BalanceView, Order};
 use crate::domain::time::Millis;

@@ -113,8 +113,14 @@ async fn every_entry_is_chained_by_the_documented_encoding_from_its_accounts_gen
     let p = every_kind_of_entry(&app).await;
 
     let entries = chain(&app, &p).await;
-    let reasons: Vec<&str> = entries.iter().map(|e| e["reason"].as_str().unwrap()).collect();
-    assert_eq!(reasons, ["credit", "order", "order", "order", "cancel", "refund"]);
+    let reasons: Vec<&str> = entries
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["credit", "order", "order", "order", "cancel", "refund"]
+    );
     let mut previous = genesis(&p.account_id);
     for (i, entry) in entries.iter().enumerate() {
         assert_eq!(entry["seq"], i as u64 + 1);
@@ -208,7 +214,10 @@ async fn an_after_seq_that_is_not_a_whole_number_or_comes_with_a_cursor_is_a_422
         ("afterSeq=1.5", "afterSeq"),
         ("afterSeq=", "afterSeq"),
         ("afterSeq=9223372036854775808", "afterSeq"),
-        ("afterSeq=1&cursor=txn_0190a1b2c3d4e5f60718293a4b5c6d7e", "cursor"),
+        (
+            "afterSeq=1&cursor=txn_0190a1b2c3d4e5f60718293a4b5c6d7e",
+            "cursor",
+        ),
     ] {
         let resp = app
             .get(&p.api_key, &format!("/b2b/transactions?{query}"))

@@ -102,7 +102,9 @@ fn plant_in_sled(dir: &Path, account: &str, what: Plant) {
             .use_compression(compressed)
             .open()
     };
-    let db = open(true).or_else(|_| open(false)).expect("the stopped store opens");
+    let db = open(true)
+        .or_else(|_| open(false))
+        .expect("the stopped store opens");
     let ledger = db.open_tree("ledger").unwrap();
     let id = account.strip_prefix("acc_").unwrap();
     let prefix: Vec<u8> = (0..16)
@@ -150,15 +152,24 @@ async fn verify_passes_on_what_the_server_wrote_and_on_its_backup() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, &backup).unwrap();
-    assert_eq!(app.assert_ledger_matches_balance(&p.api_key).await, 10_000 - 4 * 999);
+    assert_eq!(
+        app.assert_ledger_matches_balance(&p.api_key).await,
+        10_000 - 4 * 999
+    );
 
     let (code, out) = verify(&["--backup", &file.display().to_string()]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("verified 1 account(s), 5 ledger entries"), "{out}");
+    assert!(
+        out.contains("verified 1 account(s), 5 ledger entries"),
+        "{out}"
+    );
     let (code, out) = verify_store(&mut app);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("5 ledger entries"), "{out}");
-    assert!(out.trim_end().ends_with("every chain and balance holds"), "{out}");
+    assert!(
+        out.trim_end().ends_with("every chain and balance holds"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -174,7 +185,11 @@ async fn verify_names_an_entry_rewritten_in_the_store_by_account_and_seq() {
         p.account_id
     );
     assert!(out.lines().any(|l| l == line), "{out}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("account ")).count(), 1, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("account ")).count(),
+        1,
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -193,10 +208,15 @@ async fn verify_names_two_entries_that_traded_places() {
     // The two, and at most the link after them (sled's swap moves whole entries, so the
     // fourth follows another entry than the one it hashed).
     assert!(
-        named.iter().all(|l| ["seq 2:", "seq 3:", "seq 4:"].iter().any(|s| l.contains(s))),
+        named
+            .iter()
+            .all(|l| ["seq 2:", "seq 3:", "seq 4:"].iter().any(|s| l.contains(s))),
         "only the entries around the swap are named: {out}"
     );
-    assert!(named[0].contains("seq 2:") || named[0].contains("seq 3:"), "{out}");
+    assert!(
+        named[0].contains("seq 2:") || named[0].contains("seq 3:"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ mod hardening;
 mod instances;
 mod key_ends;
 mod ledger_chain;
+mod ledger_upgrade;
 mod ledger_verify;
 mod lifecycle;
 mod money_edges;

@@ -131,7 +131,9 @@ async fn the_balance_has_the_documented_shape() {
                "ledgerHead": {"seq": 1, "hash": head}})
     );
     assert_eq!(head.len(), 64);
-    assert!(head.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    assert!(head
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
 }
 
 #[tokio::test]

@@ -33,7 +33,10 @@ async fn a_cancel_returns_the_whole_total_once_and_emits_one_event(store: &dyn S
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 1_000);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        1_000
+    );
     let again = store
         .cancel_order(soon(), cancel(&account, id))
         .await
@@ -84,7 +87,15 @@ async fn another_accounts_order_is_not_found(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(refunded.unwrap_err(), RefundRefusal::NotFound);
-    assert_eq!(store.balance(soon(), stranger.id).await.unwrap().available.0, 1_000);
+    assert_eq!(
+        store
+            .balance(soon(), stranger.id)
+            .await
+            .unwrap()
+            .available
+            .0,
+        1_000
+    );
 }
 
 async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: &dyn Store) {
@@ -142,7 +153,10 @@ async fn a_completed_order_is_refunded_in_parts_never_past_what_was_paid(store: 
         .unwrap();
     let done = store.order(soon(), id).await.unwrap().unwrap();
     assert_eq!((done.refunded.0, done.total.0), (500, 500));
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 1_000);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        1_000
+    );
     let entries = ledger(store, &account).await;
     assert_eq!(entries.iter().map(|e| e.amount.0).sum::<i64>(), 1_000);
 }

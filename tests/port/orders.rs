@@ -127,7 +127,10 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .is_none());
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 150);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        150
+    );
     assert_eq!(ledger(store, &account).await.len(), 1, "only the credit");
     // The same key is a first use once the money is there.
     store
@@ -140,7 +143,10 @@ async fn a_refused_order_writes_nothing_and_leaves_its_key_free(store: &dyn Stor
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 0);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        0
+    );
 }
 
 async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store: &dyn Store) {
@@ -153,7 +159,10 @@ async fn concurrent_orders_of_one_account_never_spend_the_same_money_twice(store
         .filter(|o| matches!(o, Ok(Err(OrderRefusal::Shortfall(_)))))
         .count();
     assert_eq!((accepted, short), (10, 15), "{outcomes:?}");
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 0);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        0
+    );
     let entries = ledger(store, &account).await;
     assert_eq!(entries.len(), 11, "one credit and ten charges");
     let mut running: Vec<i64> = entries.iter().map(|e| e.balance_after.0).collect();

@@ -145,6 +145,9 @@ async fn a_provider_payment_repeated_concurrently_credits_once(store: &dyn Store
         .filter(|o| matches!(o, Ok(Ok(Recorded::Duplicate))))
         .count();
     assert_eq!((credited, duplicate), (1, 9), "{outcomes:?}");
-    assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, 700);
+    assert_eq!(
+        store.balance(soon(), account.id).await.unwrap().available.0,
+        700
+    );
     assert_eq!(ledger(store, &account).await.len(), 1);
 }

@@ -39,7 +39,10 @@ async fn every_read_made_after_a_write_answered_shows_all_of_it(store: &dyn Stor
             .unwrap()
             .expect("the order is there");
         assert_eq!(order.status, OrderStatus::Processing);
-        assert_eq!(store.balance(soon(), account.id).await.unwrap().available.0, left);
+        assert_eq!(
+            store.balance(soon(), account.id).await.unwrap().available.0,
+            left
+        );
         let newest = store
             .ledger_page(soon(), account.id, None, 1)
             .await

@@ -337,13 +337,7 @@ fn s(v: &Value, k: &str) -> String {
 
 /// Every ledger head a balance of account `idx` answered is on its final chain (the entry of
 /// its seq has its hash), unless a rewind may have undone it (then counted in `lost`).
-fn heads_on_the_chain(
-    ctx: &Arc<Ctx>,
-    idx: usize,
-    d: &AccountData,
-    rw: &Rewinds,
-    lost: &mut u64,
-) {
+fn heads_on_the_chain(ctx: &Arc<Ctx>, idx: usize, d: &AccountData, rw: &Rewinds, lost: &mut u64) {
     let heads: Vec<crate::state::SeenHead> = {
         let all = ctx.state.heads.lock().unwrap();
         all.0.iter().filter(|h| h.account == idx).cloned().collect()
@@ -407,10 +401,17 @@ pub fn chain_break(account: &str, oldest_first: &[&Value]) -> Option<String> {
             ));
         }
         if x["seq"].as_u64() != Some(i as u64 + 1) {
-            return Some(format!("entry {id} is seq {}, the {}th entry", x["seq"], i + 1));
+            return Some(format!(
+                "entry {id} is seq {}, the {}th entry",
+                x["seq"],
+                i + 1
+            ));
         }
         if x["previousHash"].as_str() != Some(previous.as_str()) {
-            return Some(format!("entry {id} (seq {}) does not link to the hash before it", i + 1));
+            return Some(format!(
+                "entry {id} (seq {}) does not link to the hash before it",
+                i + 1
+            ));
         }
         let mut hasher = Sha256::new();
         let number = |name: &str| x[name].as_i64().map(|n| n.to_string()).unwrap_or_default();
@@ -430,7 +431,10 @@ pub fn chain_break(account: &str, oldest_first: &[&Value]) -> Option<String> {
         }
         let hash = chain_hex(&hasher.finalize());
         if x["hash"].as_str() != Some(hash.as_str()) {
-            return Some(format!("entry {id} (seq {}): its hash is not what its fields give", i + 1));
+            return Some(format!(
+                "entry {id} (seq {}): its hash is not what its fields give",
+                i + 1
+            ));
         }
         previous = hash;
     }

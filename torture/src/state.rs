@@ -158,7 +158,12 @@ impl State {
         let mut heads = self.heads.lock().unwrap();
         if heads.0.len() < MAX_SEEN_HEADS {
             let hash = hash.to_string();
-            heads.0.push(SeenHead { account, seq, hash, span });
+            heads.0.push(SeenHead {
+                account,
+                seq,
+                hash,
+                span,
+            });
         } else {
             heads.1 += 1;
         }

@@ -9,6 +9,7 @@ mod crash;
 mod funds;
 mod horizon;
 mod intents;
+mod ledger;
 mod lossy;
 mod policy;
 mod receive;

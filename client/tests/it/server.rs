@@ -64,7 +64,49 @@ impl Server {
     /// Starts orderly with a generous rate limit and slow fulfillment unless `extra` says
     /// otherwise.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_in(tempfile::tempdir().expect("temp dir"), extra)
+    }
+
+    /// A server on the store `orderly restore` makes of `backup` (the same accounts, keys and
+    /// ledgers, as far as the backup says).
+    pub fn restored(backup: &str) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
+        let file = data.path().join("orderly.backup");
+        std::fs::write(&file, backup).unwrap();
+        let out = Command::new(orderly_bin())
+            .args(["restore", "--from"])
+            .arg(&file)
+            .arg("--data-dir")
+            .arg(data.path().join("db"))
+            .env_remove("ORDERLY_DATA_DIR")
+            .env_remove("ORDERLY_DATABASE_URL")
+            .output()
+            .expect("orderly restore runs");
+        assert!(
+            out.status.success(),
+            "orderly restore: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Server::start_in(data, &[])
+    }
+
+    /// `GET /admin/backup`, whole.
+    pub fn backup(&self) -> String {
+        let mut response = agent()
+            .get(format!("{}/admin/backup", self.url))
+            .header("Authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .call()
+            .expect("a backup");
+        assert_eq!(response.status().as_u16(), 200);
+        response
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .unwrap()
+    }
+
+    fn start_in(data: tempfile::TempDir, extra: &[&str]) -> Server {
         let mut args: Vec<String> = [
             "serve",
             "--listen",

@@ -25,10 +25,10 @@ pub(super) use queue::{Pending, Queue};
 
 use std::collections::HashMap;
 
+use crate::domain::chain::Funds;
 use crate::domain::idempotency_key::IdempotencyKey;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::ledger::LedgerEntry;
-use crate::domain::chain::Funds;
 use crate::domain::order::Order;
 use crate::domain::placing::{place, OrderStamp, Placed};
 use crate::domain::product::Product;

@@ -47,7 +47,9 @@ pub(super) fn head_of(
 }
 
 fn corrupt(account: &AccountId) -> StoreError {
-    StoreError::Corrupt(format!("account {account}'s newest ledger entry has a malformed chain"))
+    StoreError::Corrupt(format!(
+        "account {account}'s newest ledger entry has a malformed chain"
+    ))
 }
 
 /// Entries chained per statement: an account of a million entries is never read whole.
@@ -64,8 +66,8 @@ pub(super) async fn catch_up<C: Session>(c: &C, account: &AccountId) -> Result<L
         &[&id],
     )
     .await?;
-    let mut head = head_of(account, newest_chained.as_ref())?
-        .ok_or_else(|| Fault::from(corrupt(account)))?;
+    let mut head =
+        head_of(account, newest_chained.as_ref())?.ok_or_else(|| Fault::from(corrupt(account)))?;
     let select = format!(
         "SELECT {LEDGER} FROM ledger WHERE account_id = $1 AND seq IS NULL ORDER BY id LIMIT $2"
     );
@@ -101,7 +103,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// At start: chains every account that has entries without a chain, each in a transaction of
 /// its own under its balance row's lock (instances of the version before may be writing).
 pub(super) async fn chain_unchained(pool: &Pool) -> Result<(), OpenError> {
-    let failed = |e: Fault| OpenError::Database(format!("chaining the ledger: {}", StoreError::from(e)));
+    let failed =
+        |e: Fault| OpenError::Database(format!("chaining the ledger: {}", StoreError::from(e)));
     let mut client = pool
         .get()
         .await

@@ -172,7 +172,9 @@ pub(super) fn ledger(row: &Row) -> Result<LedgerEntry, StoreError> {
         reference: row.get("reference"),
         balance_after: row.get("balance_after"),
         created_at: millis(row.get("created_at")),
-        seq: seq.map_or(Ok(0), u64::try_from).map_err(|_| bad("a ledger seq"))?,
+        seq: seq
+            .map_or(Ok(0), u64::try_from)
+            .map_err(|_| bad("a ledger seq"))?,
         hash: match hash {
             None => [0; 32],
             Some(bytes) => bytes.try_into().map_err(|_| bad("a ledger hash"))?,

@@ -14,10 +14,10 @@ use super::rows::{
     update_order,
 };
 use super::tx::{first_cause, query, query_opt, Fault, Tx};
+use crate::domain::chain::Funds;
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Emitted, Stamp};
-use crate::domain::chain::Funds;
 use crate::domain::order::Order;
 use crate::domain::time::now_millis;
 use crate::store::writes::{Decided, OrderChange};

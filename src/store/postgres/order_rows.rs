@@ -270,7 +270,10 @@ mod tests {
 
     #[test]
     fn each_statement_takes_as_many_parameters_as_its_columns() {
-        assert_eq!(placeholders(SET_BALANCES), balance_columns(std::iter::empty()).len());
+        assert_eq!(
+            placeholders(SET_BALANCES),
+            balance_columns(std::iter::empty()).len()
+        );
         assert_eq!(placeholders(INSERT_ORDERS), order_columns(&[]).len());
         assert_eq!(placeholders(INSERT_LEDGER), ledger_columns(&[]).len());
         assert_eq!(placeholders(INSERT_KEY_ROWS), key_columns(&[]).len());

@@ -257,12 +257,7 @@ pub(super) async fn ledger_after(
         codec::LEDGER
     );
     let from = i64::try_from(after.max(1)).unwrap_or(i64::MAX);
-    let rows = query(
-        c,
-        &sql,
-        &[&account.to_string(), &from, &fetch_limit(limit)],
-    )
-    .await?;
+    let rows = query(c, &sql, &[&account.to_string(), &from, &fetch_limit(limit)]).await?;
     let mut items = rows
         .iter()
         .map(codec::ledger)
