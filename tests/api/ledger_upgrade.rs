@@ -25,9 +25,8 @@ async fn four_entries() -> (TestApp, Partner) {
     (app, p)
 }
 
-/// The store or database as a build before chained ledgers left it: on sled every balance
-/// without its head and every entry without its seq and hash; on PostgreSQL the schema before
-/// migration 13.
+/// The store or database as a build before chained ledgers left it: on sled every entry
+/// without its seq and hash; on PostgreSQL the schema before migration 13.
 fn as_before_chained_ledgers(app: &mut TestApp) {
     assert!(app.signal("TERM", Duration::from_secs(20)).is_some());
     match app.database_url() {
@@ -36,11 +35,8 @@ fn as_before_chained_ledgers(app: &mut TestApp) {
     }
 }
 
-/// How long the record is that a stored value's bytes (after its format byte) start with.
-type RecordLength<'a> = dyn Fn(&[u8]) -> usize + 'a;
-
-/// Each value of the trees `balances` and `ledger` cut to the record before its tail, as the
-/// build before chained ledgers writes them.
+/// Each value of the tree `ledger` cut to the entry before its tail, as the build before
+/// chained ledgers writes them.
 fn strip_sled_chains(dir: &std::path::Path) {
     let open = |compressed: bool| {
         sled::Config::new()
@@ -50,26 +46,16 @@ fn strip_sled_chains(dir: &std::path::Path) {
     };
     let db = open(true).or_else(|_| open(false)).unwrap();
     let config = bincode::config::standard();
-    let balance_len = |bytes: &[u8]| {
-        bincode::serde::decode_from_slice::<orderly::Cents, _>(bytes, config)
-            .unwrap()
-            .1
-    };
-    let entry_len = |bytes: &[u8]| {
-        bincode::serde::decode_from_slice::<orderly::LedgerEntry, _>(bytes, config)
-            .unwrap()
-            .1
-    };
-    let trees: [(&str, &RecordLength); 2] = [("balances", &balance_len), ("ledger", &entry_len)];
-    for (tree, record_len) in trees {
-        let tree = db.open_tree(tree).unwrap();
-        for item in tree.iter() {
-            let (key, value) = item.unwrap();
-            // The format byte, then the record; what follows it is the chain.
-            let end = 1 + record_len(&value[1..]);
-            assert!(end < value.len(), "a chained value has a tail");
-            tree.insert(key, &value[..end]).unwrap();
-        }
+    let ledger = db.open_tree("ledger").unwrap();
+    for item in ledger.iter() {
+        let (key, value) = item.unwrap();
+        // The format byte, then the entry; what follows it is the chain.
+        let (_, entry_len) =
+            bincode::serde::decode_from_slice::<orderly::LedgerEntry, _>(&value[1..], config)
+                .unwrap();
+        let end = 1 + entry_len;
+        assert!(end < value.len(), "a chained entry has a tail");
+        ledger.insert(key, &value[..end]).unwrap();
     }
     db.flush().unwrap();
 }

@@ -3,7 +3,7 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
-use super::chained::{encode_entry, encode_funds, funds_of};
+use super::chained::{encode_entry, head_of};
 use super::changes::Changes;
 use super::idempotency::KeyTrees;
 use super::spooled::Spooled;
@@ -11,19 +11,25 @@ use super::trees::Trees;
 use super::tx::{refuse, settle, tx, TxResult};
 use super::{codec, keys};
 use crate::domain::account::{Account, ApiKeyRecord};
-use crate::domain::chain::Funds;
+use crate::domain::chain::{Funds, LedgerHead};
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::ledger::LedgerEntry;
+use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
 
-/// The account's balance and ledger head, in a transaction.
+/// The account's balance, in a transaction, with the ledger head read before it
+/// (`chained::head_of`: the writer thread, the store's one writer, read it).
 pub(super) fn read_funds<R>(
     balances: &TransactionalTree,
     account: &AccountId,
+    head: LedgerHead,
 ) -> TxResult<Funds, R> {
-    let stored = tx(balances.get(account.bytes()))?;
-    Ok(funds_of(account, stored.as_deref())?)
+    let available = match tx(balances.get(account.bytes()))? {
+        Some(bytes) => codec::decode(&bytes)?,
+        None => Cents::ZERO,
+    };
+    Ok(Funds { available, head })
 }
 
 /// Writes the new balance and its ledger entry: the one way money moves.
@@ -40,7 +46,7 @@ pub(super) fn move_money<R>(
         Spooled::Balance,
         balances,
         &account[..],
-        encode_funds(&Funds::after(entry))?,
+        codec::encode(&entry.balance_after)?,
     )?;
     changes.insert(
         Spooled::Ledger,
@@ -78,9 +84,12 @@ impl Trees {
         Trees::get(&self.accounts, id.bytes())
     }
 
-    /// The account's balance and ledger head.
+    /// The account's balance and ledger head (its newest entry).
     pub(super) fn funds(&self, id: &AccountId) -> Result<Funds, StoreError> {
-        Ok(funds_of(id, self.balances.get(id.bytes())?.as_deref())?)
+        Ok(Funds {
+            available: Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO),
+            head: head_of(&self.ledger, id)?,
+        })
     }
 
     pub(super) fn create_api_key(
@@ -180,6 +189,7 @@ impl Trees {
         let account = credit.account.id;
         let txn = Id::new(IdKind::Transaction);
         let (keys, expiry) = self.key_trees();
+        let head = head_of(&self.ledger, &account)?;
         let outcome = (&self.balances, &self.ledger, keys, expiry).transaction(
             |(balances, ledger, keys, expiry)| {
                 let key_trees = KeyTrees {
@@ -192,7 +202,7 @@ impl Trees {
                     credit.claim.as_ref(),
                     CreditRefusal::KeyTaken(None),
                 )?;
-                let funds = read_funds(balances, &account)?;
+                let funds = read_funds(balances, &account, head)?;
                 let decided = match credit.decide(funds, &txn, now) {
                     Ok(decided) => decided,
                     Err(refused) => return refuse(refused),

@@ -17,8 +17,9 @@ pub(crate) enum CodecError {
     Decode(#[from] bincode::error::DecodeError),
     #[error("record does not encode: {0}")]
     Encode(#[from] bincode::error::EncodeError),
-    /// A balance without its ledger head, once the store serves (every one is chained at open).
-    #[error("a balance has no ledger head: its ledger is not chained")]
+    /// An account's newest ledger entry without its chain, once the store serves (every one
+    /// is chained at open).
+    #[error("an account's newest ledger entry has no chain")]
     Unchained,
 }
 

@@ -6,6 +6,7 @@ use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_funds};
+use super::chained::head_of;
 use super::changes::Changes;
 use super::codec;
 use super::events::record_event;
@@ -13,7 +14,7 @@ use super::idempotency::KeyTrees;
 use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx, NineTrees, TxResult};
-use crate::domain::chain::Funds;
+use crate::domain::chain::{Funds, LedgerHead};
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
 use crate::domain::lifecycle::{self, Change, Stamp};
 use crate::domain::order::{Order, OrderStatus};
@@ -80,11 +81,17 @@ impl<'a> ChangeView<'a> {
         }
     }
 
-    /// The order and the account's balance and ledger head a decision reads.
-    fn read<R>(&self, order: &OrderId, account: &AccountId) -> TxResult<(Option<Order>, Funds), R> {
+    /// The order and the account's balance a decision reads, with the ledger head read
+    /// before the transaction.
+    fn read<R>(
+        &self,
+        order: &OrderId,
+        account: &AccountId,
+        head: LedgerHead,
+    ) -> TxResult<(Option<Order>, Funds), R> {
         Ok((
             read_order(self.orders, order)?,
-            read_funds(self.balances, account)?,
+            read_funds(self.balances, account, head)?,
         ))
     }
 
@@ -218,12 +225,13 @@ impl Trees {
     ) -> Result<Result<Vec<u8>, C::Refusal>, StoreError> {
         let account = request.account();
         let stamp = stamp(now);
+        let head = head_of(&self.ledger, &account)?;
         let [a, b, c, d, e, f, g, h, i] = self.change_trees();
         let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
             let view = ChangeView::of(trees, &self.changes);
             view.keys
                 .require_free(&account, request.claim(), C::key_taken(None))?;
-            let (order, funds) = view.read(request.order(), &account)?;
+            let (order, funds) = view.read(request.order(), &account, head)?;
             let decided = match request.decide(order, funds, &stamp) {
                 Ok(Ok(decided)) => decided,
                 Ok(Err(refused)) => return refuse(refused),

@@ -175,11 +175,7 @@ mod tests {
         let (rich, poor) = (Account::for_tests(0), Account::for_tests(0));
         for (who, balance) in [(&rich, Cents(10)), (&poor, Cents(1))] {
             trees.create_account(who).unwrap();
-            let funds = crate::domain::chain::Funds {
-                available: balance,
-                ..crate::domain::chain::Funds::empty(&who.id.to_string())
-            };
-            let encoded = super::super::chained::encode_funds(&funds).unwrap();
+            let encoded = codec::encode(&balance).unwrap();
             trees.balances.insert(who.id.bytes(), encoded).unwrap();
         }
         let orders = [

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use sled::Transactional;
 
 use super::accounts::{move_money, read_funds};
+use super::chained::head_of;
 use super::codec;
 use super::spooled::Spooled;
 use super::trees::Trees;
@@ -41,12 +42,13 @@ impl Trees {
         let account = credit.account;
         let key = payment_key(&credit.provider, &credit.external_id);
         let txn_id = Id::new(IdKind::Transaction);
+        let head = head_of(&self.ledger, &account)?;
         let outcome = (&self.provider_payments, &self.balances, &self.ledger).transaction(
             |(payments, balances, ledger)| {
                 if tx(payments.get(&key))?.is_some() {
                     return Ok(Recorded::Duplicate);
                 }
-                let funds = read_funds(balances, &account)?;
+                let funds = read_funds(balances, &account, head)?;
                 let (entry, record) = match credit.decide(funds, &txn_id, now) {
                     Ok(decided) => decided,
                     Err(refused) => return refuse(refused),
