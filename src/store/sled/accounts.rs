@@ -189,7 +189,7 @@ impl Trees {
         let account = credit.account.id;
         let txn = Id::new(IdKind::Transaction);
         let (keys, expiry) = self.key_trees();
-        let head = head_of(&self.ledger, &account)?;
+        let head = self.heads.of(&self.ledger, &account)?;
         let outcome = (&self.balances, &self.ledger, keys, expiry).transaction(
             |(balances, ledger, keys, expiry)| {
                 let key_trees = KeyTrees {
@@ -216,9 +216,12 @@ impl Trees {
                     &decided.rows,
                 )?;
                 key_trees.write_first_use(&account, credit.claim.as_ref(), &decided.key)?;
-                Ok(decided.body)
+                Ok((decided.body, LedgerHead::after(&decided.rows)))
             },
         );
-        settle(outcome)
+        Ok(settle(outcome)?.map(|(body, head)| {
+            self.heads.keep(account, head);
+            body
+        }))
     }
 }

@@ -6,7 +6,6 @@ use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
 use super::accounts::{move_money, read_funds};
-use super::chained::head_of;
 use super::changes::Changes;
 use super::codec;
 use super::events::record_event;
@@ -225,7 +224,7 @@ impl Trees {
     ) -> Result<Result<Vec<u8>, C::Refusal>, StoreError> {
         let account = request.account();
         let stamp = stamp(now);
-        let head = head_of(&self.ledger, &account)?;
+        let head = self.heads.of(&self.ledger, &account)?;
         let [a, b, c, d, e, f, g, h, i] = self.change_trees();
         let outcome = (a, b, c, d, e, f, g, h, i).transaction(|trees| {
             let view = ChangeView::of(trees, &self.changes);
@@ -241,8 +240,11 @@ impl Trees {
             view.write(&stamp, &decided.rows, request.refund_id())?;
             view.keys
                 .write_first_use(&account, request.claim(), &decided.key)?;
-            Ok(decided.body)
+            Ok((decided.body, LedgerHead::after(&decided.rows.entry)))
         });
-        settle(outcome)
+        Ok(settle(outcome)?.map(|(body, head)| {
+            self.heads.keep(account, head);
+            body
+        }))
     }
 }

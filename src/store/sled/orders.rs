@@ -10,7 +10,9 @@ use super::keys::{child_key, external_prefix};
 use super::spooled::Spooled;
 use super::trees::{newest_first, trailing_id, Trees};
 use super::tx::{settle, TxResult};
+use crate::domain::chain::Funds;
 use crate::domain::ids::{AccountId, OrderId};
+use crate::domain::money::Cents;
 use crate::domain::order::Order;
 use crate::domain::time::Millis;
 use crate::store::batch::{decide, Decisions, OrderView, Wants};
@@ -34,13 +36,20 @@ impl Trees {
     ) -> Result<Vec<Placed>, StoreError> {
         let decisions = decide(self.order_view(&Wants::of(orders))?, orders, now)?;
         self.write_decisions(&decisions)?;
+        for (account, funds) in &decisions.balances {
+            self.heads.keep(*account, funds.head);
+        }
         Ok(decisions.answers())
     }
 
     fn order_view(&self, wants: &Wants) -> Result<OrderView, StoreError> {
         let mut view = OrderView::default();
         for account in &wants.accounts {
-            view.balances.insert(*account, self.funds(account)?);
+            let funds = Funds {
+                available: Trees::get(&self.balances, account.bytes())?.unwrap_or(Cents::ZERO),
+                head: self.heads.of(&self.ledger, account)?,
+            };
+            view.balances.insert(*account, funds);
         }
         for (account, key) in &wants.keys {
             if let Some(row) = self.replay_lookup(account, key)? {

@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 use sled::Transactional;
 
 use super::accounts::{move_money, read_funds};
-use super::chained::head_of;
 use super::codec;
 use super::spooled::Spooled;
 use super::trees::Trees;
 use super::tx::{refuse, settle, tx};
+use crate::domain::chain::LedgerHead;
 use crate::domain::ids::{AccountId, Id, IdKind};
 use crate::domain::money::Cents;
 use crate::domain::time::Millis;
@@ -42,11 +42,11 @@ impl Trees {
         let account = credit.account;
         let key = payment_key(&credit.provider, &credit.external_id);
         let txn_id = Id::new(IdKind::Transaction);
-        let head = head_of(&self.ledger, &account)?;
+        let head = self.heads.of(&self.ledger, &account)?;
         let outcome = (&self.provider_payments, &self.balances, &self.ledger).transaction(
             |(payments, balances, ledger)| {
                 if tx(payments.get(&key))?.is_some() {
-                    return Ok(Recorded::Duplicate);
+                    return Ok((Recorded::Duplicate, None));
                 }
                 let funds = read_funds(balances, &account, head)?;
                 let (entry, record) = match credit.decide(funds, &txn_id, now) {
@@ -66,9 +66,14 @@ impl Trees {
                     codec::encode(&payment)?,
                 )?;
                 move_money(&self.changes, balances, ledger, &account, &txn_id, &entry)?;
-                Ok(Recorded::Credited)
+                Ok((Recorded::Credited, Some(LedgerHead::after(&entry))))
             },
         );
-        settle(outcome)
+        Ok(settle(outcome)?.map(|(recorded, head)| {
+            if let Some(head) = head {
+                self.heads.keep(account, head);
+            }
+            recorded
+        }))
     }
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::chained::WriterHeads;
 use super::changes::Changes;
 use super::codec;
 use super::compression;
@@ -40,6 +41,8 @@ pub(super) struct Trees {
     /// What the writer changes while a backup is in flight (its only writer is the writer
     /// thread: every write to a record-holding tree goes through it).
     pub(crate) changes: Changes,
+    /// The ledger heads the writer wrote or read (`chained::WriterHeads`).
+    pub(crate) heads: WriterHeads,
 }
 
 /// sled's recovery refuses a store whose live pages need a blob file that is gone or cut
@@ -99,6 +102,7 @@ impl Trees {
             delivery_logs: tree("delivery_logs")?,
             previous_secrets: tree("previous_secrets")?,
             changes: Changes::default(),
+            heads: WriterHeads::default(),
             db,
         };
         Ok(trees)
