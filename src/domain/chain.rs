@@ -18,9 +18,10 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::ledger::LedgerEntry;
+use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::time::rfc3339;
+use super::time::Millis;
 
 /// A SHA-256 digest.
 pub(crate) type Hash = [u8; 32];
@@ -221,10 +222,39 @@ pub(crate) fn check(account: &str, before: &Funds, entry: &LedgerEntry) -> Vec<B
     breaks
 }
 
+impl LedgerEntry {
+    /// A movement of `account`'s money, chained onto `head` (`chain::link`): `seq`, `hash`
+    /// and `previous_hash` follow from the rest.
+    pub(crate) fn chained(account: &str, head: &LedgerHead, movement: Movement) -> Self {
+        let mut entry = LedgerEntry {
+            id: movement.id,
+            amount: movement.amount,
+            reason: movement.reason,
+            reference: movement.reference,
+            balance_after: movement.balance_after,
+            created_at: movement.created_at,
+            seq: 0,
+            hash: [0; 32],
+            previous_hash: [0; 32],
+        };
+        link(account, head, &mut entry);
+        entry
+    }
+}
+
+/// What an entry says of the money it moves, before it is chained.
+pub(crate) struct Movement {
+    pub(crate) id: String,
+    pub(crate) amount: Cents,
+    pub(crate) reason: LedgerReason,
+    pub(crate) reference: String,
+    pub(crate) balance_after: Cents,
+    pub(crate) created_at: Millis,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ledger::LedgerReason;
 
     fn entry(id: &str, amount: i64, after: i64) -> LedgerEntry {
         LedgerEntry {

@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::chain::{link, Hash, LedgerHead};
 use super::money::Cents;
 use super::time::Millis;
 
@@ -53,39 +52,9 @@ pub struct LedgerEntry {
     pub(crate) seq: u64,
     /// SHA-256 over the entry and `previous_hash` (`chain::entry_hash`).
     #[serde(skip)]
-    pub(crate) hash: Hash,
+    pub(crate) hash: [u8; 32],
     /// The hash of the entry before it, or the account's genesis. Never stored: it is the
     /// entry before's `hash`, filled in where entries are read in order.
     #[serde(skip)]
-    pub(crate) previous_hash: Hash,
-}
-
-impl LedgerEntry {
-    /// A movement of `account`'s money, chained onto `head` (`chain::link`): `seq`, `hash`
-    /// and `previous_hash` follow from the rest.
-    pub(crate) fn chained(account: &str, head: &LedgerHead, movement: Movement) -> Self {
-        let mut entry = LedgerEntry {
-            id: movement.id,
-            amount: movement.amount,
-            reason: movement.reason,
-            reference: movement.reference,
-            balance_after: movement.balance_after,
-            created_at: movement.created_at,
-            seq: 0,
-            hash: [0; 32],
-            previous_hash: [0; 32],
-        };
-        link(account, head, &mut entry);
-        entry
-    }
-}
-
-/// What an entry says of the money it moves, before it is chained.
-pub(crate) struct Movement {
-    pub(crate) id: String,
-    pub(crate) amount: Cents,
-    pub(crate) reason: LedgerReason,
-    pub(crate) reference: String,
-    pub(crate) balance_after: Cents,
-    pub(crate) created_at: Millis,
+    pub(crate) previous_hash: [u8; 32],
 }

@@ -7,11 +7,11 @@
 //! commit (`Stamp`). It returns the rows to write or the refusal, which writes nothing. The
 //! engines only read, call and write.
 
-use super::chain::Funds;
+use super::chain::{Funds, Movement};
 use super::event::{Delivery, Event, EventKind};
 use super::ids::{AccountId, Id};
 use super::invariant;
-use super::ledger::{LedgerEntry, LedgerReason, Movement};
+use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::order::{Order, OrderStatus, Refund};
 use super::time::Millis;

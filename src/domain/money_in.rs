@@ -1,11 +1,11 @@
 //! Money coming in (an admin credit, a provider's payment): the one ledger entry it makes,
 //! checked by `invariant.rs` before anything writes it.
 
-use super::chain::Funds;
+use super::chain::{Funds, Movement};
 use super::ids::AccountId;
 use super::ids::Id;
 use super::invariant;
-use super::ledger::{LedgerEntry, LedgerReason, Movement};
+use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::time::Millis;
 

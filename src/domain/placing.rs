@@ -5,10 +5,10 @@
 use super::account::{debit, Account, Shortfall};
 use super::basket::{price_basket, BasketRejection, RequestedLine};
 use super::callback_url::CallbackUrl;
-use super::chain::Funds;
+use super::chain::{Funds, Movement};
 use super::ids::{Id, OrderId};
 use super::invariant;
-use super::ledger::{LedgerEntry, LedgerReason, Movement};
+use super::ledger::{LedgerEntry, LedgerReason};
 use super::money::Cents;
 use super::order::{Order, OrderStatus};
 use super::product::Product;

@@ -1,10 +1,10 @@
 //! docs/operations.md "Verifying the ledgers": `orderly verify` passes on what the server
 //! wrote (a stopped sled store, a PostgreSQL database while the server runs, a backup), and
-//! names each break planted in the store (sled: its bytes changed on a stopped store;
-//! PostgreSQL: an UPDATE or a DELETE), by account and seq; a restore refuses a backup whose
-//! chain was changed.
+//! names each break planted in the database (an UPDATE or a DELETE), by account and seq; a
+//! restore refuses a backup whose chain was changed. (On sled the same changes are planted in
+//! a stopped store's bytes by the engine's own tests, src/store/sled/chained.rs: nothing
+//! outside the engine names sled.)
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use reqwest::StatusCode;
 use sha2::Digest;
 
 use crate::helpers::{basket, spawn_app, sql_on, Partner, TestApp, ADMIN_TOKEN};
+
+const NEEDS_POSTGRES: &str = "needs ORDERLY_TEST_DATABASE_URL";
 
 /// `orderly verify` with `args`: its exit status and stdout.
 fn verify(args: &[&str]) -> (i32, String) {
@@ -69,8 +71,8 @@ enum Plant {
     DropNewest,
 }
 
+/// Plants `what` in the server's database with SQL, the server running.
 fn plant(app: &mut TestApp, account: &str, what: Plant) {
-    stop(app);
     match app.database_url() {
         Some(url) => {
             let sql = match what {
@@ -90,50 +92,8 @@ fn plant(app: &mut TestApp, account: &str, what: Plant) {
             };
             sql_on(url, sql).unwrap();
         }
-        None => plant_in_sled(&app.data_dir, account, what),
+        None => panic!("{NEEDS_POSTGRES}"),
     }
-}
-
-/// The account's ledger rows in a stopped sled store, changed as `what` says.
-fn plant_in_sled(dir: &Path, account: &str, what: Plant) {
-    let open = |compressed: bool| {
-        sled::Config::new()
-            .path(dir)
-            .use_compression(compressed)
-            .open()
-    };
-    let db = open(true)
-        .or_else(|_| open(false))
-        .expect("the stopped store opens");
-    let ledger = db.open_tree("ledger").unwrap();
-    let id = account.strip_prefix("acc_").unwrap();
-    let prefix: Vec<u8> = (0..16)
-        .map(|i| u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    let rows: Vec<(sled::IVec, sled::IVec)> =
-        ledger.scan_prefix(&prefix).map(Result::unwrap).collect();
-    match what {
-        Plant::Rewrite(seq) => {
-            let (key, value) = &rows[seq as usize - 1];
-            let mut bytes = value.to_vec();
-            // An order's reference is its id, `ord_` and hex: one digit of it changed.
-            let at = bytes
-                .windows(4)
-                .position(|w| w == b"ord_")
-                .expect("an order's entry names its order")
-                + 4;
-            bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
-            ledger.insert(key, bytes).unwrap();
-        }
-        Plant::Swap => {
-            ledger.insert(&rows[1].0, rows[2].1.clone()).unwrap();
-            ledger.insert(&rows[2].0, rows[1].1.clone()).unwrap();
-        }
-        Plant::DropNewest => {
-            ledger.remove(&rows.last().unwrap().0).unwrap();
-        }
-    }
-    db.flush().unwrap();
 }
 
 #[tokio::test]
@@ -173,6 +133,7 @@ async fn verify_passes_on_what_the_server_wrote_and_on_its_backup() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn verify_names_an_entry_rewritten_in_the_store_by_account_and_seq() {
     let (mut app, p) = five_entries().await;
     plant(&mut app, &p.account_id, Plant::Rewrite(3));
@@ -193,6 +154,7 @@ async fn verify_names_an_entry_rewritten_in_the_store_by_account_and_seq() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn verify_names_two_entries_that_traded_places() {
     let (mut app, p) = five_entries().await;
     plant(&mut app, &p.account_id, Plant::Swap);
@@ -220,6 +182,7 @@ async fn verify_names_two_entries_that_traded_places() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL: set ORDERLY_TEST_DATABASE_URL and pass --include-ignored"]
 async fn verify_names_a_ledger_that_lost_its_newest_entry() {
     let (mut app, p) = five_entries().await;
     let balance = app.balance(&p.api_key).await;

@@ -8,19 +8,13 @@
 //! still the newest when the write commits. An entry's `previous_hash` is never stored: it is
 //! the hash of the entry before it, filled in where entries are read in order.
 //!
-//! At open, every account whose newest entry has no chain (a store of a build before chained
-//! ledgers, or one such a build wrote to since) has its entries chained in their order, the
-//! order of their keys (`chain_unchained`).
+//! At open, every account whose newest entry has no chain is chained (`chain_upgrade.rs`).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use super::codec::{self, CodecError};
-use super::trees::Trees;
-use super::upgrade::durable;
-use crate::domain::chain::{link, Hash, LedgerHead};
+use crate::domain::chain::{Hash, LedgerHead};
 use crate::domain::ids::AccountId;
 use crate::domain::ledger::LedgerEntry;
 use crate::store::StoreError;
@@ -48,7 +42,7 @@ pub(super) fn decode_entry(bytes: &[u8]) -> Result<LedgerEntry, CodecError> {
 }
 
 /// `account`'s newest entry, if it has one.
-fn newest_entry(
+pub(super) fn newest_entry(
     ledger: &sled::Tree,
     account: &AccountId,
 ) -> Result<Option<LedgerEntry>, StoreError> {
@@ -107,69 +101,4 @@ impl WriterHeads {
         }
         heads.insert(account, head);
     }
-}
-
-/// Entries rewritten in one sled batch: an account of a million entries is not held in
-/// memory whole.
-const BATCH_ENTRIES: u64 = 10_000;
-
-/// How often the upgrade says how far it is.
-const PROGRESS_EVERY: Duration = Duration::from_secs(2);
-
-/// Chains the entries of every account whose newest entry has no chain, in their order; made
-/// durable before the store serves. A crash part way leaves the newest entries without a
-/// chain, so the next open chains those accounts again from their first entry: the same
-/// entries give the same hashes.
-pub(super) fn chain_unchained(trees: &Trees, data_dir: &Path) -> Result<(), StoreError> {
-    let mut unchained = Vec::new();
-    for item in trees.balances.iter() {
-        let (key, _) = item?;
-        let account = AccountId::from_bytes(&key)
-            .ok_or_else(|| StoreError::Corrupt("a balance has a malformed key".into()))?;
-        if newest_entry(&trees.ledger, &account)?.is_some_and(|e| e.seq == 0) {
-            unchained.push(account);
-        }
-    }
-    if unchained.is_empty() {
-        return Ok(());
-    }
-    let started = Instant::now();
-    let mut shown = started;
-    let mut entries = 0u64;
-    log::info!(
-        "chaining the ledger entries of {} account(s) written before chained ledgers",
-        unchained.len()
-    );
-    for (done, account) in unchained.iter().enumerate() {
-        let text = account.to_string();
-        let mut head = LedgerHead::genesis(&text);
-        let mut batch = sled::Batch::default();
-        for item in trees.ledger.scan_prefix(account.bytes()) {
-            let (key, value) = item?;
-            let mut entry = decode_entry(&value)?;
-            link(&text, &head, &mut entry);
-            head = LedgerHead::after(&entry);
-            batch.insert(key, encode_entry(&entry)?);
-            entries += 1;
-            if entries % BATCH_ENTRIES == 0 {
-                trees.ledger.apply_batch(std::mem::take(&mut batch))?;
-            }
-        }
-        trees.ledger.apply_batch(batch)?;
-        if shown.elapsed() >= PROGRESS_EVERY {
-            shown = Instant::now();
-            log::info!(
-                "chaining: {} of {} account(s), {entries} entries",
-                done + 1,
-                unchained.len()
-            );
-        }
-    }
-    durable(trees, data_dir)?;
-    log::info!(
-        "chained {entries} ledger entries of {} account(s) in {:.1} s",
-        unchained.len(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }

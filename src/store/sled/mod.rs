@@ -10,6 +10,7 @@
 mod accounts;
 mod backup;
 mod catalog;
+mod chain_upgrade;
 mod chained;
 mod changes;
 mod codec;
@@ -114,7 +115,7 @@ pub(crate) fn open(options: Options) -> Result<Arc<dyn Store>, StoreError> {
     let trees = Trees::open(&options.path, options.cache_bytes)?;
     upgrade::check_layout(&trees)?;
     upgrade::merge_split_key_rows(&trees, &options.path)?;
-    chained::chain_unchained(&trees, &options.path)?;
+    chain_upgrade::chain_unchained(&trees, &options.path)?;
     // Ids and times never go back past what the store holds, whatever the clock says now.
     crate::domain::time::never_before(trees.newest_time()?);
     let known_keys = trees.api_key_hashes()?;
