@@ -151,14 +151,7 @@ pub fn run() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(Failure::Usage(message)) => {
-            eprintln!("orderly-client: {message}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Runtime(message)) => {
-            eprintln!("orderly-client: {message}");
-            ExitCode::from(1)
-        }
+        Err(failure) => failed(failure),
     }
 }
 
@@ -187,19 +180,19 @@ fn ledger(settings: &Settings, account: &str, from_start: bool) -> ExitCode {
             println!("{line}");
             ExitCode::from(3)
         }
-        Ok(Err(other)) => {
-            eprintln!("orderly-client: {other}");
-            ExitCode::from(1)
-        }
-        Err(Failure::Usage(message)) => {
-            eprintln!("orderly-client: {message}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Runtime(message)) => {
-            eprintln!("orderly-client: {message}");
-            ExitCode::from(1)
-        }
+        Ok(Err(other)) => failed(Failure::Runtime(other.to_string())),
+        Err(failure) => failed(failure),
     }
+}
+
+/// A failure said on stderr, and its exit status: 2 for bad usage, 1 otherwise.
+fn failed(failure: Failure) -> ExitCode {
+    let (message, code) = match failure {
+        Failure::Usage(message) => (message, 2),
+        Failure::Runtime(message) => (message, 1),
+    };
+    eprintln!("orderly-client: {message}");
+    ExitCode::from(code)
 }
 
 fn client(settings: &Settings) -> Result<Client, Failure> {

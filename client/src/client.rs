@@ -344,14 +344,14 @@ impl Client {
 /// Why a request got no answer: it may or may not have been applied, so it is retried with
 /// the same key.
 #[derive(Debug, thiserror::Error)]
-enum Unanswered {
+pub(crate) enum Unanswered {
     #[error("timeout")]
     Timeout,
     #[error("connection: {0}")]
     Connection(ureq::Error),
 }
 
-fn answer_of(
+pub(crate) fn answer_of(
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> Result<Answer, Unanswered> {
     let mut response = response.map_err(transport_error)?;

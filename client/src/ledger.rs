@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::client::Client;
+use crate::client::{answer_of, Client};
 use crate::files::open_appendable;
 
 /// Entries asked for per request.
@@ -357,16 +357,9 @@ impl Client {
         for (name, value) in query {
             request = request.query(*name, *value);
         }
-        let mut response = request
-            .call()
+        let answer = answer_of(request.call())
             .map_err(|e| LedgerError::Unavailable(format!("{path}: {e}")))?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_vec()
-            .map_err(|e| LedgerError::Unavailable(format!("{path}: {e}")))?;
+        let (status, body) = (answer.status, answer.body);
         if status != 200 {
             return Err(LedgerError::Unavailable(format!(
                 "{path}: status {status}: {}",

@@ -67,6 +67,24 @@ const COMMAND_CACHE_BYTES: u64 = 16 << 20;
 /// room: `copy` 241 MiB at 1.21 million orders, `stats` 194 MiB at 1.19 million.
 const WALK_CACHE_BYTES: u64 = 1 << 20;
 
+/// The store a command that only reads walks: a PostgreSQL database (instances may run on it)
+/// when `database_url` is given, else a stopped server's sled directory, with a walk's cache.
+fn walked_engine(data_dir: &std::path::Path, database_url: Option<&str>) -> crate::store::Engine {
+    match database_url {
+        Some(url) => crate::store::Engine::Shared {
+            url: url.to_string(),
+            pool_size: 2,
+            empty_only: false,
+        },
+        None => crate::store::Engine::Embedded {
+            path: data_dir.to_path_buf(),
+            cache_bytes: WALK_CACHE_BYTES,
+            flush_hook: None,
+            before_walk: None,
+        },
+    }
+}
+
 /// The async part of a command, on a runtime of its own.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     actix_web::rt::System::new().block_on(future)

@@ -3,7 +3,7 @@
 use super::{block_on, Failure};
 use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use crate::config::StatsArgs;
-use crate::store::{self, Engine};
+use crate::store;
 
 /// Why the rows were not counted, and whether that is a store this binary must not open
 /// (exit 2: a sled store refused before it was touched, a newer schema) or anything else.
@@ -22,19 +22,7 @@ impl Failure for StatsFailure {
 }
 
 pub(crate) fn run(args: &StatsArgs) -> Result<(), StatsFailure> {
-    let engine = match &args.database_url {
-        Some(url) => Engine::Shared {
-            url: url.clone(),
-            pool_size: 2,
-            empty_only: false,
-        },
-        None => Engine::Embedded {
-            path: args.data_dir.clone(),
-            cache_bytes: super::WALK_CACHE_BYTES,
-            flush_hook: None,
-            before_walk: None,
-        },
-    };
+    let engine = super::walked_engine(&args.data_dir, args.database_url.as_deref());
     let counts = block_on(async {
         let deadline = Deadline::after(COMMAND_DEADLINE);
         let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)

@@ -7,12 +7,12 @@ use std::fs::File;
 use std::io::BufReader;
 
 use super::progress::Progress;
-use super::{block_on, Failure, WALK_CACHE_BYTES};
+use super::{block_on, Failure};
 use crate::bounds::{Deadline, COMMAND_DEADLINE, MAX_PENDING_WRITES};
 use crate::config::VerifyArgs;
+use crate::store;
 use crate::store::backup_file;
 use crate::store::ledger_check::{LedgerCheck, LedgerReport};
-use crate::store::{self, Engine};
 
 /// Why the ledgers were not found whole: breaks (exit 1), or what could not be read (exit 2
 /// for a store this binary must not open, else 1).
@@ -59,19 +59,7 @@ async fn walk_store(
     check: &mut LedgerCheck,
     progress: &mut Progress,
 ) -> Result<(), VerifyFailure> {
-    let engine = match &args.database_url {
-        Some(url) => Engine::Shared {
-            url: url.clone(),
-            pool_size: 2,
-            empty_only: false,
-        },
-        None => Engine::Embedded {
-            path: args.data_dir.clone(),
-            cache_bytes: WALK_CACHE_BYTES,
-            flush_hook: None,
-            before_walk: None,
-        },
-    };
+    let engine = super::walked_engine(&args.data_dir, args.database_url.as_deref());
     let deadline = Deadline::after(COMMAND_DEADLINE);
     let store = store::open(engine, Default::default(), MAX_PENDING_WRITES as usize)
         .await

@@ -742,6 +742,19 @@ impl TestApp {
     }
 
     /// The balance, checked against the sum of the ledger.
+    /// `GET /admin/backup`, whole, as text (a 200).
+    pub async fn backup_text(&self) -> String {
+        let resp = self
+            .client
+            .get(self.url("/admin/backup"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    }
+
     pub async fn assert_ledger_matches_balance(&self, api_key: &str) -> i64 {
         let balance = self.balance(api_key).await;
         let sum: i64 = self
@@ -753,4 +766,17 @@ impl TestApp {
         assert_eq!(sum, balance, "the ledger must sum to the balance");
         balance
     }
+}
+
+/// A backup of `records` (its lines but the end record, each JSON) closed by `end` with the
+/// digest of those lines made right: what a hand that edits a backup writes.
+pub fn sealed_backup(records: &[String], mut end: Value) -> String {
+    use sha2::Digest;
+    let body: String = records.iter().map(|l| format!("{l}\n")).collect();
+    let digest: String = sha2::Sha256::digest(body.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    end["sha256"] = json!(digest);
+    format!("{body}{end}\n")
 }

@@ -11,12 +11,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use serde_json::json;
-use sha2::{Digest, Sha256};
-
 use crate::helpers::{
-    back_to_schema, basket, on_postgres, spawn_app, sql_on, start, Partner, TestApp, TestDatabase,
-    ADMIN_TOKEN,
+    back_to_schema, basket, on_postgres, sealed_backup, spawn_app, sql_on, start, Partner, TestApp,
+    TestDatabase,
 };
 
 const NEEDS_POSTGRES: &str = "needs ORDERLY_TEST_DATABASE_URL";
@@ -37,32 +34,18 @@ async fn four_entries() -> (TestApp, Partner) {
 /// `GET /admin/backup` as a build before chained ledgers would have written it: every ledger
 /// line without its `seq` and `hash` (the digest made right again).
 async fn backup_before_chained_ledgers(app: &TestApp) -> String {
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let backup = app.backup_text().await;
     let mut lines: Vec<Value> = backup
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let mut end = lines.pop().unwrap();
+    let end = lines.pop().unwrap();
     for line in lines.iter_mut().filter(|l| l["kind"] == "ledger") {
         let fields = line.as_object_mut().unwrap();
         assert!(fields.remove("seq").is_some() && fields.remove("hash").is_some());
     }
-    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    let digest: String = Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    end["sha256"] = json!(digest);
-    format!("{body}{end}\n")
+    let records: Vec<String> = lines.iter().map(Value::to_string).collect();
+    sealed_backup(&records, end)
 }
 
 #[tokio::test]

@@ -9,9 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use sha2::Digest;
 
-use crate::helpers::{basket, spawn_app, sql_on, Partner, TestApp, ADMIN_TOKEN};
+use crate::helpers::{basket, sealed_backup, spawn_app, sql_on, Partner, TestApp};
 
 const NEEDS_POSTGRES: &str = "needs ORDERLY_TEST_DATABASE_URL";
 
@@ -99,16 +98,7 @@ fn plant(app: &mut TestApp, account: &str, what: Plant) {
 #[tokio::test]
 async fn verify_passes_on_what_the_server_wrote_and_on_its_backup() {
     let (mut app, p) = five_entries().await;
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let backup = app.backup_text().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orderly.backup");
     std::fs::write(&file, &backup).unwrap();
@@ -202,16 +192,7 @@ async fn verify_names_a_ledger_that_lost_its_newest_entry() {
 #[tokio::test]
 async fn a_backup_whose_chain_was_changed_is_refused_by_restore_and_by_verify() {
     let (app, p) = five_entries().await;
-    let backup = app
-        .client
-        .get(app.url("/admin/backup"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let backup = app.backup_text().await;
     // One entry's reference changed and the file's digest made right again: only the chain
     // tells.
     let mut lines: Vec<String> = backup.lines().map(str::to_string).collect();
@@ -221,19 +202,11 @@ async fn a_backup_whose_chain_was_changed_is_refused_by_restore_and_by_verify() 
         .expect("the entry of seq 2");
     let reference = "\"reference\":\"ord_";
     lines[at] = lines[at].replacen(reference, &format!("{reference}f"), 1);
-    let body: String = lines[..lines.len() - 1]
-        .iter()
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let digest: String = sha2::Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let mut end: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-    end["sha256"] = serde_json::json!(digest);
+    let end = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let changed = sealed_backup(&lines[..lines.len() - 1], end);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("changed.backup");
-    std::fs::write(&file, format!("{body}{end}\n")).unwrap();
+    std::fs::write(&file, changed).unwrap();
 
     let (code, out) = verify(&["--backup", &file.display().to_string()]);
     assert_eq!(code, 1, "{out}");

@@ -3,7 +3,7 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
-use super::chained::{encode_entry, head_of};
+use super::chained::{encode_entry, newest_entry};
 use super::changes::Changes;
 use super::idempotency::KeyTrees;
 use super::spooled::Spooled;
@@ -17,6 +17,10 @@ use crate::domain::ledger::LedgerEntry;
 use crate::domain::money::Cents;
 use crate::domain::time::Millis;
 use crate::store::{CreditRefusal, NewCredit, StoreError};
+
+/// Readings of a balance and its head that may disagree before `Trees::funds` gives up (each
+/// a few microseconds; the writer commits an account's write once per batch).
+const MAX_FUNDS_READS: usize = 8;
 
 /// The account's balance, in a transaction, with the ledger head read before it
 /// (`chained::head_of`: the writer thread, the store's one writer, read it).
@@ -84,12 +88,29 @@ impl Trees {
         Trees::get(&self.accounts, id.bytes())
     }
 
-    /// The account's balance and ledger head (its newest entry).
+    /// The account's balance and ledger head (its newest entry), read by a reader while the
+    /// writer may commit: two reads of two trees, taken again until they agree (the same
+    /// newest entry before and after the balance, whose `balanceAfter` it is), so that a
+    /// balance is never answered with the head of another.
     pub(super) fn funds(&self, id: &AccountId) -> Result<Funds, StoreError> {
-        Ok(Funds {
-            available: Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO),
-            head: head_of(&self.ledger, id)?,
-        })
+        for _ in 0..MAX_FUNDS_READS {
+            let before = newest_entry(&self.ledger, id)?;
+            let available = Trees::get(&self.balances, id.bytes())?.unwrap_or(Cents::ZERO);
+            let after = newest_entry(&self.ledger, id)?;
+            let same =
+                before.as_ref().map(|e| (e.seq, e.hash)) == after.as_ref().map(|e| (e.seq, e.hash));
+            if same && after.as_ref().is_none_or(|e| e.balance_after == available) {
+                let head = match after {
+                    None => LedgerHead::genesis(&id.to_string()),
+                    Some(e) if e.seq != 0 => LedgerHead::after(&e),
+                    Some(_) => return Err(super::codec::CodecError::Unchained.into()),
+                };
+                return Ok(Funds { available, head });
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "account {id}'s balance moved {MAX_FUNDS_READS} times while it was read"
+        )))
     }
 
     pub(super) fn create_api_key(

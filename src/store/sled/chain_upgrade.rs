@@ -162,6 +162,29 @@ mod tests {
     }
 
     #[test]
+    fn the_entries_after_a_seq_are_those_and_no_others_read_from_either_end() {
+        let (_dir, trees, account) = four_entries();
+        let seqs = |after, limit| -> Vec<u64> {
+            trees
+                .ledger_after(&account.id, after, limit)
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect()
+        };
+        // From the start (0, 1), from the end (2, 3), past the head (4, 9).
+        assert_eq!(seqs(0, 100), [1, 2, 3, 4]);
+        assert_eq!(seqs(1, 2), [2, 3]);
+        assert_eq!(seqs(2, 100), [3, 4]);
+        assert_eq!(seqs(3, 1), [4]);
+        assert_eq!(seqs(2, 1), [3]);
+        assert!(seqs(4, 10).is_empty() && seqs(9, 10).is_empty());
+        let after_two = trees.ledger_after(&account.id, 2, 100).unwrap();
+        let all = trees.ledger_after(&account.id, 0, 100).unwrap();
+        assert_eq!(after_two[0].previous_hash, all[1].hash);
+    }
+
+    #[test]
     fn an_entry_rewritten_on_disk_is_named_at_its_seq() {
         let (_dir, trees, account) = four_entries();
         let (key, value) = rows(&trees, &account)[2].clone();

@@ -2,7 +2,7 @@
 //! after a `seq`, oldest first. An account's entries are keyed by their time-ordered ids, so
 //! the order of their keys is the order of their `seq`: the entry of `seq` n is the n-th key.
 
-use super::chained::decode_entry;
+use super::chained::{decode_entry, head_of};
 use super::trees::{newest_first, trailing_id, Trees};
 use crate::domain::chain::fill_previous;
 use crate::domain::ids::{AccountId, Id, IdKind};
@@ -46,38 +46,44 @@ impl Trees {
 
     /// At most `limit` entries with a `seq` above `after`, oldest first. The account's head
     /// says how many entries it has; they are read from whichever end of its keys is nearer,
-    /// with the one at `after` (their first one's predecessor).
+    /// with the one at `after` (their first one's predecessor). From the end, the reading
+    /// goes back until that predecessor whatever was written since the head was read: counted
+    /// positions would then fall on newer entries and leave a gap.
     pub(super) fn ledger_after(
         &self,
         account: &AccountId,
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerEntry>, StoreError> {
-        let total = self.funds(account)?.head.seq;
+        let total = head_of(&self.ledger, account)?.seq;
         if after >= total || limit == 0 {
             return Ok(Vec::new());
         }
         // Positions (0-based) `first..end`: the predecessor (when `after` > 0), then the wanted.
         let first = after.saturating_sub(1);
         let end = total.min(after.saturating_add(limit as u64));
-        let count = usize::try_from(end - first).unwrap_or(usize::MAX);
-        let prefix = account.bytes();
-        let rows = self.ledger.scan_prefix(prefix);
-        let mut items = Vec::with_capacity(count);
+        let rows = self.ledger.scan_prefix(account.bytes());
+        let mut items = Vec::new();
         if first <= total - end {
             let skip = usize::try_from(first).unwrap_or(usize::MAX);
+            let count = usize::try_from(end - first).unwrap_or(usize::MAX);
             for item in rows.skip(skip).take(count) {
                 items.push(decode_entry(&item?.1)?);
             }
         } else {
-            let skip = usize::try_from(total - end).unwrap_or(usize::MAX);
-            for item in rows.rev().skip(skip).take(count) {
-                items.push(decode_entry(&item?.1)?);
+            for item in rows.rev() {
+                let entry = decode_entry(&item?.1)?;
+                let reached = entry.seq <= after;
+                items.push(entry);
+                if reached {
+                    break;
+                }
             }
             items.reverse();
         }
         fill_previous(&account.to_string(), &mut items, false);
         items.retain(|e| e.seq > after);
+        items.truncate(limit);
         Ok(items)
     }
 }
