@@ -8,8 +8,10 @@
 //! orderly's answer waits until every live lease has acknowledged it. A renewal that
 //! finds a newer version reads the rows changed after the last change applied here and
 //! applies them before it acknowledges the new version. So once a creation is answered,
-//! every instance whose lease is live knows the key; an instance whose lease lapsed does not
-//! answer from what it knows, it asks the database (`SharedCache::surely_unknown`).
+//! every instance whose lease is live knows the key; an instance whose lease lapsed, or whose
+//! lease was renewed at a change its keys have not caught up to (a creation that committed
+//! while its lease was not live yet), does not answer from what it knows, it asks the
+//! database (`SharedCache::surely_unknown`).
 //!
 //! Memory: 32 bytes of hash per key that can authenticate, in a hash set (33 bytes a slot, a
 //! power of two of slots at most 7/8 full: between 38 and 75 bytes a key, at most 75 MB for a

@@ -254,13 +254,23 @@ impl SharedCache {
     /// True when no key with this hash can authenticate, as this instance knows while its
     /// lease holds: every creation answered so far was acknowledged here, after the key was
     /// added (`known_keys.rs`). False when the key may exist, or when this instance cannot
-    /// tell (no lease, nothing loaded): the database is asked then.
+    /// tell (no lease, nothing loaded, or the keys behind the change the lease was renewed
+    /// at): the database is asked then.
+    ///
+    /// A renewal reads the version twice (first to catch up, then with the lease), and a
+    /// creation may commit between the two without waiting for this instance: its first
+    /// lease, or one that lapsed, is not live on the database yet. The lease then holds at a
+    /// version the known keys have not caught up to, and the key just created and answered
+    /// would be refused here; so until the next renewal catches up, the database decides.
     pub(super) fn surely_unknown(&self, hash: &[u8; 32]) -> bool {
         if !self.leased() {
             return false;
         }
+        let renewed_at = self.purged.load(Ordering::Acquire);
         let known = self.known.read().expect("the known keys");
-        known.as_ref().is_some_and(|known| !known.contains(hash))
+        known
+            .as_ref()
+            .is_some_and(|known| known.synced() >= renewed_at && !known.contains(hash))
     }
 
     /// The keys known when the store opens, and the history they were read in: a renewal
@@ -689,6 +699,26 @@ mod tests {
         assert!(
             cache.another_history(5, "7/00000001/200"),
             "a restart in place"
+        );
+    }
+
+    #[test]
+    fn a_lease_renewed_past_the_known_keys_refuses_nothing_from_memory_until_they_catch_up() {
+        let cache = SharedCache::default();
+        cache.know(KnownKeys::empty(10));
+        cache.renewed(10, Instant::now());
+        assert!(cache.surely_unknown(&[9; 32]));
+        // Key [9] created in change 11 between the renewal's two reads: renewed at 11.
+        cache.renewed(11, Instant::now());
+        assert!(
+            !cache.surely_unknown(&[9; 32]),
+            "the database decides while the keys are behind"
+        );
+        cache.learn(vec![([9; 32], false)], 11);
+        assert!(!cache.surely_unknown(&[9; 32]), "created in change 11");
+        assert!(
+            cache.surely_unknown(&[8; 32]),
+            "caught up: refused from memory"
         );
     }
 
