@@ -335,9 +335,26 @@ fn s(v: &Value, k: &str) -> String {
     v[k].as_str().unwrap_or("").to_string()
 }
 
+/// What the end check could not say of the heads answered during the run.
+#[derive(Default)]
+struct HeadsNotOnTheChain {
+    /// A rewind may have undone them.
+    lost: u64,
+    /// The run ended on the earlier build (rolling-upgrade), whose answers carry no chain:
+    /// the entry of the head's seq is there, its hash is not shown.
+    unjudged: u64,
+}
+
 /// Every ledger head a balance of account `idx` answered is on its final chain (the entry of
-/// its seq has its hash), unless a rewind may have undone it (then counted in `lost`).
-fn heads_on_the_chain(ctx: &Arc<Ctx>, idx: usize, d: &AccountData, rw: &Rewinds, lost: &mut u64) {
+/// its seq has its hash), unless a rewind may have undone it, or the final entries come from
+/// a build before chained ledgers (both counted in `not_on`).
+fn heads_on_the_chain(
+    ctx: &Arc<Ctx>,
+    idx: usize,
+    d: &AccountData,
+    rw: &Rewinds,
+    not_on: &mut HeadsNotOnTheChain,
+) {
     let heads: Vec<crate::state::SeenHead> = {
         let all = ctx.state.heads.lock().unwrap();
         all.0.iter().filter(|h| h.account == idx).cloned().collect()
@@ -345,17 +362,17 @@ fn heads_on_the_chain(ctx: &Arc<Ctx>, idx: usize, d: &AccountData, rw: &Rewinds,
     let oldest_first: Vec<&Value> = d.ledger.iter().rev().collect();
     for head in heads {
         ctx.check();
-        let on_chain = match head.seq {
-            0 => true,
-            seq => oldest_first
-                .get(seq as usize - 1)
-                .is_some_and(|e| e["hash"].as_str() == Some(head.hash.as_str())),
+        let entry = match head.seq {
+            0 => continue,
+            seq => oldest_first.get(seq as usize - 1),
         };
-        if on_chain {
+        if entry.is_some_and(|e| e["hash"].as_str() == Some(head.hash.as_str())) {
             continue;
         }
-        if rw.at_risk(head.span) {
-            *lost += 1;
+        if entry.is_some_and(|e| e.get("hash").is_none()) {
+            not_on.unjudged += 1;
+        } else if rw.at_risk(head.span) {
+            not_on.lost += 1;
         } else {
             ctx.violation(
                 "ledger-head-lost",
@@ -784,7 +801,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
     let rw = ctx.state.rewinds();
     // What the store holds after the run, for the count of what the rewinds undid.
     let mut finals: HashMap<usize, AccountData> = HashMap::new();
-    let mut heads_lost = 0u64;
+    let mut heads_not_on = HeadsNotOnTheChain::default();
 
     // 1. Orders and ledgers.
     let ex = expectations(ctx);
@@ -831,7 +848,7 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
                 ctx.checks((d.orders.len() + d.ledger.len()) as u64 + 1);
                 let findings = check_account(&d, &e);
                 report(ctx, findings);
-                heads_on_the_chain(ctx, idx, &d, &rw, &mut heads_lost);
+                heads_on_the_chain(ctx, idx, &d, &rw, &mut heads_not_on);
                 ctx.note(&format!(
                     "end: account {} ({}): {} orders, {} ledger entries, balance {}",
                     idx,
@@ -856,7 +873,8 @@ pub async fn end_checks(ctx: &Arc<Ctx>) {
         (heads.0.len(), heads.1)
     };
     println!(
-        "torture: end: {seen} ledger heads answered ({unkept} more not kept), each on its final chain but {heads_lost} a rewind lost"
+        "torture: end: {seen} ledger heads answered ({unkept} more not kept), each on its final chain but {} a rewind lost and {} not judged (the run ended on the earlier build, which shows no chain)",
+        heads_not_on.lost, heads_not_on.unjudged
     );
 
     // 2. Every acknowledged key, again; every key that only heard "nothing was changed" must
