@@ -10,6 +10,8 @@
 # a release build keeps no frame pointers).
 # Env: DURATION (10s) CONC (64) THREADS (2) ACCOUNTS (100) REPLAY_KEYS (1000) FREQ (499)
 #      TOP (12 functions per thread kind) ORDERLY_ARGS (more flags for `serve`) KEEP=1
+#      DATABASE_URL (serve on that PostgreSQL database instead of a fresh sled store)
+#      WHOLE_MACHINE=1 (sample every process, PostgreSQL's and wrk's too, not the server alone)
 # Exit: 0 when every scenario ran, 2 on a failure to run.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +39,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 PORT=$(free_port)
 TOKEN=perf-admin-$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 # shellcheck disable=SC2086
-"$BIN" serve --listen 127.0.0.1:"$PORT" --data-dir "$WORK/orderly-db" --admin-token "$TOKEN" \
+if [[ -n ${DATABASE_URL:-} ]]; then STORE=(--database-url "$DATABASE_URL"); else STORE=(--data-dir "$WORK/orderly-db"); fi
+"$BIN" serve --listen 127.0.0.1:"$PORT" "${STORE[@]}" --admin-token "$TOKEN" \
   --rate-limit 100000000 --fulfillment-delay 1h ${ORDERLY_ARGS:-} >"$WORK/orderly.log" 2>&1 &
 PID=$!
 URL=http://127.0.0.1:$PORT
@@ -71,7 +74,8 @@ for scenario in "${SCENARIOS[@]}"; do
   esac
   sleep 1
   data=$WORK/$scenario.data
-  perf record -q -F "$FREQ" -p "$PID" -o "$data" 2>"$WORK/$scenario.perf.err" &
+  [[ ${WHOLE_MACHINE:-0} = 1 ]] && TARGET=(-a) || TARGET=(-p "$PID")
+  perf record -q -F "$FREQ" "${TARGET[@]}" -o "$data" 2>"$WORK/$scenario.perf.err" &
   perf_pid=$!
   result=$(load "$script" "$accounts")
   kill -INT "$perf_pid" 2>/dev/null; wait "$perf_pid" 2>/dev/null

@@ -43,7 +43,7 @@ def main():
         print("  no samples")
         return
     cores = lambda kind: samples[kind] / args.freq / args.seconds
-    print(f"  cores busy: {sum(cores(k) for k in samples):.2f} of the server's; " + ", ".join(
+    print(f"  cores busy: {sum(cores(k) for k in samples):.2f} in what was sampled; " + ", ".join(
         f"{kind} {share:.1f} % ({cores(kind):.2f} cores)"
         for kind, share in sorted(shares.items(), key=lambda kv: -kv[1])))
     for kind, share in sorted(shares.items(), key=lambda kv: -kv[1]):
