@@ -64,7 +64,7 @@ pub(super) async fn lock_events<C: Session>(
     let name = format!("events:{account}");
     // Pipelined: the second statement runs once the lock is held, and sees every event
     // committed before it was.
-    let (_, newest) = futures_util::future::try_join(
+    let (_, newest) = super::tx::both(
         execute(
             c,
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",

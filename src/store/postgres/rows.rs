@@ -121,7 +121,7 @@ pub(super) async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Resu
     let id = account.to_string();
     // Pipelined: the second statement runs once the lock is held, and sees every entry
     // committed before it was.
-    let (row, newest) = futures_util::future::try_join(
+    let (row, newest) = super::tx::both(
         super::tx::query_opt(
             c,
             "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",

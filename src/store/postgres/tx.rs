@@ -335,6 +335,21 @@ pub(super) fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<
     (!faults.is_empty()).then(|| faults.swap_remove(cause))
 }
 
+/// Two statements pipelined in one transaction, both awaited: their outputs, or the fault that
+/// caused the other (`first_cause`). `try_join` would answer with whichever failure it saw
+/// first, and on a multi-threaded runtime both answers can arrive between its two polls: a
+/// lock that waited past its timeout then came back as the second statement's 25P02, a 500
+/// instead of the in-progress answer.
+pub(super) async fn both<A, B>(
+    first: impl std::future::Future<Output = Result<A, Fault>>,
+    second: impl std::future::Future<Output = Result<B, Fault>>,
+) -> Result<(A, B), Fault> {
+    match futures_util::future::join(first, second).await {
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (a, b) => Err(first_cause([a.err(), b.err()]).expect("one failed")),
+    }
+}
+
 impl From<Fault> for StoreError {
     fn from(fault: Fault) -> Self {
         let retryable = fault.retryable();
