@@ -9,7 +9,9 @@
 //! new child goes on from the recovered prefix and is killed again.
 //!
 //! Half the cases compress every page with zstd (at orderly's level, -3, or at 1), as orderly's
-//! server does for every store it creates.
+//! server does for every store it creates. Half apply the operations in transactions of 8 or 64
+//! (orderly's writer commits a batch of orders in one), whose writes to one leaf sled writes
+//! as one page (ORDERLY-PATCHES.md, change 11).
 //!
 //! PROPTEST_CASES sets the number of cases (8 unless set).
 
@@ -33,6 +35,8 @@ struct Params {
     flush_every_ms: u64,
     /// zstd's level for every page; 0: uncompressed.
     level: i32,
+    /// Operations per transaction; 0: each alone, outside any.
+    batch: u64,
 }
 
 /// Runs a child from operation `start` until it is killed `kill_after_ms` after it opened
@@ -54,6 +58,7 @@ fn run_child(
             p.flush_every_ms.to_string(),
             start.to_string(),
             p.level.to_string(),
+            p.batch.to_string(),
         ])
         .stdout(Stdio::piped())
         .spawn()
@@ -148,8 +153,8 @@ fn kill_and_check(p: &Params, kills: &[u64]) {
         start = at;
     }
     println!(
-        "KILL-MODEL seed={} level={} (flushed, recovered prefix, leaves) per kill: {:?}",
-        p.seed, p.level, prefixes
+        "KILL-MODEL seed={} level={} batch={} (flushed, recovered prefix, leaves) per kill: {:?}",
+        p.seed, p.level, p.batch, prefixes
     );
 }
 
@@ -170,7 +175,8 @@ proptest! {
         flush_every_ms in prop::sample::select(vec![0u64, 1, 20, 500]),
         kills in prop::collection::vec(0u64..150, 2..5),
         level in prop::sample::select(vec![0i32, 0, -3, 1]),
+        batch in prop::sample::select(vec![0u64, 0, 8, 64]),
     ) {
-        kill_and_check(&Params { seed, queues, keep, flush_each, flush_every_ms, level }, &kills);
+        kill_and_check(&Params { seed, queues, keep, flush_each, flush_every_ms, level, batch }, &kills);
     }
 }

@@ -6,6 +6,10 @@
 //! account), inserts between keys and removals, a tree reads back exactly what a sorted map
 //! holds, forwards, backwards per prefix, and after the store is closed and opened again.
 //!
+//! The same, with the writes in transactions of many rows over two trees, as orderly's writer
+//! commits a batch of orders: a transaction's writes that fall in one leaf are written as one
+//! page (change 11), on stores compressed or not, and no leaf grows past its split size.
+//!
 //! PROPTEST_CASES sets the number of cases (24 unless set).
 
 use std::collections::BTreeMap;
@@ -13,14 +17,27 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use sled::Transactional;
+use sled_suites::shape::Shape;
 use sled_suites::workload::TempDir;
 
 /// Opens the store at `dir` again, waiting (at most 10 s) while the closed one's file lock is
 /// still held: dropping a `sled::Db` does not wait for its I/O threads to let the file go.
 fn reopen(dir: &TempDir) -> sled::Db {
+    reopen_compressed(dir, false)
+}
+
+/// `reopen`, of a store whose pages are compressed (at orderly's level) or not.
+fn reopen_compressed(dir: &TempDir, compressed: bool) -> sled::Db {
     let started = Instant::now();
     loop {
-        match sled::Config::new().path(&dir.0).cache_capacity(1 << 16).open() {
+        match sled::Config::new()
+            .path(&dir.0)
+            .cache_capacity(1 << 16)
+            .use_compression(compressed)
+            .compression_factor(if compressed { -3 } else { 5 })
+            .open()
+        {
             Ok(db) => return db,
             Err(e)
                 if e.to_string().contains("could not acquire lock")
@@ -117,6 +134,98 @@ fn apply(
     }
 }
 
+/// The writes `ops` make, in order, each a key and its new value (`None`: removed), the model
+/// kept up to date as they are drawn.
+fn writes_of(
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    next_append: &mut [u64; 4],
+    first: usize,
+    ops: &[Op],
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut writes = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let n = first + i;
+        let write = match op {
+            Op::Append { prefix, value_len } => {
+                let slot = &mut next_append[*prefix as usize];
+                *slot += 1;
+                (key(*prefix, *slot), Some(vec![n as u8; *value_len]))
+            }
+            Op::Insert { prefix, suffix } => {
+                (key(*prefix, *suffix), Some(n.to_be_bytes().to_vec()))
+            }
+            Op::Remove { nth } => {
+                match model.keys().nth(nth % model.len().max(1)).cloned() {
+                    Some(key) => (key, None),
+                    None => continue,
+                }
+            }
+            Op::Overwrite { nth } => {
+                match model.keys().nth(nth % model.len().max(1)).cloned() {
+                    Some(key) => {
+                        (key, Some((n as u64 | 1 << 63).to_be_bytes().to_vec()))
+                    }
+                    None => continue,
+                }
+            }
+        };
+        match &write.1 {
+            Some(value) => model.insert(write.0.clone(), value.clone()),
+            None => model.remove(&write.0),
+        };
+        writes.push(write);
+    }
+    writes
+}
+
+/// `ops` in transactions of `batch` operations each, every write made to both trees (`u`'s
+/// values reversed), as orderly's writer commits a batch to several trees at once. After
+/// each, both trees' shapes are whole, and no leaf holds more than one row past its split size
+/// (a traversal splits a leaf past it, so a leaf a run overfilled could be split before the
+/// end).
+fn apply_in_batches(
+    t: &sled::Tree,
+    u: &sled::Tree,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    ops: &[Op],
+    batch: usize,
+) {
+    let mut next_append = [u64::MAX / 2; 4];
+    for (b, chunk) in ops.chunks(batch).enumerate() {
+        let writes = writes_of(model, &mut next_append, b * batch, chunk);
+        (t, u)
+            .transaction(|(t, u)| {
+                for (key, value) in &writes {
+                    match value {
+                        Some(value) => {
+                            let reversed: Vec<u8> =
+                                value.iter().rev().copied().collect();
+                            t.set(&key[..], &value[..]);
+                            u.set(&key[..], reversed);
+                        }
+                        None => {
+                            t.delete(&key[..]);
+                            u.delete(&key[..]);
+                        }
+                    }
+                }
+                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .unwrap();
+        Shape::of(t).check();
+        Shape::of(u).check();
+    }
+}
+
+fn reversed_values(
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    model
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().rev().copied().collect()))
+        .collect()
+}
+
 fn assert_same(tree: &sled::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     let read: Vec<(Vec<u8>, Vec<u8>)> = tree
         .iter()
@@ -164,5 +273,26 @@ proptest! {
         }
         let db = reopen(&dir);
         assert_same(&db.open_tree("t").unwrap(), &model);
+    }
+
+    #[test]
+    fn a_tree_reads_back_what_a_sorted_map_holds_when_its_writes_come_in_batches(
+        ops in prop::collection::vec(op(), 1..1500),
+        batch in prop::sample::select(vec![2usize, 7, 33, 80]),
+        compressed in any::<bool>(),
+    ) {
+        let dir = TempDir::new("leaf-splits-batches");
+        let mut model = BTreeMap::new();
+        {
+            let db = reopen_compressed(&dir, compressed);
+            let (t, u) = (db.open_tree("t").unwrap(), db.open_tree("u").unwrap());
+            apply_in_batches(&t, &u, &mut model, &ops, batch);
+            assert_same(&t, &model);
+            assert_same(&u, &reversed_values(&model));
+            db.flush().unwrap();
+        }
+        let db = reopen_compressed(&dir, compressed);
+        assert_same(&db.open_tree("t").unwrap(), &model);
+        assert_same(&db.open_tree("u").unwrap(), &reversed_values(&model));
     }
 }

@@ -659,18 +659,43 @@ impl Node {
     }
 
     pub(crate) fn should_split(&self) -> bool {
-        let threshold = if cfg!(any(test, feature = "lock_free_delays")) {
+        let size_checks = self.data.len() > self.split_rows();
+        let safety_checks = self.merging_child.is_none() && !self.merging;
+
+        size_checks && safety_checks
+    }
+
+    /// The most rows this node holds before `should_split`.
+    pub(crate) fn split_rows(&self) -> usize {
+        if cfg!(any(test, feature = "lock_free_delays")) {
             2
         } else if self.data.is_index() {
             256
         } else {
             LEAF_SPLIT_ROWS
-        };
+        }
+    }
 
-        let size_checks = self.data.len() > threshold;
-        let safety_checks = self.merging_child.is_none() && !self.merging;
+    /// orderly: `key`, which lies in this leaf's range, set to `value` (or removed, for
+    /// `None`) in place, as the link `Tree::insert_inner` would write does. Returns whether
+    /// the leaf changed: a set to the value the leaf holds, or the removal of a key it lacks,
+    /// is no change, as `insert_inner` finds it.
+    pub(crate) fn set_in_place(&mut self, key: &[u8], value: Option<&IVec>) -> bool {
+        let (encoded_key, last_value) = self.node_kv_pair(key);
+        if value == last_value.as_ref() {
+            return false;
+        }
+        match value {
+            Some(value) => self.set_leaf(encoded_key, value.clone()),
+            None => self.del_leaf(&encoded_key),
+        }
+        true
+    }
 
-        size_checks && safety_checks
+    /// orderly: whether `key` lies below this node's upper bound (every key does when it has
+    /// none).
+    pub(crate) fn below_hi(&self, key: &[u8]) -> bool {
+        self.hi.is_empty() || key < self.hi.as_ref()
     }
 
     pub(crate) fn should_merge(&self) -> bool {

@@ -373,12 +373,21 @@ impl TransactionalTree {
         true
     }
 
+    // orderly: the writes go to the tree in key order, so that the writes a transaction makes
+    // to one leaf come together and `Tree::insert_run` can write them as one page
+    // (ORDERLY-PATCHES.md, change 11). `writes` is a HashMap outside tests: its order was
+    // arbitrary, so any order is as correct.
     fn commit(&self) -> Result<()> {
         let writes = self.writes.borrow();
+        let mut sorted: Vec<(&IVec, &Option<IVec>)> = writes.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut guard = pin();
-        for (k, v_opt) in &*writes {
-            while self.tree.insert_inner(k, v_opt.clone(), &mut guard)?.is_err()
+        let mut written = 0;
+        while written < sorted.len() {
+            if let Ok(run) =
+                self.tree.insert_run(&sorted[written..], &mut guard)?
             {
+                written += run;
             }
         }
         Ok(())

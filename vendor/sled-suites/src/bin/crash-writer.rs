@@ -3,20 +3,23 @@
 //! store, flushing after every `flush_each` operations and then printing `flushed N`
 //! (operations 0..N are durable), until it is killed.
 //!
-//! usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS(0: none) START LEVEL
+//! usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS(0: none) START LEVEL BATCH
 //!
 //! LEVEL is zstd's level for every page (0: pages uncompressed; orderly's server writes -3).
+//! BATCH is how many operations each transaction applies (0: none, each operation alone), as
+//! orderly's writer commits a batch of orders in one; with transactions, `flushed N` follows
+//! the transaction that reached or passed each multiple of FLUSH_EACH.
 
 use std::io::Write;
 
-use sled_suites::workload::{apply_to_tree, queue_ops};
+use sled_suites::workload::{apply_to_tree, queue_ops, value, Op};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     assert_eq!(
         args.len(),
-        9,
-        "usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS START LEVEL"
+        10,
+        "usage: crash-writer DIR SEED OPS QUEUES KEEP FLUSH_EACH FLUSH_EVERY_MS START LEVEL BATCH"
     );
     let n = |i: usize| -> u64 { args[i].parse().unwrap() };
     let ops = queue_ops(n(1), n(2) as usize, n(3), n(4));
@@ -36,12 +39,38 @@ fn main() {
     writeln!(out, "opened").unwrap();
     out.flush().unwrap();
     let start = n(7) as usize;
-    for (i, op) in ops.iter().enumerate().skip(start) {
-        apply_to_tree(&tree, i, op).unwrap();
-        if (i + 1) % flush_each == 0 {
-            tree.flush().unwrap();
-            writeln!(out, "flushed {}", i + 1).unwrap();
-            out.flush().unwrap();
+    let batch = n(9) as usize;
+    if batch == 0 {
+        for (i, op) in ops.iter().enumerate().skip(start) {
+            apply_to_tree(&tree, i, op).unwrap();
+            if (i + 1) % flush_each == 0 {
+                tree.flush().unwrap();
+                writeln!(out, "flushed {}", i + 1).unwrap();
+                out.flush().unwrap();
+            }
+        }
+    } else {
+        let mut at = start;
+        while at < ops.len() {
+            let end = (at + batch).min(ops.len());
+            tree.transaction(|t| {
+                for (i, op) in ops[at..end].iter().enumerate() {
+                    match op {
+                        Op::Set(k) => {
+                            t.set(k.as_slice(), value(k, (at + i) as u64))
+                        }
+                        Op::Remove(k) => t.delete(k.as_slice()),
+                    }
+                }
+                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .unwrap();
+            if end / flush_each > at / flush_each {
+                tree.flush().unwrap();
+                writeln!(out, "flushed {}", end).unwrap();
+                out.flush().unwrap();
+            }
+            at = end;
         }
     }
     tree.flush().unwrap();

@@ -1021,6 +1021,21 @@ impl PageCache {
         Ok(new_pointer.map_err(|o| o.map(|(pointer, _)| (pointer, ()))))
     }
 
+    /// orderly: whether `links` more links to the page `view` shows would rewrite it whole on
+    /// the way (`link` rewrites a page that has its threshold of pieces, base and deltas).
+    pub(crate) fn links_would_rewrite(
+        &self,
+        view: &PageView<'_>,
+        links: usize,
+    ) -> bool {
+        let consolidation_threshold = if self.config.use_compression {
+            COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD
+        } else {
+            PAGE_CONSOLIDATION_THRESHOLD
+        };
+        links > 0 && view.cache_infos.len() + links - 1 >= consolidation_threshold
+    }
+
     /// Try to atomically add a `PageLink` to the page.
     /// Returns `Ok(new_key)` if the operation was successful. Returns
     /// `Err(None)` if the page no longer exists. Returns
@@ -1075,12 +1090,7 @@ impl PageCache {
         let node: Node = old.as_node().applied(&new);
 
         // see if we should short-circuit replace
-        let consolidation_threshold = if self.config.use_compression {
-            COMPRESSED_PAGE_CONSOLIDATION_THRESHOLD
-        } else {
-            PAGE_CONSOLIDATION_THRESHOLD
-        };
-        if old.cache_infos.len() >= consolidation_threshold {
+        if self.links_would_rewrite(&old, 1) {
             let short_circuit = self.replace(pid, old, node, guard)?;
             return Ok(short_circuit.map_err(|a| a.map(|b| (b.0, new))));
         }
