@@ -3,7 +3,7 @@
 use sled::transaction::TransactionalTree;
 use sled::Transactional;
 
-use super::chained::{encode_entry, newest_entry};
+use super::chained::{self, encode_entry, newest_entry};
 use super::changes::Changes;
 use super::idempotency::KeyTrees;
 use super::spooled::Spooled;
@@ -100,11 +100,7 @@ impl Trees {
             let same =
                 before.as_ref().map(|e| (e.seq, e.hash)) == after.as_ref().map(|e| (e.seq, e.hash));
             if same && after.as_ref().is_none_or(|e| e.balance_after == available) {
-                let head = match after {
-                    None => LedgerHead::genesis(&id.to_string()),
-                    Some(e) if e.seq != 0 => LedgerHead::after(&e),
-                    Some(_) => return Err(super::codec::CodecError::Unchained.into()),
-                };
+                let head = chained::head_after(id, after.as_ref())?;
                 return Ok(Funds { available, head });
             }
         }

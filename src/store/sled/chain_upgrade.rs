@@ -86,39 +86,23 @@ mod tests {
 
     use super::*;
     use crate::domain::account::Account;
-    use crate::domain::basket::RequestedLine;
     use crate::domain::ledger::LedgerEntry;
     use crate::domain::money::Cents;
-    use crate::domain::product::Product;
     use crate::store::ledger_check::{LedgerCheck, LedgerReport};
     use crate::store::sled::chained::head_of;
     use crate::store::sled::codec;
-    use crate::store::{NewOrder, Record};
+    use crate::store::sled::orders::three_cent_orders;
+    use crate::store::Record;
 
     /// A store whose account has four orders on its credit line: entries of seq 1 to 4.
     fn four_entries() -> (tempfile::TempDir, Trees, Account) {
         let dir = tempfile::tempdir().unwrap();
         let trees = Trees::open(&dir.path().join("db"), 1 << 20).unwrap();
-        trees
-            .put_product(&Product {
-                id: "prd_three".into(),
-                name: "three".into(),
-                price: Cents(3),
-                regions: vec![],
-                delivery_fields: vec![],
-                active: true,
-                updated_at: 0,
-            })
-            .unwrap();
+        three_cent_orders::put_product(&trees);
         let account = Account::for_tests(1_000);
         trees.create_account(&account).unwrap();
         for key in ["a", "b", "c", "d"] {
-            let line = RequestedLine {
-                product_id: "prd_three".into(),
-                quantity: 1,
-                delivery_data: Default::default(),
-            };
-            let order = NewOrder::for_tests(&account, key, vec![line], 1);
+            let order = three_cent_orders::order(&account, key, 1);
             assert!(trees.place_orders(&[&order], 1_000).unwrap()[0].is_ok());
         }
         (dir, trees, account)

@@ -54,9 +54,17 @@ pub(super) fn newest_entry(
 
 /// `account`'s ledger head: its newest entry (the genesis when it has none).
 pub(super) fn head_of(ledger: &sled::Tree, account: &AccountId) -> Result<LedgerHead, StoreError> {
-    match newest_entry(ledger, account)? {
+    head_after(account, newest_entry(ledger, account)?.as_ref())
+}
+
+/// The head of `account`'s ledger whose newest entry is `newest` (`None`: no entry yet).
+pub(super) fn head_after(
+    account: &AccountId,
+    newest: Option<&LedgerEntry>,
+) -> Result<LedgerHead, StoreError> {
+    match newest {
         None => Ok(LedgerHead::genesis(&account.to_string())),
-        Some(entry) if entry.seq != 0 => Ok(LedgerHead::after(&entry)),
+        Some(entry) if entry.seq != 0 => Ok(LedgerHead::after(entry)),
         // Chained at open (`chain_unchained`): none is left once the store serves.
         Some(_) => Err(CodecError::Unchained.into()),
     }

@@ -146,30 +146,17 @@ impl Trees {
     }
 }
 
+/// Orders of one product at 3 cents, for the tests of this engine.
 #[cfg(test)]
-mod tests {
-
-    use super::*;
-    use crate::domain::account::{Account, Shortfall};
+pub(super) mod three_cent_orders {
+    use super::{NewOrder, Trees};
+    use crate::domain::account::Account;
     use crate::domain::basket::RequestedLine;
-    use crate::domain::idempotency_key::IdempotencyKey;
     use crate::domain::money::Cents;
     use crate::domain::product::Product;
 
-    fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
-        let line = RequestedLine {
-            product_id: "prd_three".into(),
-            quantity,
-            delivery_data: Default::default(),
-        };
-        NewOrder::for_tests(account, key, vec![line], quantity as u8)
-    }
-
-    #[test]
-    fn one_transaction_decides_each_order_on_the_view_of_those_before_it_and_a_refusal_writes_nothing(
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let trees = Trees::open(&dir.path().join("db"), 1 << 20).unwrap();
+    /// Puts the product `prd_three` (3 cents, active) in `trees`.
+    pub(in crate::store::sled) fn put_product(trees: &Trees) {
         trees
             .put_product(&Product {
                 id: "prd_three".into(),
@@ -181,6 +168,34 @@ mod tests {
                 updated_at: 0,
             })
             .unwrap();
+    }
+
+    /// `account`'s order of `quantity` of `prd_three` under idempotency key `key`.
+    pub(in crate::store::sled) fn order(account: &Account, key: &str, quantity: u64) -> NewOrder {
+        let line = RequestedLine {
+            product_id: "prd_three".into(),
+            quantity,
+            delivery_data: Default::default(),
+        };
+        NewOrder::for_tests(account, key, vec![line], quantity as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::three_cent_orders::{order, put_product};
+    use super::*;
+    use crate::domain::account::{Account, Shortfall};
+    use crate::domain::idempotency_key::IdempotencyKey;
+    use crate::domain::money::Cents;
+
+    #[test]
+    fn one_transaction_decides_each_order_on_the_view_of_those_before_it_and_a_refusal_writes_nothing(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let trees = Trees::open(&dir.path().join("db"), 1 << 20).unwrap();
+        put_product(&trees);
         let (rich, poor) = (Account::for_tests(0), Account::for_tests(0));
         for (who, balance) in [(&rich, Cents(10)), (&poor, Cents(1))] {
             trees.create_account(who).unwrap();
