@@ -10,7 +10,7 @@ use super::rows::{
     insert_account, insert_api_key, insert_key_rows, insert_provider_payment, lock_balance,
     move_money, upsert_product,
 };
-use super::tx::{query_opt, Fault};
+use super::tx::{both, query_opt, Fault};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::ids::{Id, IdKind};
 use crate::domain::money::Cents;
@@ -23,7 +23,7 @@ use crate::store::{
 /// A new account with a balance of 0.
 pub(super) async fn create_account(client: &mut Conn, account: &Account) -> Result<(), Fault> {
     let (tx, gate) = client.begin().await?;
-    futures_util::future::try_join(
+    both(
         gate.limit_waits(&tx),
         insert_account(&tx, account, Cents::ZERO),
     )
@@ -40,9 +40,7 @@ pub(super) async fn create_api_key(
     record: &ApiKeyRecord,
 ) -> Result<i64, Fault> {
     let (tx, gate) = client.begin().await?;
-    let ((), ()) =
-        futures_util::future::try_join(gate.limit_waits(&tx), insert_api_key(&tx, hash, record, 0))
-            .await?;
+    let ((), ()) = both(gate.limit_waits(&tx), insert_api_key(&tx, hash, record, 0)).await?;
     let version = query_opt(
         &tx,
         "SELECT changed_in FROM api_keys WHERE hash = $1",
@@ -58,7 +56,7 @@ pub(super) async fn create_api_key(
 /// A product created or replaced.
 pub(super) async fn put_product(client: &mut Conn, product: &Product) -> Result<(), Fault> {
     let (tx, gate) = client.begin().await?;
-    futures_util::future::try_join(gate.limit_waits(&tx), upsert_product(&tx, product)).await?;
+    both(gate.limit_waits(&tx), upsert_product(&tx, product)).await?;
     gate.commit(tx).await
 }
 
@@ -75,7 +73,7 @@ pub(super) async fn credit(
     }
     // The balance row's wait is bounded by what the key's wait left of the claim's bound
     // (sent first when there was no key to wait for).
-    let locked = futures_util::future::try_join(gate.limit_waits(&tx), lock_balance(&tx, &account))
+    let locked = both(gate.limit_waits(&tx), lock_balance(&tx, &account))
         .await
         .map(|((), locked)| locked);
     let locked = match locked {
@@ -97,7 +95,7 @@ pub(super) async fn credit(
             _ => Ok(()),
         }
     };
-    futures_util::future::try_join(move_money(&tx, &account, &decided.rows), key).await?;
+    both(move_money(&tx, &account, &decided.rows), key).await?;
     gate.commit(tx).await?;
     Ok(Ok(decided.body))
 }
@@ -107,7 +105,7 @@ pub(super) async fn record_provider_payment(
     payment: &ProviderCredit,
 ) -> Result<Result<Recorded, ProviderRefusal>, Fault> {
     let (tx, gate) = client.begin().await?;
-    let ((), seen) = futures_util::future::try_join(
+    let ((), seen) = both(
         gate.limit_waits(&tx),
         query_opt(
             &tx,
@@ -143,7 +141,7 @@ pub(super) async fn revoke_api_key(client: &mut Conn, key_id: &Id) -> Result<Opt
     let (tx, gate) = client.begin().await?;
     // The table's trigger bumps `auth_cache_version` and records the change in the key's row
     // (migration 0007): that change is what every instance acknowledges.
-    let ((), changed) = futures_util::future::try_join(
+    let ((), changed) = both(
         gate.limit_waits(&tx),
         query_opt(
             &tx,

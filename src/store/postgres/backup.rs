@@ -8,14 +8,13 @@
 use std::time::Duration;
 
 use deadpool_postgres::Object;
-use futures_util::future::try_join_all;
 use tokio_postgres::{IsolationLevel, Row};
 
 use super::codec;
 use super::db::Conn;
 use super::reads::{row_counts, TABLES};
 use super::rows;
-use super::tx::{query_opt, Fault, Tx};
+use super::tx::{all, both, query_opt, Fault, Tx};
 use crate::bounds::{BACKUP_DATABASE_PATIENCE, BACKUP_READER_PATIENCE};
 use crate::store::records::{verify_counts, Tally};
 use crate::store::{Producer, Record, RestoreCounts, Snapshot, StoreError};
@@ -237,8 +236,7 @@ pub(super) async fn restore(
     // snapshot (a sled walk of a million orders) would hold it idle past its timeout.
     let mut next = records.next().await.transpose()?;
     let (tx, gate) = client.begin().await?;
-    let ((), counted) =
-        futures_util::future::try_join(gate.limit_waits(&tx), row_counts(&tx)).await?;
+    let ((), counted) = both(gate.limit_waits(&tx), row_counts(&tx)).await?;
     // Between batches the transaction waits for the source's next records (a file, another
     // store's walk), which may pause longer than a request's transaction ever does.
     let idle = BACKUP_READER_PATIENCE.as_millis().to_string();
@@ -276,7 +274,7 @@ pub(super) async fn restore(
             batch.push(record);
         }
         if batch.len() == RESTORE_BATCH || (ended && !batch.is_empty()) {
-            try_join_all(batch.iter().map(|record| write(&tx, record, keys_change))).await?;
+            all(batch.iter().map(|record| write(&tx, record, keys_change))).await?;
             batch.clear();
         }
         if ended {

@@ -4,8 +4,6 @@
 //! are locked for it (`FOR UPDATE`), so a cancel and a completion of one order cannot both
 //! happen and no other write moves the balance between the read and the write.
 
-use futures_util::future::try_join_all;
-
 use super::codec;
 use super::db::{Conn, Gate};
 use super::locks::{key_taken, lock_events};
@@ -13,7 +11,7 @@ use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
-use super::tx::{first_cause, query, query_opt, Fault, Tx};
+use super::tx::{all, both, both4, first_cause, query, query_opt, Fault, Tx};
 use crate::domain::chain::Funds;
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
@@ -78,7 +76,7 @@ async fn insert_emitted(tx: &Tx<'_>, emitted: &Emitted) -> Result<(), Fault> {
     let event: &Event = &emitted.event;
     match &emitted.delivery {
         Some(delivery) => {
-            futures_util::future::try_join(
+            both(
                 insert_event(tx, event),
                 insert_delivery(tx, event.created_at, delivery),
             )
@@ -109,7 +107,7 @@ async fn write_change(
             _ => Ok(()),
         }
     };
-    futures_util::future::try_join4(
+    both4(
         update_order(tx, &change.order),
         refund_and_key,
         move_money(tx, &change.order.account_id, &change.entry),
@@ -161,7 +159,7 @@ pub(super) async fn complete_due_orders(
          ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
         codec::ORDER
     );
-    let ((), rows) = futures_util::future::try_join(
+    let ((), rows) = both(
         gate.limit_waits(&tx),
         query(&tx, &sql, &[&codec::time(created_by), &(max as i64)]),
     )
@@ -177,7 +175,7 @@ pub(super) async fn complete_due_orders(
     due.sort_by_key(|o| (o.account_id, o.id));
     let mut accounts: Vec<AccountId> = due.iter().map(|o| o.account_id).collect();
     accounts.dedup();
-    let newest = try_join_all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
+    let newest = all(accounts.iter().map(|account| lock_events(&tx, account))).await?;
     let mut newest: std::collections::HashMap<AccountId, Option<Id>> =
         accounts.iter().copied().zip(newest).collect();
     // Decided once every event lock is held, each id after its account's newest, so the
@@ -194,12 +192,10 @@ pub(super) async fn complete_due_orders(
         })
         .collect();
     // Sent as one pipeline: the updates, then the events and their callbacks.
-    try_join_all(completed.iter().map(|(order, _)| update_order(&tx, order))).await?;
-    try_join_all(
-        completed
-            .iter()
-            .map(|(_, emitted)| insert_emitted(&tx, emitted)),
-    )
+    all(completed.iter().map(|(order, _)| update_order(&tx, order))).await?;
+    all(completed
+        .iter()
+        .map(|(_, emitted)| insert_emitted(&tx, emitted)))
     .await?;
     gate.commit(tx).await?;
     Ok(completed.len())

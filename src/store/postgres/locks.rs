@@ -5,7 +5,7 @@
 use tokio_postgres::error::SqlState;
 
 use super::db::Gate;
-use super::tx::{execute, first_cause, query_opt, Fault, Params, Session};
+use super::tx::{both, execute, first_cause, query_opt, Fault, Params, Session};
 use crate::domain::ids::AccountId;
 use crate::store::{KeyClaim, StoreError, Taken};
 
@@ -64,7 +64,7 @@ pub(super) async fn lock_events<C: Session>(
     let name = format!("events:{account}");
     // Pipelined: the second statement runs once the lock is held, and sees every event
     // committed before it was.
-    let (_, newest) = super::tx::both(
+    let (_, newest) = both(
         execute(
             c,
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",

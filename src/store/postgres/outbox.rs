@@ -33,7 +33,7 @@ use futures_util::TryStreamExt;
 use super::codec;
 use super::migrate::known_version;
 use super::rows::{insert_delivery, upsert_delivery_log};
-use super::tx::{alone, execute, query_opt, query_stream, Fault};
+use super::tx::{alone, both4, execute, query_opt, query_stream, Fault};
 use super::webhook_ops::lock_callback;
 use crate::domain::event::{DeliveryAttempt, DeliveryLog};
 use crate::domain::time::Millis;
@@ -269,7 +269,7 @@ pub(super) async fn settle_delivery(
     let (tx, gate) = client.begin().await?;
     let event_id = &due.delivery.event_id;
     // Pipelined: the bounds, then the lock, taken before the two statements behind it run.
-    let ((), (), removed, found) = futures_util::future::try_join4(
+    let ((), (), removed, found) = both4(
         gate.limit_waits(&tx),
         lock_callback(&tx, event_id),
         execute(

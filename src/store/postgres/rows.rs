@@ -6,7 +6,7 @@ use tokio_postgres::types::Json;
 use super::chain_rows::{catch_up, head_of, NEWEST_ENTRY_SQL};
 use super::codec::{tag, time};
 pub(super) use super::order_rows::{insert_key_rows, insert_ledger, insert_orders, set_balances};
-use super::tx::{execute, Fault, Session};
+use super::tx::{both, execute, Fault, Session};
 use crate::domain::account::{Account, ApiKeyRecord};
 use crate::domain::chain::Funds;
 use crate::domain::event::{Delivery, DeliveryLog, Event};
@@ -121,7 +121,7 @@ pub(super) async fn lock_balance<C: Session>(c: &C, account: &AccountId) -> Resu
     let id = account.to_string();
     // Pipelined: the second statement runs once the lock is held, and sees every entry
     // committed before it was.
-    let (row, newest) = super::tx::both(
+    let (row, newest) = both(
         super::tx::query_opt(
             c,
             "SELECT available FROM balances WHERE account_id = $1 FOR UPDATE",
@@ -179,7 +179,7 @@ pub(super) async fn move_money<C: Session>(
     account: &AccountId,
     entry: &LedgerEntry,
 ) -> Result<(), Fault> {
-    futures_util::future::try_join(
+    both(
         set_balances(c, &[(*account, entry.balance_after)]),
         insert_ledger(c, &[(account, entry)]),
     )

@@ -326,7 +326,7 @@ impl Fault {
 /// Of the outcomes of statements sent together in one transaction, the fault that caused the
 /// others: once one statement fails, every later one fails with 25P02 ("current transaction
 /// is aborted"), which is neither the reason nor retryable. `None` when all succeeded.
-pub(super) fn first_cause<const N: usize>(faults: [Option<Fault>; N]) -> Option<Fault> {
+pub(super) fn first_cause(faults: impl IntoIterator<Item = Option<Fault>>) -> Option<Fault> {
     let mut faults: Vec<Fault> = faults.into_iter().flatten().collect();
     let cause = faults
         .iter()
@@ -347,6 +347,47 @@ pub(super) async fn both<A, B>(
     match futures_util::future::join(first, second).await {
         (Ok(a), Ok(b)) => Ok((a, b)),
         (a, b) => Err(first_cause([a.err(), b.err()]).expect("one failed")),
+    }
+}
+
+/// `both` of three statements.
+pub(super) async fn both3<A, B, C>(
+    first: impl std::future::Future<Output = Result<A, Fault>>,
+    second: impl std::future::Future<Output = Result<B, Fault>>,
+    third: impl std::future::Future<Output = Result<C, Fault>>,
+) -> Result<(A, B, C), Fault> {
+    let (a, (b, c)) = both(first, both(second, third)).await?;
+    Ok((a, b, c))
+}
+
+/// `both` of four statements.
+pub(super) async fn both4<A, B, C, D>(
+    first: impl std::future::Future<Output = Result<A, Fault>>,
+    second: impl std::future::Future<Output = Result<B, Fault>>,
+    third: impl std::future::Future<Output = Result<C, Fault>>,
+    fourth: impl std::future::Future<Output = Result<D, Fault>>,
+) -> Result<(A, B, C, D), Fault> {
+    let ((a, b), (c, d)) = both(both(first, second), both(third, fourth)).await?;
+    Ok((a, b, c, d))
+}
+
+/// `both` of any number of statements: every output in order, or the fault that caused the
+/// others.
+pub(super) async fn all<T>(
+    statements: impl IntoIterator<Item = impl std::future::Future<Output = Result<T, Fault>>>,
+) -> Result<Vec<T>, Fault> {
+    let outcomes = futures_util::future::join_all(statements).await;
+    let mut outputs = Vec::with_capacity(outcomes.len());
+    let mut faults = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Ok(output) => outputs.push(output),
+            Err(fault) => faults.push(Some(fault)),
+        }
+    }
+    match first_cause(faults) {
+        None => Ok(outputs),
+        Some(cause) => Err(cause),
     }
 }
 

@@ -13,7 +13,7 @@ use super::codec;
 use super::db::Conn;
 use super::rows::{insert_delivery, upsert_delivery_log, upsert_previous_secret};
 use super::shared_cache::bump;
-use super::tx::{execute, query, query_opt, Fault, Session};
+use super::tx::{both, both3, execute, query, query_opt, Fault, Session};
 use crate::domain::event::{redelivery, DeliveryLog, Event};
 use crate::domain::ids::{AccountId, Id};
 use crate::domain::time::Millis;
@@ -43,7 +43,7 @@ pub(super) async fn rotate_webhook_secret(
 ) -> Result<Option<(PreviousSecret, i64)>, Fault> {
     let (tx, gate) = client.begin().await?;
     let id = account.to_string();
-    let ((), row) = futures_util::future::try_join(
+    let ((), row) = both(
         gate.limit_waits(&tx),
         query_opt(
             &tx,
@@ -56,7 +56,7 @@ pub(super) async fn rotate_webhook_secret(
         return Ok(None);
     };
     let previous = retire(row.get("webhook_secret"), now, overlap);
-    let (_, _, version) = futures_util::future::try_join3(
+    let (_, _, version) = both3(
         execute(
             &tx,
             "UPDATE accounts SET webhook_secret = $2 WHERE id = $1",
@@ -80,7 +80,7 @@ pub(super) async fn redeliver(
 ) -> Result<Redelivered, Fault> {
     let (tx, gate) = client.begin().await?;
     let owner = owner.map(|a| a.to_string());
-    let ((), row) = futures_util::future::try_join(
+    let ((), row) = both(
         gate.limit_waits(&tx),
         query_opt(
             &tx,
@@ -144,7 +144,7 @@ async fn requeue<C: Session>(
     now: Millis,
 ) -> Result<Redelivered, Fault> {
     lock_callback(tx, &event.id).await?;
-    let (queued, log) = futures_util::future::try_join(
+    let (queued, log) = both(
         query_opt(
             tx,
             "SELECT event_id, due_at, account_id, url, attempt FROM outbox WHERE event_id = $1",
