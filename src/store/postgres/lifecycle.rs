@@ -11,7 +11,7 @@ use super::rows::{
     insert_delivery, insert_event, insert_key_rows, insert_refund, lock_balance, move_money,
     update_order,
 };
-use super::tx::{all, both, both4, first_cause, query, query_opt, Fault, Tx};
+use super::tx::{all, both, both4, query, query_opt, Fault, Tx};
 use crate::domain::chain::Funds;
 use crate::domain::event::Event;
 use crate::domain::ids::{AccountId, Id, IdKind, OrderId};
@@ -45,24 +45,18 @@ async fn lock_view(
     order: &OrderId,
     account: &AccountId,
 ) -> Result<Option<(Option<Order>, Funds, Stamp)>, Fault> {
-    let bound = gate.limit_waits(tx);
-    let locks = async {
-        futures_util::future::join3(
-            lock_order(tx, order),
-            lock_balance(tx, account),
-            lock_events(tx, account),
-        )
-        .await
-    };
-    let (bounded, (order, balance, newest)) = futures_util::future::join(bound, locks).await;
-    let outcome = match (bounded, order, balance, newest) {
-        (Ok(()), Ok(order), Ok(balance), Ok(newest)) => Ok((order, balance, newest)),
-        (a, b, c, d) => Err(first_cause([a.err(), b.err(), c.err(), d.err()]).expect("one failed")),
-    };
-    let (order, locked, newest) = match outcome {
-        Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
-        other => other?,
-    };
+    let locked = both4(
+        gate.limit_waits(tx),
+        lock_order(tx, order),
+        lock_balance(tx, account),
+        lock_events(tx, account),
+    )
+    .await;
+    let (order, locked, newest) =
+        match locked.map(|((), order, balance, newest)| (order, balance, newest)) {
+            Err(fault) if fault.is(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
+            other => other?,
+        };
     let stamp = Stamp {
         now: now_millis(),
         txn: Id::after(IdKind::Transaction, locked.newest_txn),
