@@ -67,6 +67,7 @@ suite queue_merge --nocapture
 suite split_crash --nocapture
 suite kill_model --nocapture
 suite leaf_splits
+suite run_split
 
 # (--quiet prints a dot per test, without a newline: the lines may follow dots.)
 grep -oE '(SPLIT-CRASH|KILL-MODEL) .*' "$log" | cut -c1-200

@@ -17,6 +17,14 @@ pub(crate) struct View<'g> {
     pub size: u64,
 }
 
+/// orderly: a leaf as `Tree::path_for_key` found it, with its parent (none when the leaf is
+/// the root) and the root's page: what `Tree::split_node_with` needs.
+pub(crate) struct LeafPath<'g> {
+    leaf: View<'g>,
+    parent: Option<View<'g>>,
+    root_pid: PageId,
+}
+
 impl<'g> Deref for View<'g> {
     type Target = Node;
 
@@ -252,18 +260,25 @@ impl Tree {
     /// A batch of orders appends a row to several append-only trees each (ids are time ordered):
     /// linked one at a time, every row copied the whole leaf in memory and was compressed alone,
     /// and every sixth rewrote and compressed the whole leaf again (ORDERLY-PATCHES.md, change
-    /// 11). A run never grows the leaf past its split size: the write that would is left to the
-    /// next call, which links it, and the traversal after that splits the leaf as before.
+    /// 11). A run that takes the leaf past its split size splits it as it writes it: the two
+    /// halves are the leaf's rewrite (change 12), where the leaf was written full, then split by
+    /// the next traversal into a rewrite of the same rows less a few, and a new right page.
     pub(crate) fn insert_run(
         &self,
         writes: &[(&IVec, &Option<IVec>)],
         guard: &mut Guard,
     ) -> Result<Conflictable<usize>> {
         let (first_key, first_value) = writes[0];
-        let view = self.view_for_key(first_key.as_ref(), guard)?;
-        let run = Self::run_in_leaf(&view, writes);
-        if run < 2
-            || !self.context.pagecache.links_would_rewrite(&view.node_view.0, run)
+        let LeafPath { leaf: view, parent, root_pid } =
+            self.path_for_key(first_key.as_ref(), guard)?;
+        let (run, rows) = Self::run_in_leaf(&view, writes);
+        let splits = rows > view.split_rows();
+        if !splits
+            && (run < 2
+                || !self
+                    .context
+                    .pagecache
+                    .links_would_rewrite(&view.node_view.0, run))
         {
             let pid = view.pid;
             let linked =
@@ -275,8 +290,13 @@ impl Tree {
         }
 
         let _measure = Measure::new(&M.tree_set);
-        let View { node_view, pid, .. } = view;
-        let mut node: Node = (*node_view).clone();
+        let pid = view.pid;
+        // The split the traversal would choose when it met the run's last write: an append
+        // split when that key sorts after every row the leaf held (or the leaf held none, as
+        // a new tree's first leaf), a split at the middle otherwise.
+        let append =
+            view.data.len() == 0 || view.is_append(writes[run - 1].0.as_ref());
+        let mut node: Node = (*view).clone();
         let mut changed = Vec::with_capacity(run);
         for (key, value) in &writes[..run] {
             if node.set_in_place(key, Option::as_ref(value)) {
@@ -291,9 +311,15 @@ impl Tree {
             .map(|(key, _)| self.subscribers.reserve(key))
             .collect();
 
-        let replaced =
-            self.context.pagecache.replace(pid, node_view.0, node, guard)?;
-        if replaced.is_err() {
+        let written = if splits {
+            self.split_node_with(node, append, &view, &parent, root_pid, guard)?
+        } else {
+            self.context
+                .pagecache
+                .replace(pid, view.node_view.0, node, guard)?
+                .is_ok()
+        };
+        if !written {
             M.tree_looped();
             return Ok(Err(Conflict));
         }
@@ -315,12 +341,20 @@ impl Tree {
     }
 
     /// How many of `writes` (sorted, the first in `view`'s leaf) lie in that leaf and can be
-    /// applied to it without its growing past its split size.
-    fn run_in_leaf(view: &View<'_>, writes: &[(&IVec, &Option<IVec>)]) -> usize {
+    /// applied to it before it must split, and how many rows the leaf then holds.
+    fn run_in_leaf(
+        view: &View<'_>,
+        writes: &[(&IVec, &Option<IVec>)],
+    ) -> (usize, usize) {
         let leaf: &Node = view;
         if leaf.data.is_index() || !leaf.can_merge_child() {
-            return 1;
+            return (1, leaf.data.len());
         }
+        // A run of appends may fill the leaf past its split size by the rows an append split
+        // moves right, and leave it full; any other run splits it as soon as it is past that
+        // size, into the halves the traversal's split would have made.
+        let appends = leaf.data.len() == 0 || leaf.is_append(writes[0].0.as_ref());
+        let most = if appends { leaf.run_rows() } else { leaf.split_rows() + 1 };
         let mut rows = leaf.data.len();
         let mut run = 0;
         for (key, value) in writes {
@@ -329,14 +363,20 @@ impl Tree {
             }
             let present = leaf.leaf_pair_for_key(key).is_some();
             match (present, value.is_some()) {
-                (false, true) if rows + 1 > leaf.split_rows() => break,
+                (false, true) if rows + 1 > most => break,
                 (false, true) => rows += 1,
                 (true, false) => rows -= 1,
                 _ => {}
             }
             run += 1;
         }
-        run.max(1)
+        if run == 0 {
+            // The leaf is already past its split size (a traversal splits such a leaf before
+            // it returns it, so only one it could not split yet): the first write is linked
+            // alone, as `insert_inner` would.
+            return (1, leaf.data.len());
+        }
+        (run, rows)
     }
 
     /// Perform a multi-key serializable transaction.
@@ -1565,9 +1605,27 @@ impl Tree {
         root_pid: PageId,
         guard: &'g Guard,
     ) -> Result<()> {
+        let node = view.deref().clone();
+        self.split_node_with(node, append, view, parent_view, root_pid, guard)
+            .map(drop)
+    }
+
+    /// orderly: `split_node` of `node`, which is `view`'s node or that node with writes
+    /// applied (`insert_run`, ORDERLY-PATCHES.md, change 12): the halves of `node` replace
+    /// `view`'s page. Returns whether they did (false: the page changed under it, and
+    /// nothing was written).
+    fn split_node_with<'g>(
+        &self,
+        node: Node,
+        append: bool,
+        view: &View<'g>,
+        parent_view: &Option<View<'g>>,
+        root_pid: PageId,
+        guard: &'g Guard,
+    ) -> Result<bool> {
         trace!("splitting node {}", view.pid);
         // split node
-        let (mut lhs, rhs) = view.deref().clone().split(append);
+        let (mut lhs, rhs) = node.split(append);
         let rhs_lo = rhs.lo.clone();
 
         // install right side
@@ -1590,7 +1648,7 @@ impl Tree {
                 .pagecache
                 .free(rhs_pid, rhs_ptr, guard)?
                 .expect("could not free allocated page");
-            return Ok(());
+            return Ok(false);
         }
         M.tree_child_split_success();
 
@@ -1605,7 +1663,7 @@ impl Tree {
                 // parent to already have a node for this lo key.
                 // if this is the case, we can skip the parent split
                 // because it's probably going to fail anyway.
-                return Ok(());
+                return Ok(true);
             }
 
             let replace = self.context.pagecache.replace(
@@ -1625,7 +1683,7 @@ impl Tree {
             let _ = self.root_hoist(root_pid, rhs_pid, rhs_lo, guard)?;
         }
 
-        Ok(())
+        Ok(true)
     }
 
     fn root_hoist(
@@ -1711,10 +1769,24 @@ impl Tree {
     // challenging to understand.
     #[allow(clippy::cognitive_complexity)]
     pub(crate) fn view_for_key<'g, K>(
-        &self,
+        &'g self,
         key: K,
         guard: &'g Guard,
     ) -> Result<View<'g>>
+    where
+        K: AsRef<[u8]>,
+    {
+        self.path_for_key(key, guard).map(|path| path.leaf)
+    }
+
+    /// orderly: `view_for_key`, with the leaf's parent and the root as the traversal found
+    /// them: what splitting the leaf needs (`insert_run`, ORDERLY-PATCHES.md, change 12).
+    #[allow(clippy::cognitive_complexity)]
+    fn path_for_key<'g, K>(
+        &'g self,
+        key: K,
+        guard: &'g Guard,
+    ) -> Result<LeafPath<'g>>
     where
         K: AsRef<[u8]>,
     {
@@ -1875,7 +1947,7 @@ impl Tree {
                 cursor = next.1;
             } else {
                 assert!(!overshot && !undershot);
-                return Ok(view);
+                return Ok(LeafPath { leaf: view, parent: parent_view, root_pid });
             }
         }
         panic!(
