@@ -692,8 +692,6 @@ impl Node {
         true
     }
 
-    /// orderly: whether `key` lies below this node's upper bound (every key does when it has
-    /// none).
     /// orderly: the most rows a run of appends (`Tree::insert_run`) takes this leaf to. Past
     /// `split_rows`, the run's write splits the leaf (ORDERLY-PATCHES.md, change 12), and
     /// neither half of `split` is then above `split_rows`: an append split leaves
@@ -703,6 +701,8 @@ impl Node {
         split_rows + APPEND_SPLIT_RIGHT.min((split_rows / 2).saturating_sub(1))
     }
 
+    /// orderly: whether `key` lies below this node's upper bound (every key does when it has
+    /// none).
     pub(crate) fn below_hi(&self, key: &[u8]) -> bool {
         self.hi.is_empty() || key < self.hi.as_ref()
     }

@@ -1767,7 +1767,6 @@ impl Tree {
     // high because attempts to split it up have made
     // the inherent complexity of the operation more
     // challenging to understand.
-    #[allow(clippy::cognitive_complexity)]
     pub(crate) fn view_for_key<'g, K>(
         &'g self,
         key: K,
