@@ -2,6 +2,7 @@
 // without it on purpose (README.md): `testing` includes `lock_free_delays`, which splits
 // leaves above 2 rows instead of orderly's 32. Cargo.toml enables the rest of `testing`.
 
+#[allow(dead_code)]
 pub fn setup_logger() {
     use std::io::Write;
 
